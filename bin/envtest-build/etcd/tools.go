@@ -1,0 +1,3 @@
+package tools
+
+import _ "go.etcd.io/etcd/server/v3"

@@ -1,0 +1,3 @@
+package tools
+
+import _ "k8s.io/kubernetes/cmd/kube-apiserver"

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Builds the envtest control-plane binaries (kube-apiserver, etcd) from the Go
+# module proxy and prints the directory that holds them (for KUBEBUILDER_ASSETS).
+#
+# Why build: the usual download site of setup-envtest is not reachable from our
+# machines, but the Go module proxy is. k8s.io/kubernetes and etcd's server
+# module carry `replace` directives pointing into their own source trees, so
+# `go install pkg@version` refuses them; a throwaway module that requires them
+# and replaces each staging module with its published version builds them.
+#
+# Honours KUBEBUILDER_ASSETS when it already holds both binaries. Caches by
+# version under bin/k8s/<k8s-version>-etcd-<etcd-version>/.
+set -euo pipefail
+
+KUBE_VERSION=${KUBE_VERSION:-1.37.2}
+ETCD_VERSION=${ETCD_VERSION:-3.7.0}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT=${ENVTEST_DIR:-$ROOT/bin/k8s/${KUBE_VERSION}-etcd-${ETCD_VERSION}}
+
+if [[ -n "${KUBEBUILDER_ASSETS:-}" && -x "$KUBEBUILDER_ASSETS/kube-apiserver" && -x "$KUBEBUILDER_ASSETS/etcd" ]]; then
+  echo "$KUBEBUILDER_ASSETS"
+  exit 0
+fi
+
+mkdir -p "$OUT"
+log() { echo "envtest: $*" >&2; }
+
+# build_in_module <dir> <module@version> <package> <output> <replace lines...>
+build_in_module() {
+  local dir=$1 modver=$2 pkg=$3 out=$4; shift 4
+  rm -rf "$dir" && mkdir -p "$dir"
+  {
+    echo "module envtestbuild"
+    echo
+    echo "go 1.26"
+    echo
+    echo "require ${modver/@/ }"
+    echo
+    echo "replace ("
+    printf '\t%s\n' "$@"
+    echo ")"
+  } >"$dir/go.mod"
+  printf 'package tools\n\nimport _ "%s"\n' "$pkg" >"$dir/tools.go"
+  (cd "$dir" && GOFLAGS=-mod=mod go mod tidy >&2 && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags='-s -w' -o "$out.tmp" "$pkg" >&2)
+  mv "$out.tmp" "$out"
+}
+
+# The replace targets come from the module's own go.mod, so a new Kubernetes
+# release with a new staging module needs no edit here.
+modfile() { (cd "$ROOT" && go mod download -json "$1" | sed -n 's/.*"GoMod": "\(.*\)",/\1/p'); }
+
+if [[ ! -x "$OUT/etcd" ]]; then
+  log "building etcd v$ETCD_VERSION (about 30 s)"
+  mapfile -t reps < <(sed -n 's#^\s*\(go\.etcd\.io/etcd/[^ ]*\) => \.\./.*#\1#p' "$(modfile go.etcd.io/etcd/server/v3@v$ETCD_VERSION)" |
+    awk -v v="v$ETCD_VERSION" '{print $1 " => " $1 " " v}')
+  build_in_module "$ROOT/bin/envtest-build/etcd" "go.etcd.io/etcd/server/v3@v$ETCD_VERSION" go.etcd.io/etcd/server/v3 "$OUT/etcd" "${reps[@]}"
+fi
+
+if [[ ! -x "$OUT/kube-apiserver" ]]; then
+  log "building kube-apiserver v$KUBE_VERSION (about 5 min on 2 cores)"
+  minor=${KUBE_VERSION#1.}
+  mapfile -t reps < <(sed -n 's#^\s*\(k8s\.io/[^ ]*\) => \./staging/.*#\1#p' "$(modfile k8s.io/kubernetes@v$KUBE_VERSION)" |
+    awk -v v="v0.$minor" '{print $1 " => " $1 " " v}')
+  build_in_module "$ROOT/bin/envtest-build/kube-apiserver" "k8s.io/kubernetes@v$KUBE_VERSION" k8s.io/kubernetes/cmd/kube-apiserver "$OUT/kube-apiserver" "${reps[@]}"
+fi
+
+echo "$OUT"
