@@ -250,6 +250,10 @@ type ForkSandboxRequest struct {
 
 // UpdateSandboxRequest is the body of PATCH /v2/sandboxes/{name} (§5.4); only
 // the fields set change, and they apply to future sessions.
+//
+// Env, Ports and Tags use omitzero, not omitempty: nil leaves them unchanged,
+// while an empty non-nil map or slice is sent as {} / [] and clears them, as
+// the API defines ("`{}` clears", "ports not listed are de-registered").
 type UpdateSandboxRequest struct {
 	Resources          *Resources         `json:"resources,omitempty"`
 	Timeout            int64              `json:"timeout,omitempty"`
@@ -257,10 +261,10 @@ type UpdateSandboxRequest struct {
 	SnapshotExpiration *int64             `json:"snapshotExpiration,omitempty"`
 	KeepLastSnapshots  *KeepLastSnapshots `json:"keepLastSnapshots,omitempty"`
 	NetworkPolicy      *NetworkPolicy     `json:"networkPolicy,omitempty"`
-	Env                map[string]string  `json:"env,omitempty"`
-	Ports              []int64            `json:"ports,omitempty"`
+	Env                map[string]string  `json:"env,omitzero"`
+	Ports              []int64            `json:"ports,omitzero"`
 	CurrentSnapshotID  string             `json:"currentSnapshotId,omitempty"`
-	Tags               map[string]string  `json:"tags,omitempty"`
+	Tags               map[string]string  `json:"tags,omitzero"`
 }
 
 // SandboxResponse answers create, get, patch and fork (§5.1–5.6).

@@ -1,0 +1,516 @@
+package vercel
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"mime"
+	"net/http"
+	"net/url"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultBaseURL is the public API host (§2.1). The SDK's
+// https://vercel.com/api works too; BaseURL may carry such a path prefix.
+const DefaultBaseURL = "https://api.vercel.com"
+
+// Defaults applied by New to zero Config fields.
+const (
+	DefaultRequestsPerMinute = 10000 // Pro plan control-plane limit (§8)
+	DefaultMaxRetryAfter     = 20 * time.Second
+	DefaultMaxRetries        = 2
+)
+
+// Config configures a Client. Exactly one of Token and OIDCToken is required.
+//
+// Config's String, GoString and Format never print the tokens, so a Config
+// can be logged with %v or %+v.
+type Config struct {
+	// BaseURL defaults to DefaultBaseURL.
+	BaseURL string
+	// Token is a Vercel access token; it needs TeamID and ProjectID.
+	Token string
+	// TeamID is sent as the teamId query parameter on every request (§2.3).
+	TeamID string
+	// ProjectID scopes creates (body) and name-addressed and list calls (query).
+	ProjectID string
+	// OIDCToken is a Vercel OIDC JWT used as the bearer token. Its unverified
+	// payload supplies TeamID (owner_id) and ProjectID (project_id) when those
+	// are empty (§2.2). The client does not refresh it: build a new Client
+	// with a fresh token before it expires.
+	OIDCToken string
+	// HTTPClient defaults to a client on http.DefaultTransport. Its Timeout
+	// must be 0: streaming calls may last hours, so every call is bounded by
+	// its context instead.
+	HTTPClient *http.Client
+	// RequestsPerMinute paces requests through a token bucket shared by every
+	// Client with the same BaseURL, token and team. 0 means
+	// DefaultRequestsPerMinute; negative disables pacing.
+	RequestsPerMinute int
+	// MaxRetryAfter is the longest 429 Retry-After the client sleeps through
+	// before retrying; longer ones are returned at once. 0 means
+	// DefaultMaxRetryAfter; negative never sleeps on a 429.
+	MaxRetryAfter time.Duration
+	// MaxRetries bounds re-sends of retryable calls. 0 means
+	// DefaultMaxRetries; negative disables retries.
+	MaxRetries int
+	// UserAgent defaults to "sandbox-controller (<go version>)".
+	UserAgent string
+	// OnRequest, when set, is called after every HTTP attempt with the
+	// endpoint name, the status (0 when no answer arrived) and the time to
+	// response headers. It must be fast and safe for concurrent use.
+	OnRequest func(endpoint string, status int, d time.Duration)
+	// OnLimiterWait, when set, is called whenever the rate limiter delayed a
+	// request, with the delay.
+	OnLimiterWait func(d time.Duration)
+}
+
+const redacted = "[redacted]"
+
+func redact(s string) string {
+	if s == "" {
+		return ""
+	}
+	return redacted
+}
+
+// String describes the configuration with both tokens redacted.
+func (c Config) String() string {
+	return fmt.Sprintf("vercel.Config{BaseURL:%q, TeamID:%q, ProjectID:%q, Token:%q, OIDCToken:%q, RequestsPerMinute:%d, MaxRetryAfter:%s, MaxRetries:%d, UserAgent:%q}",
+		c.BaseURL, c.TeamID, c.ProjectID, redact(c.Token), redact(c.OIDCToken),
+		c.RequestsPerMinute, c.MaxRetryAfter, c.MaxRetries, c.UserAgent)
+}
+
+// GoString is String: %#v must not print the tokens either.
+func (c Config) GoString() string { return c.String() }
+
+// Format makes every verb (%v, %+v, %#v, %s, %q, …) print the redacted form;
+// without it fmt would walk the struct fields and print the token.
+func (c Config) Format(f fmt.State, verb rune) { formatRedacted(f, verb, c.String()) }
+
+func formatRedacted(f fmt.State, verb rune, s string) {
+	if verb == 'q' {
+		s = fmt.Sprintf("%q", s)
+	}
+	io.WriteString(f, s)
+}
+
+// Client calls the Vercel Sandbox API. It is safe for concurrent use.
+type Client struct {
+	baseURL   string
+	token     string
+	teamID    string
+	projectID string
+	userAgent string
+	hc        *http.Client
+
+	maxRetries    int
+	maxRetryAfter time.Duration
+	limiter       *bucket // nil: unpaced
+
+	onRequest     func(string, int, time.Duration)
+	onLimiterWait func(time.Duration)
+	limiterWaits  atomic.Int64
+
+	// backoffBase and sleep are fields so unit tests can observe and shorten
+	// the waits without changing the policy.
+	backoffBase time.Duration
+	sleep       func(context.Context, time.Duration) error
+}
+
+// New validates cfg and returns a Client. Its errors never contain a token.
+func New(cfg Config) (*Client, error) {
+	c := &Client{
+		teamID:        cfg.TeamID,
+		projectID:     cfg.ProjectID,
+		userAgent:     cfg.UserAgent,
+		hc:            cfg.HTTPClient,
+		maxRetries:    cfg.MaxRetries,
+		maxRetryAfter: cfg.MaxRetryAfter,
+		onRequest:     cfg.OnRequest,
+		onLimiterWait: cfg.OnLimiterWait,
+		backoffBase:   400 * time.Millisecond, // the SDK's minTimeout (§7.5)
+		sleep:         sleepCtx,
+	}
+
+	base := cfg.BaseURL
+	if base == "" {
+		base = DefaultBaseURL
+	}
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("vercel: invalid BaseURL %q: want http(s)://host[/prefix]", base)
+	}
+	c.baseURL = strings.TrimRight(u.String(), "/")
+
+	// Secrets mounted from files often end in a newline; the header would be
+	// rejected, so trim instead of failing later on every call.
+	token, oidc := strings.TrimSpace(cfg.Token), strings.TrimSpace(cfg.OIDCToken)
+	switch {
+	case token != "" && oidc != "":
+		return nil, errors.New("vercel: set Token or OIDCToken, not both")
+	case token == "" && oidc == "":
+		return nil, errors.New("vercel: Token or OIDCToken is required")
+	case oidc != "":
+		team, project, err := oidcClaims(oidc)
+		if err != nil {
+			return nil, err
+		}
+		if c.teamID == "" {
+			c.teamID = team
+		} else if c.teamID != team {
+			return nil, fmt.Errorf("vercel: TeamID %q conflicts with the OIDC token's owner_id %q", c.teamID, team)
+		}
+		if c.projectID == "" {
+			c.projectID = project
+		} else if c.projectID != project {
+			return nil, fmt.Errorf("vercel: ProjectID %q conflicts with the OIDC token's project_id %q", c.projectID, project)
+		}
+		token = oidc
+	}
+	for _, r := range token {
+		if r < 0x21 || r > 0x7e {
+			return nil, errors.New("vercel: token contains characters not allowed in an HTTP header")
+		}
+	}
+	c.token = token
+
+	if c.hc == nil {
+		c.hc = &http.Client{}
+	} else if c.hc.Timeout != 0 {
+		return nil, errors.New("vercel: HTTPClient.Timeout must be 0 (streaming calls last as long as a command); bound calls with a context")
+	}
+	if c.userAgent == "" {
+		c.userAgent = "sandbox-controller (" + runtime.Version() + ")"
+	}
+	switch {
+	case c.maxRetries == 0:
+		c.maxRetries = DefaultMaxRetries
+	case c.maxRetries < 0:
+		c.maxRetries = 0
+	}
+	switch {
+	case c.maxRetryAfter == 0:
+		c.maxRetryAfter = DefaultMaxRetryAfter
+	case c.maxRetryAfter < 0:
+		c.maxRetryAfter = 0
+	}
+	rpm := cfg.RequestsPerMinute
+	if rpm == 0 {
+		rpm = DefaultRequestsPerMinute
+	}
+	if rpm > 0 {
+		c.limiter = sharedBucket(limiterKey(c.baseURL, c.token, c.teamID), rpm)
+	}
+	return c, nil
+}
+
+// oidcClaims reads owner_id and project_id from a JWT payload without
+// verifying it, as the SDK does (§2.2): the server verifies; the client only
+// needs the scope.
+func oidcClaims(tok string) (team, project string, err error) {
+	parts := strings.Split(tok, ".")
+	if len(parts) != 3 {
+		return "", "", errors.New("vercel: OIDCToken is not a JWT")
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(parts[1], "="))
+	if err != nil {
+		return "", "", errors.New("vercel: OIDCToken payload is not base64url")
+	}
+	var claims struct {
+		OwnerID   string `json:"owner_id"`
+		ProjectID string `json:"project_id"`
+	}
+	if err := json.Unmarshal(payload, &claims); err != nil {
+		return "", "", errors.New("vercel: OIDCToken payload is not JSON")
+	}
+	if claims.OwnerID == "" || claims.ProjectID == "" {
+		return "", "", errors.New("vercel: OIDCToken lacks owner_id or project_id")
+	}
+	return claims.OwnerID, claims.ProjectID, nil
+}
+
+// TeamID is the team every request is scoped to ("" = personal account).
+func (c *Client) TeamID() string { return c.teamID }
+
+// ProjectID is the project creates and lists are scoped to.
+func (c *Client) ProjectID() string { return c.projectID }
+
+// LimiterWaits counts the requests this Client delayed in the rate limiter.
+func (c *Client) LimiterWaits() int64 { return c.limiterWaits.Load() }
+
+// String describes the client without its token.
+func (c *Client) String() string {
+	return fmt.Sprintf("vercel.Client{BaseURL:%q, TeamID:%q, ProjectID:%q, Token:%q}",
+		c.baseURL, c.teamID, c.projectID, redacted)
+}
+
+// GoString is String.
+func (c *Client) GoString() string { return c.String() }
+
+// Format keeps %+v and %#v of a *Client from printing the token field.
+func (c *Client) Format(f fmt.State, verb rune) { formatRedacted(f, verb, c.String()) }
+
+// retryPolicy says whether an endpoint may be re-sent after a failure.
+type retryPolicy int
+
+const (
+	// sendOnce: re-sending could repeat a side effect (an unnamed create, a
+	// command run, a snapshot, a fork, a file write, a timeout extension).
+	sendOnce retryPolicy = iota
+	// retryable: reads and calls whose repetition is harmless (§9b).
+	retryable
+)
+
+// request is one API call before it is turned into HTTP attempts.
+type request struct {
+	endpoint    string
+	method      string
+	path        string // already escaped
+	query       url.Values
+	body        []byte
+	contentType string
+	header      http.Header
+	retry       retryPolicy
+	// alreadyDone, when set, recognises an error answer that means an
+	// earlier attempt, which may have committed before failing (5xx or no
+	// answer), did the work: e.g. a duplicate name after a retried create.
+	alreadyDone func(*APIError) bool
+}
+
+// alreadyDoneError tells the endpoint method that a retried call had in fact
+// succeeded earlier; the method then reads the result back.
+type alreadyDoneError struct{ err *APIError }
+
+func (e *alreadyDoneError) Error() string { return e.err.Error() }
+func (e *alreadyDoneError) Unwrap() error { return e.err }
+
+// jsonRequest builds a request with a JSON body (nil body: none at all).
+func (c *Client) jsonRequest(endpoint, method, path string, query url.Values, body any, retry retryPolicy) (*request, error) {
+	r := &request{endpoint: endpoint, method: method, path: path, query: query, retry: retry}
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, fmt.Errorf("vercel %s: encode request: %w", endpoint, err)
+		}
+		r.body, r.contentType = b, "application/json"
+	}
+	return r, nil
+}
+
+// send performs r with limiter pacing and the retry policy, and returns the
+// first 2xx response (body unread) or a typed error.
+func (c *Client) send(ctx context.Context, r *request) (*http.Response, error) {
+	mayHaveCommitted := false
+	for attempt := 0; ; attempt++ {
+		if err := c.pace(ctx); err != nil {
+			return nil, c.ctxError(r.endpoint, err)
+		}
+		req, err := c.newHTTPRequest(ctx, r)
+		if err != nil {
+			return nil, err
+		}
+		start := time.Now()
+		resp, err := c.hc.Do(req)
+		elapsed := time.Since(start)
+		if err != nil {
+			c.observe(r.endpoint, 0, elapsed)
+			if ctx.Err() != nil {
+				return nil, c.ctxError(r.endpoint, context.Cause(ctx))
+			}
+			// The request may have reached the server before the connection
+			// broke: a retry might find the work already done.
+			mayHaveCommitted = true
+			terr := &TransientError{Endpoint: r.endpoint, Err: err}
+			if r.retry != retryable || attempt >= c.maxRetries {
+				return nil, terr
+			}
+			if err := c.sleep(ctx, c.backoff(attempt)); err != nil {
+				return nil, c.ctxError(r.endpoint, err)
+			}
+			continue
+		}
+		c.observe(r.endpoint, resp.StatusCode, elapsed)
+		if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+			return resp, nil
+		}
+
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+		resp.Body.Close()
+		apiErr := newAPIError(r.endpoint, resp, body, c.token)
+
+		if attempt > 0 && mayHaveCommitted && r.alreadyDone != nil && r.alreadyDone(apiErr) {
+			return nil, &alreadyDoneError{apiErr}
+		}
+		if r.retry != retryable || attempt >= c.maxRetries {
+			return nil, apiErr
+		}
+		var wait time.Duration
+		switch {
+		case resp.StatusCode == http.StatusTooManyRequests:
+			// A long Retry-After is the caller's to honour (requeue), not
+			// ours to block on.
+			if apiErr.RetryAfter > c.maxRetryAfter {
+				return nil, apiErr
+			}
+			wait = apiErr.RetryAfter
+			if wait == 0 {
+				wait = c.backoff(attempt)
+			}
+		case resp.StatusCode >= 500:
+			mayHaveCommitted = true
+			wait = c.backoff(attempt)
+		default:
+			return nil, apiErr
+		}
+		if err := c.sleep(ctx, wait); err != nil {
+			return nil, c.ctxError(r.endpoint, err)
+		}
+	}
+}
+
+func (c *Client) newHTTPRequest(ctx context.Context, r *request) (*http.Request, error) {
+	q := url.Values{}
+	for k, v := range r.query {
+		q[k] = v
+	}
+	if c.teamID != "" {
+		q.Set("teamId", c.teamID)
+	}
+	u := c.baseURL + r.path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	var body io.Reader
+	if r.body != nil {
+		body = bytes.NewReader(r.body)
+	}
+	req, err := http.NewRequestWithContext(ctx, r.method, u, body)
+	if err != nil {
+		return nil, fmt.Errorf("vercel %s: build request: %w", r.endpoint, err)
+	}
+	for k, v := range r.header {
+		req.Header[k] = v
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("User-Agent", c.userAgent)
+	if r.contentType != "" {
+		req.Header.Set("Content-Type", r.contentType)
+	}
+	return req, nil
+}
+
+// pace waits for the shared rate limiter.
+func (c *Client) pace(ctx context.Context) error {
+	if c.limiter == nil {
+		return ctx.Err()
+	}
+	d, err := c.limiter.wait(ctx)
+	if err != nil {
+		return err
+	}
+	if d > 0 {
+		c.limiterWaits.Add(1)
+		if c.onLimiterWait != nil {
+			c.onLimiterWait(d)
+		}
+	}
+	return nil
+}
+
+func (c *Client) observe(endpoint string, status int, d time.Duration) {
+	if c.onRequest != nil {
+		c.onRequest(endpoint, status, d)
+	}
+}
+
+// backoff is exponential from backoffBase (400 ms, 800 ms, …) with ±50 %
+// jitter so that many reconcilers failing together do not retry in step.
+func (c *Client) backoff(attempt int) time.Duration {
+	d := c.backoffBase << min(attempt, 10)
+	return d/2 + rand.N(d)
+}
+
+func (c *Client) ctxError(endpoint string, err error) error {
+	return fmt.Errorf("vercel %s: %w", endpoint, err)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// maxJSONBody bounds a JSON answer; the largest (a page of 50 sandboxes) is
+// far below it.
+const maxJSONBody = 32 << 20
+
+// do sends r and decodes a JSON answer into out (nil: discard the body).
+func (c *Client) do(ctx context.Context, r *request, out any) error {
+	resp, err := c.send(ctx, r)
+	if err != nil {
+		return err
+	}
+	defer closeBody(resp.Body)
+	if out == nil {
+		return nil
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxJSONBody)).Decode(out); err != nil {
+		return c.bodyError(ctx, r.endpoint, "decode JSON", err)
+	}
+	return nil
+}
+
+// bodyError classifies a failure while reading a 2xx body: a broken
+// connection is transient, anything else is the server speaking nonsense.
+func (c *Client) bodyError(ctx context.Context, endpoint, what string, err error) error {
+	if ctx.Err() != nil {
+		return c.ctxError(endpoint, context.Cause(ctx))
+	}
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	if errors.As(err, &syn) || errors.As(err, &typ) || errors.Is(err, io.EOF) {
+		return &ProtocolError{Endpoint: endpoint, Message: what, Err: err}
+	}
+	return &TransientError{Endpoint: endpoint, Err: err}
+}
+
+// closeBody drains a little before closing so the connection can be reused.
+func closeBody(b io.ReadCloser) {
+	io.Copy(io.Discard, io.LimitReader(b, 4096))
+	b.Close()
+}
+
+// checkMediaType compares Content-Type by media type, ignoring parameters
+// such as charset (§9b), instead of the SDK's exact string match.
+func checkMediaType(endpoint string, resp *http.Response, want string) error {
+	ct := resp.Header.Get("Content-Type")
+	if mediaType(ct) != want {
+		return &ProtocolError{Endpoint: endpoint, Message: fmt.Sprintf("content-type %q, want %s", ct, want)}
+	}
+	return nil
+}
+
+func mediaType(ct string) string {
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return ""
+	}
+	return mt
+}
