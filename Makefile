@@ -1,0 +1,87 @@
+# sandbox-controller — kubebuilder-style targets. `make help` lists them.
+
+IMG ?= sandbox-controller:latest
+LOCALBIN ?= $(shell pwd)/bin
+CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
+CONTROLLER_TOOLS_VERSION ?= v0.23.0
+KUSTOMIZE ?= kubectl kustomize
+KUBECTL ?= kubectl
+# envtest binaries are built from the Go module proxy by hack/envtest.sh.
+ENVTEST_K8S_VERSION ?= 1.37.2
+ENVTEST_ETCD_VERSION ?= 3.7.0
+GO_TEST_FLAGS ?= -race
+
+SHELL = /usr/bin/env bash -o pipefail
+.SHELLFLAGS = -ec
+
+.PHONY: all
+all: build
+
+##@ General
+
+.PHONY: help
+help: ## Display this help.
+	@awk 'BEGIN {FS = ":.*##"; printf "\nUsage:\n  make \033[36m<target>\033[0m\n"} /^[a-zA-Z_0-9-]+:.*?##/ { printf "  \033[36m%-15s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) } ' $(MAKEFILE_LIST)
+
+##@ Development
+
+.PHONY: manifests
+manifests: controller-gen ## Generate CRDs and RBAC from the kubebuilder markers.
+	$(CONTROLLER_GEN) rbac:roleName=manager-role crd paths="./api/..." paths="./controllers/..." output:crd:artifacts:config=config/crd/bases
+
+.PHONY: generate
+generate: controller-gen ## Generate DeepCopy methods.
+	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
+
+.PHONY: fmt
+fmt: ## Run go fmt.
+	go fmt ./...
+
+.PHONY: vet
+vet: ## Run go vet.
+	go vet ./...
+
+.PHONY: test
+test: manifests generate fmt vet envtest ## Run all tests against envtest and the emulator.
+	KUBEBUILDER_ASSETS="$$(./hack/envtest.sh)" go test $(GO_TEST_FLAGS) ./... -coverprofile cover.out
+
+.PHONY: envtest
+envtest: ## Build (once) the kube-apiserver and etcd binaries envtest needs; print their directory.
+	@KUBE_VERSION=$(ENVTEST_K8S_VERSION) ETCD_VERSION=$(ENVTEST_ETCD_VERSION) ./hack/envtest.sh
+
+##@ Build
+
+.PHONY: build
+build: manifests generate fmt vet ## Build the manager and emulator binaries.
+	go build -o $(LOCALBIN)/manager ./cmd/manager
+	go build -o $(LOCALBIN)/emulator ./cmd/emulator
+
+.PHONY: run
+run: manifests generate fmt vet ## Run the manager against the cluster in KUBECONFIG (needs VERCEL_TOKEN etc.).
+	go run ./cmd/manager $(ARGS)
+
+##@ Deployment
+
+.PHONY: install
+install: manifests ## Install the CRDs into the cluster in KUBECONFIG.
+	$(KUSTOMIZE) config/crd | $(KUBECTL) apply --server-side -f -
+
+.PHONY: uninstall
+uninstall: manifests ## Remove the CRDs from the cluster in KUBECONFIG.
+	$(KUSTOMIZE) config/crd | $(KUBECTL) delete --ignore-not-found -f -
+
+.PHONY: deploy
+deploy: manifests ## Deploy the manager into the cluster in KUBECONFIG (image $(IMG)).
+	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG) 2>/dev/null || true
+	$(KUSTOMIZE) config/default | $(KUBECTL) apply --server-side -f -
+
+.PHONY: undeploy
+undeploy: ## Remove the manager from the cluster in KUBECONFIG.
+	$(KUSTOMIZE) config/default | $(KUBECTL) delete --ignore-not-found -f -
+
+##@ Tools
+
+.PHONY: controller-gen
+controller-gen: $(CONTROLLER_GEN) ## Build controller-gen into bin/.
+$(CONTROLLER_GEN):
+	GOBIN=$(LOCALBIN) go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION)

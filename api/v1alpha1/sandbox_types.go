@@ -1,0 +1,435 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Sandbox condition reasons (besides the shared ones in common_types.go).
+const (
+	// ReasonCreating is set on Ready=False while the Vercel sandbox is being
+	// created and its first session is starting.
+	ReasonCreating = "Creating"
+	// ReasonSettingUp is set on Ready=False while spec.setup commands run.
+	ReasonSettingUp = "SettingUp"
+	// ReasonRunning is set on Ready=True: the session runs and setup succeeded.
+	ReasonRunning = "Running"
+	// ReasonSetupFailed is set on Ready=False when a setup command exited
+	// non-zero; the message carries the exit code and the tail of its output.
+	ReasonSetupFailed = "SetupFailed"
+	// ReasonWaitingForSnapshot is set on Ready=False while spec.source.snapshotRef
+	// names a SandboxSnapshot that is not ready to use.
+	ReasonWaitingForSnapshot = "WaitingForSnapshot"
+	// ReasonSessionStopped is set on Ready=False when the current session stopped.
+	ReasonSessionStopped = "SessionStopped"
+	// ReasonSessionFailed is set on Ready=False when the session failed to start.
+	ReasonSessionFailed = "SessionFailed"
+	// ReasonNameConflict is set on Ready=False when a Vercel sandbox with the
+	// derived name exists but was not created for this object.
+	ReasonNameConflict = "NameConflict"
+	// ReasonSnapshotMissing is set on Ready=False when the snapshot a session
+	// should start from is gone.
+	ReasonSnapshotMissing = "SnapshotMissing"
+	// ReasonDeleting is set on Ready=False while the Vercel sandbox is deleted.
+	ReasonDeleting = "Deleting"
+)
+
+// Runtime is a Vercel-managed base image for a sandbox.
+// +kubebuilder:validation:Enum=node22;node24;node26;python3.13
+type Runtime string
+
+// SandboxPhase is a one-word summary of a Sandbox's state.
+// +kubebuilder:validation:Enum=Pending;Creating;SettingUp;Running;Stopping;Stopped;Idle;Failed;Deleting
+type SandboxPhase string
+
+// Sandbox phases.
+const (
+	SandboxPending   SandboxPhase = "Pending"
+	SandboxCreating  SandboxPhase = "Creating"
+	SandboxSettingUp SandboxPhase = "SettingUp"
+	SandboxRunning   SandboxPhase = "Running"
+	SandboxStopping  SandboxPhase = "Stopping"
+	SandboxStopped   SandboxPhase = "Stopped"
+	SandboxIdle      SandboxPhase = "Idle"
+	SandboxFailed    SandboxPhase = "Failed"
+	SandboxDeleting  SandboxPhase = "Deleting"
+)
+
+// NetworkMode selects how a sandbox may reach the network.
+// +kubebuilder:validation:Enum=AllowAll;DenyAll;Allowlist
+type NetworkMode string
+
+// Network modes.
+const (
+	NetworkAllowAll  NetworkMode = "AllowAll"
+	NetworkDenyAll   NetworkMode = "DenyAll"
+	NetworkAllowlist NetworkMode = "Allowlist"
+)
+
+// SandboxSource is where a new sandbox's filesystem comes from. Exactly one
+// field is set.
+// +kubebuilder:validation:XValidation:rule="[has(self.runtime), has(self.git), has(self.tarball), has(self.snapshotRef), has(self.snapshotID)].filter(x, x).size() == 1",message="spec.source: exactly one of runtime, git, tarball, snapshotRef or snapshotID must be set"
+type SandboxSource struct {
+	// runtime starts from a Vercel-managed image: node22, node24, node26 or python3.13.
+	// +optional
+	Runtime *Runtime `json:"runtime,omitempty"`
+	// git clones a repository into /vercel/sandbox.
+	// +optional
+	Git *GitSource `json:"git,omitempty"`
+	// tarball extracts a .tar.gz archive fetched from a URL into /vercel/sandbox.
+	// +optional
+	Tarball *TarballSource `json:"tarball,omitempty"`
+	// snapshotRef boots from the snapshot of a SandboxSnapshot in this namespace,
+	// once it is ready to use.
+	// +optional
+	SnapshotRef *LocalObjectReference `json:"snapshotRef,omitempty"`
+	// snapshotID boots from an existing Vercel snapshot by id.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^(snap_[A-Za-z0-9]{28}|vhs_[a-z0-9]{28})$`
+	// +kubebuilder:validation:MaxLength=33
+	SnapshotID *string `json:"snapshotID,omitempty"`
+}
+
+// GitSource is a repository to clone.
+type GitSource struct {
+	// url of the repository (https, http, git, ssh or file scheme).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^(https?|git|ssh|file)://\S+$`
+	URL string `json:"url"`
+	// revision (branch, tag or commit) to check out; the default branch when empty.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Revision string `json:"revision,omitempty"`
+	// depth of a shallow clone; a full clone when unset.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	Depth *int32 `json:"depth,omitempty"`
+	// credentials for a private repository: a Secret in this namespace with the
+	// keys "username" and "password" (a token works as the password). They are
+	// sent to Vercel only and never stored in status.
+	// +optional
+	Credentials *GitCredentials `json:"credentials,omitempty"`
+}
+
+// GitCredentials names the Secret holding git credentials.
+type GitCredentials struct {
+	// secretName is the Secret in this namespace with the keys "username" and "password".
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	SecretName string `json:"secretName"`
+}
+
+// TarballSource is a .tar.gz archive to extract.
+type TarballSource struct {
+	// url of the .tar.gz archive.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^https?://\S+$`
+	URL string `json:"url"`
+}
+
+// SandboxResources sizes the sandbox's sessions.
+type SandboxResources struct {
+	// vcpus is the number of virtual CPUs: 1 or an even number up to 32 (the
+	// plan may allow fewer). Each vCPU comes with 2048 MB of memory.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=32
+	// +kubebuilder:validation:XValidation:rule="self == 1 || self % 2 == 0",message="spec.resources.vcpus must be 1 or an even number"
+	VCPUs *int32 `json:"vcpus,omitempty"`
+}
+
+// EnvVar is one environment variable given to every command in the sandbox.
+// +kubebuilder:validation:XValidation:rule="!(has(self.value) && has(self.valueFrom))",message="an env entry sets value or valueFrom, not both"
+type EnvVar struct {
+	// name of the variable.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_]*$`
+	Name string `json:"name"`
+	// value of the variable.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32768
+	Value *string `json:"value,omitempty"`
+	// valueFrom reads the value from a Secret key in this namespace.
+	// +optional
+	ValueFrom *EnvVarSource `json:"valueFrom,omitempty"`
+}
+
+// EnvVarSource is where an environment variable's value comes from.
+type EnvVarSource struct {
+	// secretKeyRef selects a key of a Secret in this namespace.
+	// +required
+	SecretKeyRef SecretKeySelector `json:"secretKeyRef"`
+}
+
+// NetworkPolicy controls the sandbox's egress.
+// +kubebuilder:validation:XValidation:rule="self.mode == 'Allowlist' || !has(self.allowedDomains)",message="spec.networkPolicy.allowedDomains is only allowed with mode Allowlist"
+type NetworkPolicy struct {
+	// mode: AllowAll (full internet, the default), DenyAll (no egress), or
+	// Allowlist (only allowedDomains and the domains of injectHeaders).
+	// +optional
+	// +kubebuilder:default=AllowAll
+	Mode NetworkMode `json:"mode,omitempty"`
+	// allowedDomains the sandbox may reach in Allowlist mode; "*" matches one label
+	// (for example "*.github.com").
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:Pattern=`^(\*\.)?[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*$`
+	AllowedDomains []string `json:"allowedDomains,omitempty"`
+	// injectHeaders adds HTTP headers to the sandbox's requests to a domain, with
+	// values read from Secrets. The secret never enters the VM: Vercel's egress
+	// proxy adds it.
+	// +optional
+	// +listType=map
+	// +listMapKey=domain
+	// +kubebuilder:validation:MaxItems=64
+	InjectHeaders []HeaderInjection `json:"injectHeaders,omitempty"`
+}
+
+// HeaderInjection adds headers to requests for one domain.
+type HeaderInjection struct {
+	// domain the headers are added for.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^(\*\.)?[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*$`
+	Domain string `json:"domain"`
+	// headers to add, each with its value from a Secret.
+	// +required
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	Headers []InjectedHeader `json:"headers"`
+}
+
+// InjectedHeader is one header whose value comes from a Secret.
+type InjectedHeader struct {
+	// name of the HTTP header (an RFC 7230 token, e.g. Authorization).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^[!#$%&'*+.^_|~0-9A-Za-z-]+$`
+	Name string `json:"name"`
+	// valueFrom selects the Secret key holding the header value.
+	// +required
+	ValueFrom EnvVarSource `json:"valueFrom"`
+}
+
+// SetupCommand is one command run once per fresh filesystem, before Ready.
+type SetupCommand struct {
+	// name labels the step in status and events; defaults to the command.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name,omitempty"`
+	// command is the executable to run (resolved through PATH), e.g. "npm".
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	Command string `json:"command"`
+	// args passed to the command.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=128
+	// +kubebuilder:validation:items:MaxLength=8192
+	Args []string `json:"args,omitempty"`
+	// cwd is the working directory; /vercel/sandbox when empty.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:Pattern=`^/`
+	Cwd string `json:"cwd,omitempty"`
+	// sudo runs the command as root.
+	// +optional
+	Sudo bool `json:"sudo,omitempty"`
+	// timeoutSeconds kills the command when exceeded; no limit other than the
+	// session's when unset.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=18000
+	TimeoutSeconds *int32 `json:"timeoutSeconds,omitempty"`
+}
+
+// SandboxSpec is the desired state of a Sandbox.
+// +kubebuilder:validation:XValidation:rule="self.source == oldSelf.source",message="spec.source is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.persistent) == has(oldSelf.persistent) && (!has(self.persistent) || self.persistent == oldSelf.persistent)",message="spec.persistent is immutable"
+type SandboxSpec struct {
+	// source of the sandbox's filesystem: exactly one of runtime, git, tarball,
+	// snapshotRef or snapshotID. Immutable.
+	// +required
+	Source SandboxSource `json:"source"`
+	// resources of each session.
+	// +optional
+	Resources *SandboxResources `json:"resources,omitempty"`
+	// ports to expose; each gets a public route in status.routes. At most 15,
+	// unique, 1024–65535, and not 23456 (reserved by Vercel).
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=15
+	// +kubebuilder:validation:items:Minimum=1024
+	// +kubebuilder:validation:items:Maximum=65535
+	// +kubebuilder:validation:XValidation:rule="!self.exists(p, p == 23456)",message="spec.ports must not contain 23456 (reserved by Vercel)"
+	Ports []int32 `json:"ports,omitempty"`
+	// timeoutSeconds is the idle window: how long a session runs without
+	// activity before it stops. Defaults to 300.
+	// +optional
+	// +kubebuilder:default=300
+	// +kubebuilder:validation:Minimum=1
+	TimeoutSeconds *int64 `json:"timeoutSeconds,omitempty"`
+	// env is given to every command in the sandbox.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=128
+	Env []EnvVar `json:"env,omitempty"`
+	// networkPolicy controls egress; full internet access when unset.
+	// +optional
+	NetworkPolicy *NetworkPolicy `json:"networkPolicy,omitempty"`
+	// persistent sandboxes keep their filesystem when a session stops (Vercel
+	// snapshots it), so a later session resumes it. Defaults to true. Immutable.
+	// +optional
+	// +kubebuilder:default=true
+	Persistent *bool `json:"persistent,omitempty"`
+	// setup commands run in order, once per fresh filesystem (after create, not
+	// after resume). Ready waits for them; a failing command fails the Sandbox.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	Setup []SetupCommand `json:"setup,omitempty"`
+	// deletionPolicy: Delete (default) deletes the Vercel sandbox with this
+	// object; Retain leaves it in Vercel.
+	// +optional
+	// +kubebuilder:default=Delete
+	DeletionPolicy DeletionPolicy `json:"deletionPolicy,omitempty"`
+}
+
+// SandboxRoute is the public URL of one exposed port.
+type SandboxRoute struct {
+	// port inside the sandbox.
+	// +required
+	Port int32 `json:"port"`
+	// url that reaches the port.
+	// +required
+	// +kubebuilder:validation:MaxLength=2048
+	URL string `json:"url"`
+}
+
+// BootedFrom names the snapshot the sandbox's filesystem came from.
+type BootedFrom struct {
+	// snapshotName is the SandboxSnapshot, when the source was snapshotRef.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	SnapshotName string `json:"snapshotName,omitempty"`
+	// snapshotID is the Vercel snapshot id.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	SnapshotID string `json:"snapshotID,omitempty"`
+}
+
+// SetupStatus tracks the setup commands of the current filesystem.
+type SetupStatus struct {
+	// sessionID the setup commands run in.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	SessionID string `json:"sessionID,omitempty"`
+	// completed counts the setup commands that finished successfully.
+	// +optional
+	Completed int32 `json:"completed,omitempty"`
+	// commandID of the setup command running now.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	CommandID string `json:"commandID,omitempty"`
+}
+
+// SandboxStatus is the observed state of a Sandbox.
+type SandboxStatus struct {
+	// phase summarises the state: Pending, Creating, SettingUp, Running,
+	// Stopping, Stopped, Idle, Failed or Deleting.
+	// +optional
+	Phase SandboxPhase `json:"phase,omitempty"`
+	// conditions: Ready (the session runs and setup succeeded) and Synced (the
+	// last reconcile reached Vercel and succeeded).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=32
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// observedGeneration is the spec generation the controller last acted on.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// vercelName is the name of the Vercel sandbox, derived from this object and
+	// recorded before it is created.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	VercelName string `json:"vercelName,omitempty"`
+	// sessionID is the id of the current Vercel session (sbx_…), for data-plane
+	// calls such as running a command.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	SessionID string `json:"sessionID,omitempty"`
+	// routes are the public URLs of spec.ports.
+	// +optional
+	// +listType=map
+	// +listMapKey=port
+	// +kubebuilder:validation:MaxItems=15
+	Routes []SandboxRoute `json:"routes,omitempty"`
+	// startedAt is when the current session started running.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// expiresAt is when the current session will stop unless extended.
+	// +optional
+	ExpiresAt *metav1.Time `json:"expiresAt,omitempty"`
+	// currentSnapshotID is the snapshot the next session resumes from.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	CurrentSnapshotID string `json:"currentSnapshotID,omitempty"`
+	// bootedFrom is the snapshot the filesystem was created from, if any.
+	// +optional
+	BootedFrom *BootedFrom `json:"bootedFrom,omitempty"`
+	// setup tracks the spec.setup commands.
+	// +optional
+	Setup *SetupStatus `json:"setup,omitempty"`
+	// lastError is the last error met, kept until the next success.
+	// +optional
+	LastError *ErrorStatus `json:"lastError,omitempty"`
+}
+
+// Sandbox is one Vercel named sandbox: its sessions (VM boots) come and go, the
+// Sandbox persists.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=sbx,categories=sandboxes
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`,description="Lifecycle phase"
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,description="Session runs and setup succeeded"
+// +kubebuilder:printcolumn:name="Session",type=string,JSONPath=`.status.sessionID`,description="Current Vercel session id"
+// +kubebuilder:printcolumn:name="Expires",type=date,JSONPath=`.status.expiresAt`,description="When the current session stops unless extended"
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Sandbox struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the desired state.
+	// +required
+	Spec SandboxSpec `json:"spec"`
+	// status is the observed state.
+	// +optional
+	Status SandboxStatus `json:"status,omitempty"`
+}
+
+// SandboxList is a list of Sandboxes.
+// +kubebuilder:object:root=true
+type SandboxList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Sandbox `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Sandbox{}, &SandboxList{})
+}

@@ -1,0 +1,131 @@
+// Command manager runs the sandbox-controller: the reconcilers of the
+// sandbox.sentry.io kinds, against the Kubernetes API server in KUBECONFIG (or
+// in-cluster config) and the Vercel Sandbox API.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+	"github.com/getsentry/sandbox-controller/controllers"
+	"github.com/getsentry/sandbox-controller/internal/vercel"
+)
+
+func main() {
+	var (
+		metricsAddr, probeAddr string
+		leaderElect            bool
+		vercelURL, tokenFile   string
+		teamID, projectID      string
+		requestsPerMinute      int
+		pollInterval           time.Duration
+		backoffCap             time.Duration
+		concurrency            int
+	)
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
+	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
+	flag.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader so that only one manager replica reconciles at a time.")
+	flag.StringVar(&vercelURL, "vercel-api-url", "https://api.vercel.com", "Base URL of the Vercel Sandbox API (the emulator's URL when running locally).")
+	flag.StringVar(&tokenFile, "vercel-token-file", "", "File holding the Vercel token; the VERCEL_TOKEN environment variable is used when unset.")
+	flag.StringVar(&teamID, "vercel-team-id", os.Getenv("VERCEL_TEAM_ID"), "Vercel team id (default $VERCEL_TEAM_ID).")
+	flag.StringVar(&projectID, "vercel-project-id", os.Getenv("VERCEL_PROJECT_ID"), "Vercel project id (default $VERCEL_PROJECT_ID).")
+	flag.IntVar(&requestsPerMinute, "vercel-requests-per-minute", 10000, "Client-side budget of Vercel control-plane requests per minute (Vercel Pro allows 10,000).")
+	flag.DurationVar(&pollInterval, "poll-interval", time.Minute, "How often a running sandbox is observed for changes made outside the operator (jittered by up to 10%).")
+	flag.DurationVar(&backoffCap, "backoff-cap", time.Minute, "Longest delay between retries after an error.")
+	flag.IntVar(&concurrency, "max-concurrent-reconciles", 4, "Reconciles of each kind that run in parallel.")
+	opts := zap.Options{Development: false}
+	opts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
+	log := ctrl.Log.WithName("setup")
+
+	token, err := readToken(tokenFile)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(2)
+	}
+	api, err := vercel.New(vercel.Config{
+		BaseURL:           vercelURL,
+		Token:             token,
+		TeamID:            teamID,
+		ProjectID:         projectID,
+		RequestsPerMinute: requestsPerMinute,
+		UserAgent:         "sandbox-controller",
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "error: Vercel client:", err)
+		os.Exit(2)
+	}
+
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(sandboxv1.AddToScheme(scheme))
+	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
+		HealthProbeBindAddress: probeAddr,
+		LeaderElection:         leaderElect,
+		LeaderElectionID:       "sandbox-controller.sandbox.sentry.io",
+	})
+	if err != nil {
+		log.Error(err, "Failed to create the manager")
+		os.Exit(1)
+	}
+	if err := (&controllers.SandboxReconciler{
+		Client:                  mgr.GetClient(),
+		APIReader:               mgr.GetAPIReader(),
+		Vercel:                  api,
+		Recorder:                mgr.GetEventRecorder("sandbox-controller"),
+		PollInterval:            pollInterval,
+		MaxConcurrentReconciles: concurrency,
+		BackoffCap:              backoffCap,
+	}).SetupWithManager(mgr); err != nil {
+		log.Error(err, "Failed to set up the Sandbox controller")
+		os.Exit(1)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		log.Error(err, "Failed to add the health check")
+		os.Exit(1)
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		log.Error(err, "Failed to add the ready check")
+		os.Exit(1)
+	}
+	log.Info("Starting manager", "vercelAPI", vercelURL, "team", teamID, "project", projectID)
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		log.Error(err, "Manager stopped with an error")
+		os.Exit(1)
+	}
+}
+
+// readToken returns the Vercel token from the file, else $VERCEL_TOKEN. The
+// manager refuses to start without one rather than failing every reconcile.
+func readToken(file string) (string, error) {
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("read --vercel-token-file: %w", err)
+		}
+		if t := strings.TrimSpace(string(b)); t != "" {
+			return t, nil
+		}
+		return "", fmt.Errorf("--vercel-token-file %s is empty", file)
+	}
+	if t := strings.TrimSpace(os.Getenv("VERCEL_TOKEN")); t != "" {
+		return t, nil
+	}
+	return "", errors.New("no Vercel credentials: set VERCEL_TOKEN or --vercel-token-file (and --vercel-team-id, --vercel-project-id), or run `make dev` for the local emulator")
+}

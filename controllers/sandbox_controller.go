@@ -1,0 +1,554 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+	"github.com/getsentry/sandbox-controller/internal/vercel"
+)
+
+// SandboxFinalizer keeps a Sandbox until its Vercel sandbox is deleted (or
+// retained, per spec.deletionPolicy).
+const SandboxFinalizer = "sandbox.sentry.io/finalizer"
+
+// Poll delays while Vercel is busy with something the controller waits for.
+const (
+	sessionStartPoll = time.Second
+	setupPoll        = 2 * time.Second
+	snapshotRefPoll  = time.Minute
+)
+
+// SandboxReconciler makes each Sandbox one Vercel named sandbox.
+type SandboxReconciler struct {
+	client.Client
+	// APIReader reads Secrets uncached, so the manager neither lists nor
+	// watches Secrets.
+	APIReader client.Reader
+	Vercel    SandboxAPI
+	Recorder  events.EventRecorder
+	// PollInterval is how often a running sandbox is observed for drift.
+	PollInterval time.Duration
+	// MaxConcurrentReconciles bounds parallel reconciles (default 1).
+	MaxConcurrentReconciles int
+	// BackoffCap caps the retry delay after errors (default one minute).
+	BackoffCap time.Duration
+}
+
+// +kubebuilder:rbac:groups=sandbox.sentry.io,resources=sandboxes,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=sandbox.sentry.io,resources=sandboxes/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=sandbox.sentry.io,resources=sandboxes/finalizers,verbs=update
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile observes the Vercel sandbox of one Sandbox, acts at most once to
+// bring it towards the spec, and records what it saw in status.
+func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	sbx := &sandboxv1.Sandbox{}
+	if err := r.Get(ctx, req.NamespacedName, sbx); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !sbx.DeletionTimestamp.IsZero() {
+		return r.reconcileDelete(ctx, sbx)
+	}
+	if controllerutil.AddFinalizer(sbx, SandboxFinalizer) {
+		if err := r.Update(ctx, sbx); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	before := sbx.DeepCopy()
+	res, err := r.reconcileSandbox(ctx, sbx)
+	return r.finish(ctx, before, sbx, res, err)
+}
+
+// finish records the outcome of a reconcile in the Synced condition and
+// lastError, emits a warning event for a new error, writes status only when it
+// changed, and turns the error into the right retry.
+func (r *SandboxReconciler) finish(ctx context.Context, before, sbx *sandboxv1.Sandbox, res ctrl.Result, err error) (ctrl.Result, error) {
+	st := &sbx.Status
+	if err == nil {
+		setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionSynced, metav1.ConditionTrue, sandboxv1.ReasonReconciled, "")
+		st.LastError = nil
+	} else {
+		class := classify(err)
+		msg := err.Error()
+		setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionSynced, metav1.ConditionFalse, class.reason, msg)
+		if st.LastError == nil || st.LastError.Reason != class.reason || st.LastError.Message != msg {
+			st.LastError = &sandboxv1.ErrorStatus{Time: metav1.Now(), Reason: class.reason, Message: msg}
+			r.Recorder.Eventf(sbx, nil, corev1.EventTypeWarning, class.reason, "Reconcile", "%s", msg)
+		}
+		switch {
+		case class.retryAfter > 0:
+			res, err = ctrl.Result{RequeueAfter: class.retryAfter}, nil
+		case class.terminal:
+			err = reconcile.TerminalError(err)
+		}
+	}
+	if !apiequality.Semantic.DeepEqual(before.Status, sbx.Status) {
+		if perr := r.Status().Patch(ctx, sbx, client.MergeFrom(before)); perr != nil {
+			return ctrl.Result{}, perr
+		}
+	}
+	return res, err
+}
+
+func (r *SandboxReconciler) reconcileSandbox(ctx context.Context, sbx *sandboxv1.Sandbox) (ctrl.Result, error) {
+	st := &sbx.Status
+	if st.VercelName == "" {
+		// The name is recorded before anything is created, so a crash after
+		// the create call finds (and adopts) the sandbox instead of making a
+		// second one.
+		before := sbx.DeepCopy()
+		st.VercelName = vercelName(sbx.Namespace, sbx.Name, sbx.UID)
+		st.Phase = sandboxv1.SandboxCreating
+		setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonCreating, "Creating the Vercel sandbox")
+		if err := r.Status().Patch(ctx, sbx, client.MergeFrom(before)); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+
+	resp, err := r.Vercel.GetSandbox(ctx, st.VercelName, false)
+	switch {
+	case vercel.IsNotFound(err):
+		if st.SessionID != "" {
+			return r.reportVanished(sbx), nil
+		}
+		return r.create(ctx, sbx)
+	case err != nil:
+		return ctrl.Result{}, fmt.Errorf("get sandbox %s: %w", st.VercelName, err)
+	}
+	if !r.ownedBy(&resp.Sandbox, sbx) {
+		return r.reportNameConflict(sbx), nil
+	}
+	return r.observe(ctx, sbx, resp)
+}
+
+// ownedBy reports whether a Vercel sandbox was created for this object.
+func (r *SandboxReconciler) ownedBy(remote *vercel.Sandbox, sbx *sandboxv1.Sandbox) bool {
+	return remote.Tags[tagOwnerUID] == string(sbx.UID)
+}
+
+func (r *SandboxReconciler) create(ctx context.Context, sbx *sandboxv1.Sandbox) (ctrl.Result, error) {
+	st := &sbx.Status
+	if ref := sbx.Spec.Source.SnapshotRef; ref != nil {
+		// SandboxSnapshot is not served yet; report the wait instead of guessing.
+		st.Phase = sandboxv1.SandboxPending
+		setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonWaitingForSnapshot,
+			fmt.Sprintf("Waiting for SandboxSnapshot %q to be ready to use", ref.Name))
+		return ctrl.Result{RequeueAfter: snapshotRefPoll}, nil
+	}
+	secrets := &secretReader{reader: r.APIReader, namespace: sbx.Namespace}
+	cfg, err := buildConfig(ctx, secrets, &sbx.Spec)
+	if err != nil {
+		return ctrl.Result{RequeueAfter: snapshotRefPoll}, err
+	}
+	req := vercel.CreateSandboxRequest{
+		Name:          st.VercelName,
+		Resources:     cfg.resources,
+		Ports:         cfg.ports,
+		Timeout:       cfg.timeoutMs,
+		Env:           cfg.env,
+		Persistent:    sbx.Spec.Persistent,
+		NetworkPolicy: cfg.networkPolicy,
+		Tags:          map[string]string{tagManagedBy: tagManagedByValue, tagOwnerUID: string(sbx.UID)},
+	}
+	if err := buildSource(ctx, secrets, &sbx.Spec.Source, &req); err != nil {
+		return ctrl.Result{RequeueAfter: snapshotRefPoll}, err
+	}
+	resp, err := r.Vercel.CreateSandbox(ctx, req)
+	if err != nil {
+		return ctrl.Result{}, redact(fmt.Errorf("create sandbox %s: %w", st.VercelName, err), secrets.values)
+	}
+	logf.FromContext(ctx).Info("Created Vercel sandbox", "vercelName", st.VercelName, "session", sessionID(resp))
+	r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Created", "Create", "Created Vercel sandbox %s", st.VercelName)
+	if src := sbx.Spec.Source.SnapshotID; src != nil {
+		st.BootedFrom = &sandboxv1.BootedFrom{SnapshotID: *src}
+	}
+	st.ObservedGeneration = sbx.Generation
+	return r.observe(ctx, sbx, resp)
+}
+
+// observe records the remote state and takes the next step for it.
+func (r *SandboxReconciler) observe(ctx context.Context, sbx *sandboxv1.Sandbox, resp *vercel.SandboxResponse) (ctrl.Result, error) {
+	st := &sbx.Status
+	remote := &resp.Sandbox
+	st.CurrentSnapshotID = remote.CurrentSnapshotID
+	if st.Setup == nil && len(sbx.Spec.Setup) > 0 {
+		// Setup belongs to the session that made the filesystem: the first one.
+		st.Setup = &sandboxv1.SetupStatus{SessionID: remote.CurrentSessionID}
+	}
+	s := resp.Session
+	if s == nil {
+		return ctrl.Result{RequeueAfter: sessionStartPoll}, nil
+	}
+	st.SessionID = s.ID
+	st.Routes = routes(resp.Routes)
+	st.StartedAt = msTime(s.StartedAt)
+	st.ExpiresAt = expiresAt(remote, s)
+
+	switch s.Status {
+	case vercel.SessionPending:
+		st.Phase = sandboxv1.SandboxCreating
+		setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonCreating, "Waiting for the session to start")
+		return ctrl.Result{RequeueAfter: sessionStartPoll}, nil
+	case vercel.SessionStopping, vercel.SessionSnapshotting:
+		st.Phase = sandboxv1.SandboxStopping
+		setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonSessionStopped, "The session is stopping")
+		return ctrl.Result{RequeueAfter: setupPoll}, nil
+	case vercel.SessionStopped:
+		st.Phase = sandboxv1.SandboxStopped
+		setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonSessionStopped,
+			fmt.Sprintf("Session %s stopped", s.ID))
+		return ctrl.Result{RequeueAfter: r.pollInterval()}, nil
+	case vercel.SessionFailed, vercel.SessionAborted:
+		st.Phase = sandboxv1.SandboxFailed
+		setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonSessionFailed,
+			fmt.Sprintf("Session %s %s", s.ID, s.Status))
+		return ctrl.Result{}, nil
+	}
+
+	// Running.
+	if st.ObservedGeneration != sbx.Generation {
+		if err := r.update(ctx, sbx, s.ID); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	if done, res, err := r.runSetup(ctx, sbx, s.ID); !done || err != nil {
+		return res, err
+	}
+	st.Phase = sandboxv1.SandboxRunning
+	setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionTrue, sandboxv1.ReasonRunning, fmt.Sprintf("Session %s is running", s.ID))
+	return ctrl.Result{RequeueAfter: r.pollInterval()}, nil
+}
+
+// update applies a changed spec to the Vercel sandbox: PATCH changes the
+// defaults of future sessions, and the network policy is also applied to the
+// running session.
+func (r *SandboxReconciler) update(ctx context.Context, sbx *sandboxv1.Sandbox, sessionID string) error {
+	secrets := &secretReader{reader: r.APIReader, namespace: sbx.Namespace}
+	cfg, err := buildConfig(ctx, secrets, &sbx.Spec)
+	if err != nil {
+		return err
+	}
+	req := vercel.UpdateSandboxRequest{Resources: cfg.resources, Timeout: cfg.timeoutMs, Env: cfg.env, Ports: cfg.ports, NetworkPolicy: cfg.networkPolicy}
+	if req.Env == nil {
+		req.Env = map[string]string{}
+	}
+	if req.Ports == nil {
+		req.Ports = []int64{}
+	}
+	resp, err := r.Vercel.UpdateSandbox(ctx, sbx.Status.VercelName, req, false)
+	if err != nil {
+		return redact(fmt.Errorf("update sandbox %s: %w", sbx.Status.VercelName, err), secrets.values)
+	}
+	sbx.Status.Routes = routes(resp.Routes)
+	np := cfg.networkPolicy
+	if np == nil {
+		np = &vercel.NetworkPolicy{Mode: vercel.NetworkAllowAll}
+	}
+	if _, err := r.Vercel.UpdateNetworkPolicy(ctx, sessionID, *np); err != nil && !vercel.IsGone(err) {
+		return redact(fmt.Errorf("update network policy of session %s: %w", sessionID, err), secrets.values)
+	}
+	r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Updated", "Update", "Applied spec generation %d to Vercel sandbox %s", sbx.Generation, sbx.Status.VercelName)
+	sbx.Status.ObservedGeneration = sbx.Generation
+	return nil
+}
+
+// runSetup advances spec.setup by at most one command per step and reports
+// whether all of it has succeeded. Commands run detached and are polled, so no
+// worker waits for them; the running command's id is kept in status, and after
+// a crash the command is found again in the session's command list instead of
+// being started twice.
+func (r *SandboxReconciler) runSetup(ctx context.Context, sbx *sandboxv1.Sandbox, sessionID string) (bool, ctrl.Result, error) {
+	steps := sbx.Spec.Setup
+	st := sbx.Status.Setup
+	for st != nil && int(st.Completed) < len(steps) {
+		step := steps[st.Completed]
+		if st.SessionID != sessionID {
+			// The filesystem was set up (or half set up) in an earlier session;
+			// setup does not run again after a resume.
+			return true, ctrl.Result{}, nil
+		}
+		if st.CommandID == "" {
+			id, err := r.startSetupCommand(ctx, sbx, sessionID, step)
+			if err != nil {
+				return false, ctrl.Result{}, err
+			}
+			st.CommandID = id
+		}
+		cmd, err := r.Vercel.GetCommand(ctx, sessionID, st.CommandID, false)
+		if err != nil {
+			return false, ctrl.Result{}, fmt.Errorf("get setup command %s: %w", st.CommandID, err)
+		}
+		if cmd.ExitCode == nil {
+			sbx.Status.Phase = sandboxv1.SandboxSettingUp
+			setCondition(&sbx.Status.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonSettingUp,
+				fmt.Sprintf("Running setup step %d of %d (%s)", st.Completed+1, len(steps), stepName(step)))
+			return false, ctrl.Result{RequeueAfter: setupPoll}, nil
+		}
+		if *cmd.ExitCode != 0 {
+			return false, ctrl.Result{}, r.reportSetupFailed(ctx, sbx, sessionID, step, cmd)
+		}
+		st.Completed++
+		st.CommandID = ""
+	}
+	return true, ctrl.Result{}, nil
+}
+
+func (r *SandboxReconciler) startSetupCommand(ctx context.Context, sbx *sandboxv1.Sandbox, sessionID string, step sandboxv1.SetupCommand) (string, error) {
+	st := sbx.Status.Setup
+	// A command started before a crash, whose id never reached status, is the
+	// (completed+1)-th command of the session (the list is newest first).
+	cmds, err := r.Vercel.ListCommands(ctx, sessionID)
+	if err != nil {
+		return "", fmt.Errorf("list commands of session %s: %w", sessionID, err)
+	}
+	if n := len(cmds); n > int(st.Completed) {
+		return cmds[n-1-int(st.Completed)].ID, nil
+	}
+	req := vercel.RunCommandRequest{Command: step.Command, Args: step.Args, Cwd: step.Cwd, Env: map[string]string{}, Sudo: step.Sudo}
+	if req.Args == nil {
+		req.Args = []string{}
+	}
+	if step.TimeoutSeconds != nil {
+		req.Timeout = int64(*step.TimeoutSeconds) * 1000
+	}
+	cmd, err := r.Vercel.RunCommand(ctx, sessionID, req)
+	if err != nil {
+		return "", fmt.Errorf("run setup step %d (%s): %w", st.Completed+1, stepName(step), err)
+	}
+	r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "SetupStarted", "RunCommand", "Started setup step %d (%s)", st.Completed+1, stepName(step))
+	return cmd.ID, nil
+}
+
+// setupOutputTail bounds how much of a failed command's output status carries.
+const setupOutputTail = 2048
+
+func (r *SandboxReconciler) reportSetupFailed(ctx context.Context, sbx *sandboxv1.Sandbox, sessionID string, step sandboxv1.SetupCommand, cmd *vercel.Command) error {
+	st := &sbx.Status
+	secrets := &secretReader{reader: r.APIReader, namespace: sbx.Namespace}
+	// Secret values are known only after resolving the spec; they are scrubbed
+	// from the output, which a command may have echoed.
+	_, _ = buildConfig(ctx, secrets, &sbx.Spec)
+	tail, err := r.outputTail(ctx, sessionID, cmd.ID)
+	if err != nil {
+		return fmt.Errorf("read output of setup command %s: %w", cmd.ID, err)
+	}
+	msg := fmt.Sprintf("Setup step %d (%s) exited with code %d", st.Setup.Completed+1, stepName(step), *cmd.ExitCode)
+	if tail != "" {
+		msg += ": " + tail
+	}
+	msg = scrub(msg, secrets.values)
+	wasFailed := st.Phase == sandboxv1.SandboxFailed
+	st.Phase = sandboxv1.SandboxFailed
+	setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonSetupFailed, msg)
+	if !wasFailed {
+		r.Recorder.Eventf(sbx, nil, corev1.EventTypeWarning, sandboxv1.ReasonSetupFailed, "RunCommand", "%s", truncate(msg, 1024))
+	}
+	return nil
+}
+
+// outputTail returns the last lines of a finished command's output.
+func (r *SandboxReconciler) outputTail(ctx context.Context, sessionID, cmdID string) (string, error) {
+	stream, err := r.Vercel.CommandLogs(ctx, sessionID, cmdID)
+	if err != nil {
+		return "", err
+	}
+	defer stream.Close()
+	var out strings.Builder
+	for {
+		rec, err := stream.Next()
+		if err != nil {
+			break
+		}
+		out.WriteString(rec.Data)
+		if out.Len() > 64*setupOutputTail {
+			s := out.String()
+			out.Reset()
+			out.WriteString(s[len(s)-setupOutputTail:])
+		}
+	}
+	s := strings.TrimSpace(out.String())
+	if len(s) > setupOutputTail {
+		s = "..." + s[len(s)-setupOutputTail:]
+	}
+	return s, nil
+}
+
+func (r *SandboxReconciler) reportVanished(sbx *sandboxv1.Sandbox) ctrl.Result {
+	st := &sbx.Status
+	if st.Phase != sandboxv1.SandboxFailed || !hasReason(st.Conditions, sandboxv1.ReasonNotFound) {
+		r.Recorder.Eventf(sbx, nil, corev1.EventTypeWarning, sandboxv1.ReasonNotFound, "Observe",
+			"Vercel sandbox %s no longer exists; it was deleted outside the operator", st.VercelName)
+	}
+	st.Phase = sandboxv1.SandboxFailed
+	st.Routes = nil
+	st.ExpiresAt = nil
+	setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonNotFound,
+		fmt.Sprintf("Vercel sandbox %s no longer exists; it was deleted outside the operator. Delete and re-create this Sandbox to get a new one.", st.VercelName))
+	return ctrl.Result{}
+}
+
+func (r *SandboxReconciler) reportNameConflict(sbx *sandboxv1.Sandbox) ctrl.Result {
+	st := &sbx.Status
+	st.Phase = sandboxv1.SandboxFailed
+	setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonNameConflict,
+		fmt.Sprintf("A Vercel sandbox named %s exists but was not created for this object; it is left alone", st.VercelName))
+	return ctrl.Result{}
+}
+
+func (r *SandboxReconciler) reconcileDelete(ctx context.Context, sbx *sandboxv1.Sandbox) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(sbx, SandboxFinalizer) {
+		return ctrl.Result{}, nil
+	}
+	st := &sbx.Status
+	if st.VercelName != "" {
+		if sbx.Spec.DeletionPolicy == sandboxv1.DeletionPolicyRetain {
+			r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Retained", "Delete", "Left Vercel sandbox %s in place (deletionPolicy Retain)", st.VercelName)
+		} else {
+			// A 404 confirms the deletion as much as a 200: a delete whose answer
+			// was lost before a restart finds the sandbox already gone.
+			if _, err := r.Vercel.DeleteSandbox(ctx, st.VercelName, false); err != nil && !vercel.IsNotFound(err) {
+				before := sbx.DeepCopy()
+				st.Phase = sandboxv1.SandboxDeleting
+				setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonDeleting, "Deleting the Vercel sandbox")
+				return r.finish(ctx, before, sbx, ctrl.Result{}, fmt.Errorf("delete sandbox %s: %w", st.VercelName, err))
+			}
+			logf.FromContext(ctx).Info("Deleted Vercel sandbox", "vercelName", st.VercelName)
+			r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Deleted", "Delete", "Deleted Vercel sandbox %s", st.VercelName)
+		}
+	}
+	controllerutil.RemoveFinalizer(sbx, SandboxFinalizer)
+	return ctrl.Result{}, r.Update(ctx, sbx)
+}
+
+func (r *SandboxReconciler) pollInterval() time.Duration {
+	d := r.PollInterval
+	if d <= 0 {
+		d = time.Minute
+	}
+	// Jitter spreads the polls of many sandboxes created together.
+	return d + time.Duration(rand.Int64N(int64(d)/10+1))
+}
+
+// SetupWithManager registers the reconciler. Status-only updates do not
+// trigger it; spec, label and annotation changes (annotations carry intent
+// such as the activity heartbeat) do.
+func (r *SandboxReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	backoffCap := r.BackoffCap
+	if backoffCap <= 0 {
+		backoffCap = time.Minute
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&sandboxv1.Sandbox{}, builder.WithPredicates(predicate.Or(
+			predicate.GenerationChangedPredicate{},
+			predicate.LabelChangedPredicate{},
+			predicate.AnnotationChangedPredicate{},
+		))).
+		WithOptions(controller.Options{
+			MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles),
+			RateLimiter:             workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, backoffCap),
+		}).
+		Named("sandbox").
+		Complete(r)
+}
+
+func routes(in []vercel.Route) []sandboxv1.SandboxRoute {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]sandboxv1.SandboxRoute, 0, len(in))
+	for _, rt := range in {
+		if rt.System {
+			continue
+		}
+		out = append(out, sandboxv1.SandboxRoute{Port: int32(rt.Port), URL: rt.URL})
+	}
+	return out
+}
+
+// expiresAt is the running session's deadline: Vercel's own figure when it
+// gives one, else start (or creation) plus the session timeout.
+func expiresAt(sb *vercel.Sandbox, s *vercel.Session) *metav1.Time {
+	if s.Status != vercel.SessionRunning && s.Status != vercel.SessionPending {
+		return nil
+	}
+	if sb.ExpiresAt > 0 {
+		return msTime(sb.ExpiresAt)
+	}
+	start := s.StartedAt
+	if start == 0 {
+		start = s.CreatedAt
+	}
+	return msTime(start + s.Timeout)
+}
+
+func sessionID(resp *vercel.SandboxResponse) string {
+	if resp.Session == nil {
+		return ""
+	}
+	return resp.Session.ID
+}
+
+func stepName(s sandboxv1.SetupCommand) string {
+	if s.Name != "" {
+		return s.Name
+	}
+	return s.Command
+}
+
+func hasReason(conds []metav1.Condition, reason string) bool {
+	for _, c := range conds {
+		if c.Type == sandboxv1.ConditionReady && c.Reason == reason {
+			return true
+		}
+	}
+	return false
+}
+
+// redactedError carries an error whose message had secret values removed,
+// keeping the original in the chain so errors.As still classifies it.
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
+
+// redact returns err with every known secret value removed from its message.
+func redact(err error, secrets []string) error {
+	msg := scrub(err.Error(), secrets)
+	if msg == err.Error() {
+		return err
+	}
+	return &redactedError{msg: msg, err: err}
+}
+
+// scrub replaces every known secret value in s, so that an error or output
+// that echoes one never reaches status, events or logs.
+func scrub(s string, secrets []string) string {
+	for _, v := range secrets {
+		if len(v) >= 4 {
+			s = strings.ReplaceAll(s, v, "[redacted]")
+		}
+	}
+	return s
+}

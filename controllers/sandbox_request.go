@@ -1,0 +1,195 @@
+package controllers
+
+import (
+	"context"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+	"github.com/getsentry/sandbox-controller/internal/vercel"
+)
+
+// Tags the controller puts on every Vercel sandbox it creates, so that a
+// sandbox found under a derived name can be adopted only by the object that
+// created it.
+const (
+	tagManagedBy      = "managed-by"
+	tagManagedByValue = "sandbox-controller"
+	tagOwnerUID       = "k8s-uid"
+)
+
+// sandboxConfig is a Sandbox's spec translated to Vercel's terms, with Secret
+// values resolved. secrets lists those values so they can be scrubbed from
+// anything the controller reports.
+type sandboxConfig struct {
+	resources     *vercel.Resources
+	ports         []int64
+	timeoutMs     int64
+	env           map[string]string
+	networkPolicy *vercel.NetworkPolicy
+	secrets       []string
+}
+
+// secretReader reads Secrets uncached and namespace-local, remembering every
+// value it hands out.
+type secretReader struct {
+	reader    client.Reader
+	namespace string
+	cache     map[string]*corev1.Secret
+	values    []string
+}
+
+func (s *secretReader) value(ctx context.Context, name, key string) (string, error) {
+	sec, ok := s.cache[name]
+	if !ok {
+		sec = &corev1.Secret{}
+		if err := s.reader.Get(ctx, types.NamespacedName{Namespace: s.namespace, Name: name}, sec); err != nil {
+			if apierrors.IsNotFound(err) {
+				return "", &secretError{name: name, missing: "secret"}
+			}
+			return "", err
+		}
+		if s.cache == nil {
+			s.cache = map[string]*corev1.Secret{}
+		}
+		s.cache[name] = sec
+	}
+	v, ok := sec.Data[key]
+	if !ok {
+		return "", &secretError{name: name, key: key, missing: "key"}
+	}
+	if len(v) > 0 {
+		s.values = append(s.values, string(v))
+	}
+	return string(v), nil
+}
+
+// buildConfig resolves the mutable part of a Sandbox's spec.
+func buildConfig(ctx context.Context, secrets *secretReader, spec *sandboxv1.SandboxSpec) (*sandboxConfig, error) {
+	cfg := &sandboxConfig{}
+	if spec.Resources != nil && spec.Resources.VCPUs != nil {
+		v := int64(*spec.Resources.VCPUs)
+		cfg.resources = &vercel.Resources{VCPUs: v, Memory: v * 2048}
+	}
+	for _, p := range spec.Ports {
+		cfg.ports = append(cfg.ports, int64(p))
+	}
+	sort.Slice(cfg.ports, func(i, j int) bool { return cfg.ports[i] < cfg.ports[j] })
+	if spec.TimeoutSeconds != nil {
+		cfg.timeoutMs = *spec.TimeoutSeconds * 1000
+	}
+	if len(spec.Env) > 0 {
+		cfg.env = map[string]string{}
+		for _, e := range spec.Env {
+			switch {
+			case e.ValueFrom != nil:
+				v, err := secrets.value(ctx, e.ValueFrom.SecretKeyRef.Name, e.ValueFrom.SecretKeyRef.Key)
+				if err != nil {
+					return nil, err
+				}
+				cfg.env[e.Name] = v
+			case e.Value != nil:
+				cfg.env[e.Name] = *e.Value
+			default:
+				cfg.env[e.Name] = ""
+			}
+		}
+	}
+	np, err := buildNetworkPolicy(ctx, secrets, spec.NetworkPolicy)
+	if err != nil {
+		return nil, err
+	}
+	cfg.networkPolicy = np
+	cfg.secrets = secrets.values
+	return cfg, nil
+}
+
+// buildNetworkPolicy translates spec.networkPolicy to Vercel's mode form.
+// Header injection always uses the custom mode, since Vercel attaches the
+// rules to it; in AllowAll mode the injected domains are added with a "*"
+// allow-everything entry so egress stays open.
+func buildNetworkPolicy(ctx context.Context, secrets *secretReader, np *sandboxv1.NetworkPolicy) (*vercel.NetworkPolicy, error) {
+	if np == nil {
+		return nil, nil
+	}
+	var rules []vercel.InjectionRule
+	for _, inj := range np.InjectHeaders {
+		headers := map[string]string{}
+		for _, h := range inj.Headers {
+			v, err := secrets.value(ctx, h.ValueFrom.SecretKeyRef.Name, h.ValueFrom.SecretKeyRef.Key)
+			if err != nil {
+				return nil, err
+			}
+			headers[h.Name] = v
+		}
+		rules = append(rules, vercel.InjectionRule{Domain: inj.Domain, Headers: headers})
+	}
+	switch np.Mode {
+	case sandboxv1.NetworkDenyAll:
+		if len(rules) == 0 {
+			return &vercel.NetworkPolicy{Mode: vercel.NetworkDenyAll}, nil
+		}
+		// Injection implies egress to the injected domains only.
+		domains := make([]string, 0, len(rules))
+		for _, r := range rules {
+			domains = append(domains, r.Domain)
+		}
+		return &vercel.NetworkPolicy{Mode: vercel.NetworkCustom, AllowedDomains: domains, InjectionRules: rules}, nil
+	case sandboxv1.NetworkAllowlist:
+		domains := append([]string(nil), np.AllowedDomains...)
+		for _, r := range rules {
+			domains = appendUnique(domains, r.Domain)
+		}
+		return &vercel.NetworkPolicy{Mode: vercel.NetworkCustom, AllowedDomains: domains, InjectionRules: rules}, nil
+	default:
+		if len(rules) == 0 {
+			return &vercel.NetworkPolicy{Mode: vercel.NetworkAllowAll}, nil
+		}
+		return &vercel.NetworkPolicy{Mode: vercel.NetworkCustom, AllowedDomains: []string{"*"}, InjectionRules: rules}, nil
+	}
+}
+
+func appendUnique(list []string, s string) []string {
+	for _, x := range list {
+		if x == s {
+			return list
+		}
+	}
+	return append(list, s)
+}
+
+// buildSource translates spec.source to Vercel's create request fields. A
+// snapshotRef is resolved by the caller.
+func buildSource(ctx context.Context, secrets *secretReader, src *sandboxv1.SandboxSource, req *vercel.CreateSandboxRequest) error {
+	switch {
+	case src.Runtime != nil:
+		req.Runtime = string(*src.Runtime)
+	case src.Git != nil:
+		g := src.Git
+		s := &vercel.Source{Type: vercel.SourceGit, URL: g.URL, Revision: g.Revision}
+		if g.Depth != nil {
+			s.Depth = int64(*g.Depth)
+		}
+		if g.Credentials != nil {
+			u, err := secrets.value(ctx, g.Credentials.SecretName, "username")
+			if err != nil {
+				return err
+			}
+			p, err := secrets.value(ctx, g.Credentials.SecretName, "password")
+			if err != nil {
+				return err
+			}
+			s.Username, s.Password = u, p
+		}
+		req.Source = s
+	case src.Tarball != nil:
+		req.Source = &vercel.Source{Type: vercel.SourceTarball, URL: src.Tarball.URL}
+	case src.SnapshotID != nil:
+		req.Source = &vercel.Source{Type: vercel.SourceSnapshot, SnapshotID: *src.SnapshotID}
+	}
+	return nil
+}

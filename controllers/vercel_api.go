@@ -1,0 +1,23 @@
+package controllers
+
+import (
+	"context"
+
+	"github.com/getsentry/sandbox-controller/internal/vercel"
+)
+
+// SandboxAPI is the part of the Vercel Sandbox API the controllers use.
+// internal/vercel.Client implements it over HTTP; tests run that real client
+// against the emulator, so this interface exists only to keep the controllers'
+// dependency small and explicit.
+type SandboxAPI interface {
+	CreateSandbox(ctx context.Context, req vercel.CreateSandboxRequest) (*vercel.SandboxResponse, error)
+	GetSandbox(ctx context.Context, name string, resume bool) (*vercel.SandboxResponse, error)
+	UpdateSandbox(ctx context.Context, name string, req vercel.UpdateSandboxRequest, resume bool) (*vercel.SandboxResponse, error)
+	DeleteSandbox(ctx context.Context, name string, deleteOrphanSnapshots bool) (*vercel.Sandbox, error)
+	UpdateNetworkPolicy(ctx context.Context, sessionID string, p vercel.NetworkPolicy) (*vercel.Session, error)
+	RunCommand(ctx context.Context, sessionID string, req vercel.RunCommandRequest) (*vercel.Command, error)
+	GetCommand(ctx context.Context, sessionID, cmdID string, wait bool) (*vercel.Command, error)
+	ListCommands(ctx context.Context, sessionID string) ([]vercel.Command, error)
+	CommandLogs(ctx context.Context, sessionID, cmdID string) (*vercel.LogStream, error)
+}
