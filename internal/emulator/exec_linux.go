@@ -1,0 +1,188 @@
+//go:build linux
+
+package emulator
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"syscall"
+	"unsafe"
+)
+
+// probeNamespace reports whether this process can give a thread its own mount
+// namespace, mount in it and chroot: what namespace mode needs. It tries all
+// three on a throw-away thread.
+func probeNamespace() error {
+	if os.Geteuid() != 0 {
+		return errors.New("not running as root")
+	}
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the runtime discards the thread
+		errc <- func() error {
+			if err := syscall.Unshare(syscall.CLONE_NEWNS); err != nil {
+				return fmt.Errorf("unshare mount namespace: %w", err)
+			}
+			if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
+				return fmt.Errorf("make mounts private: %w", err)
+			}
+			if err := syscall.Mount("/", "/", "", syscall.MS_BIND, ""); err != nil {
+				return fmt.Errorf("bind mount: %w", err)
+			}
+			if err := syscall.Chroot("/"); err != nil {
+				return fmt.Errorf("chroot: %w", err)
+			}
+			return nil
+		}()
+	}()
+	return <-errc
+}
+
+// hostEntryKind says how a host top-level entry appears in a sandbox.
+type hostEntryKind int
+
+const (
+	hostSymlink  hostEntryKind = iota // same symlink (merged /usr: /bin -> usr/bin)
+	hostReadOnly                      // read-only bind mount of the host directory
+	hostWritable                      // writable bind mount (/dev)
+	hostProc                          // a fresh proc mount
+)
+
+// hostEntry is a top-level entry of the host's "/" that commands see.
+type hostEntry struct {
+	name   string
+	kind   hostEntryKind
+	target string // hostSymlink
+}
+
+// hostEntries lists the host's system directories that namespace mode lends to
+// every sandbox. Everything else at the top level belongs to the session.
+var hostEntries = sync.OnceValue(func() []hostEntry {
+	var out []hostEntry
+	for _, name := range []string{"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "opt", "run", "sys", "dev", "proc"} {
+		fi, err := os.Lstat("/" + name)
+		if err != nil {
+			continue
+		}
+		e := hostEntry{name: name, kind: hostReadOnly}
+		switch {
+		case fi.Mode()&fs.ModeSymlink != 0:
+			t, err := os.Readlink("/" + name)
+			if err != nil {
+				continue
+			}
+			e.kind, e.target = hostSymlink, t
+		case !fi.IsDir():
+			continue
+		case name == "dev":
+			e.kind = hostWritable
+		case name == "proc":
+			e.kind = hostProc
+		}
+		out = append(out, e)
+	}
+	return out
+})
+
+// enterSandbox moves the calling thread, which must be locked and never unlocked
+// again, into a new private mount namespace in which the host's system
+// directories are mounted into the session directory, then chroots it there and
+// changes to the sandbox directory cwd. Processes the thread starts inherit all
+// of it. Mount points missing in the session are created (empty directories and
+// the host's /bin-style symlinks); entries the session has replaced with
+// something else are left alone and not mounted. A missing cwd is an
+// errInvalidPath error.
+func enterSandbox(f *sandboxFS, cwd string) error {
+	if err := syscall.Unshare(syscall.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("unshare mount namespace: %w", err)
+	}
+	// Nothing mounted from here on may propagate back to the host.
+	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make mounts private: %w", err)
+	}
+	for _, e := range hostEntries() {
+		target := filepath.Join(f.root, e.name)
+		fi, err := os.Lstat(target)
+		if errors.Is(err, fs.ErrNotExist) {
+			if e.kind == hostSymlink {
+				if err := os.Symlink(e.target, target); err != nil && !errors.Is(err, fs.ErrExist) {
+					return err
+				}
+				continue
+			}
+			if err := os.Mkdir(target, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+				return err
+			}
+			fi, err = os.Lstat(target)
+		}
+		if err != nil {
+			return err
+		}
+		if e.kind == hostSymlink || !fi.IsDir() {
+			continue
+		}
+		if err := mountHostEntry(e, target); err != nil {
+			return fmt.Errorf("mount /%s into the sandbox: %w", e.name, err)
+		}
+	}
+	if err := syscall.Chroot(f.root); err != nil {
+		return fmt.Errorf("chroot into the sandbox: %w", err)
+	}
+	if err := syscall.Chdir(cwd); err != nil {
+		return requestErrorf(err, "cwd %q: %v", cwd, err)
+	}
+	return nil
+}
+
+// mountHostEntry mounts the host's /<e.name> on target as e.kind says.
+func mountHostEntry(e hostEntry, target string) error {
+	src := "/" + e.name
+	switch e.kind {
+	case hostProc:
+		err := syscall.Mount("proc", target, "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, "")
+		if err == nil {
+			return nil
+		}
+		// A fresh proc can be refused (e.g. in some containers); lend the host's.
+		return syscall.Mount(src, target, "", syscall.MS_BIND|syscall.MS_REC, "")
+	case hostWritable:
+		return syscall.Mount(src, target, "", syscall.MS_BIND|syscall.MS_REC, "")
+	default:
+		if err := syscall.Mount(src, target, "", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {
+			return err
+		}
+		return syscall.Mount("", target, "", syscall.MS_REMOUNT|syscall.MS_BIND|syscall.MS_RDONLY, "")
+	}
+}
+
+// newSysProcAttr returns the process attributes of a command: its own process
+// group, the given credentials, and death with the thread that starts it (which
+// lives until the command is reaped).
+func newSysProcAttr(cred *syscall.Credential) *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Credential: cred, Pdeathsig: syscall.SIGKILL}
+}
+
+// waitExited blocks until proc has exited without reaping it (waitid WNOWAIT), so
+// that its process group can still be signalled safely. It returns a nil state:
+// the caller reaps with proc.Wait.
+func waitExited(proc *os.Process) (*os.ProcessState, error) {
+	const pPID = 1 // P_PID
+	var info [128]byte // siginfo_t
+	for {
+		_, _, errno := syscall.Syscall6(syscall.SYS_WAITID, pPID, uintptr(proc.Pid),
+			uintptr(unsafe.Pointer(&info[0])), syscall.WEXITED|syscall.WNOWAIT, 0, 0)
+		switch errno {
+		case 0:
+			return nil, nil
+		case syscall.EINTR:
+			continue
+		default:
+			return nil, errno
+		}
+	}
+}

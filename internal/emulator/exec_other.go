@@ -1,0 +1,25 @@
+//go:build !linux
+
+package emulator
+
+import (
+	"errors"
+	"os"
+	"syscall"
+)
+
+// probeNamespace reports that namespace mode needs Linux.
+func probeNamespace() error { return errors.New("mount namespaces need Linux") }
+
+// enterSandbox is never called outside Linux (namespace mode is never selected).
+func enterSandbox(*sandboxFS, string) error { return errors.New("mount namespaces need Linux") }
+
+// newSysProcAttr returns the process attributes of a command: its own process
+// group and the given credentials.
+func newSysProcAttr(cred *syscall.Credential) *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Credential: cred}
+}
+
+// waitExited reaps proc; without waitid(WNOWAIT) the background processes of a
+// finished command cannot be killed safely, so they are left running.
+func waitExited(proc *os.Process) (*os.ProcessState, error) { return proc.Wait() }

@@ -1,0 +1,168 @@
+package emulator
+
+import (
+	"context"
+	"sync"
+	"unicode/utf8"
+)
+
+// maxOutputBytes caps how much output one command keeps in memory. A command that
+// prints more gets one final stderr notice and the rest is discarded, so a runaway
+// `yes` cannot take the emulator down. Real sandboxes have a similar (unspecified) cap.
+const maxOutputBytes = 64 << 20
+
+// outputTruncatedNotice is the record appended once when maxOutputBytes is reached.
+const outputTruncatedNotice = "\n[sandbox emulator: output truncated after 64 MiB]\n"
+
+// outputRecord is one chunk of a command's output, as read from the process: a chunk
+// is whatever one read returned (not necessarily a line), never splitting a UTF-8
+// sequence. Stream is "stdout" or "stderr".
+type outputRecord struct {
+	Stream string
+	Data   string
+}
+
+// outputLog is the append-only, followable log of one command's output. Any number
+// of readers may follow it concurrently, from the start, while it grows. Once closed
+// (the command has exited and its pipes are drained) it never changes again.
+type outputLog struct {
+	mu      sync.Mutex
+	records []outputRecord
+	size    int
+	closed  bool
+	// changed is closed and replaced whenever records grow or the log closes; a
+	// follower waiting for more output selects on the channel it saw last.
+	changed chan struct{}
+}
+
+// newOutputLog returns an open, empty log.
+func newOutputLog() *outputLog {
+	return &outputLog{changed: make(chan struct{})}
+}
+
+// closedEmptyLog is shared by every command that never ran (exec mode "none"): it
+// costs nothing per command.
+var closedEmptyLog = func() *outputLog {
+	l := newOutputLog()
+	l.close()
+	return l
+}()
+
+// append adds one record and wakes the followers. Appends after close are dropped.
+func (l *outputLog) append(stream, data string) {
+	if data == "" {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed || l.size >= maxOutputBytes {
+		return
+	}
+	if l.size+len(data) > maxOutputBytes {
+		l.records = append(l.records, outputRecord{Stream: "stderr", Data: outputTruncatedNotice})
+		l.size = maxOutputBytes
+	} else {
+		l.records = append(l.records, outputRecord{Stream: stream, Data: data})
+		l.size += len(data)
+	}
+	close(l.changed)
+	l.changed = make(chan struct{})
+}
+
+// close marks the log complete and wakes the followers. It is idempotent.
+func (l *outputLog) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return
+	}
+	l.closed = true
+	close(l.changed)
+}
+
+// snapshot returns a copy of the records so far and whether the log is closed.
+func (l *outputLog) snapshot() ([]outputRecord, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]outputRecord(nil), l.records...), l.closed
+}
+
+// follow calls fn for every record from the start, then for new ones as they
+// arrive, and returns when the command has exited and all records were passed
+// (nil), when fn returns an error (that error), or when ctx ends (ctx.Err()).
+// fn is never called with the log's lock held, so it may block (e.g. on a slow
+// HTTP client) without holding up the command or other followers.
+func (l *outputLog) follow(ctx context.Context, fn func(outputRecord) error) error {
+	next := 0
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		l.mu.Lock()
+		batch := l.records[next:len(l.records):len(l.records)]
+		closed := l.closed
+		changed := l.changed
+		l.mu.Unlock()
+
+		for _, rec := range batch {
+			if err := fn(rec); err != nil {
+				return err
+			}
+		}
+		next += len(batch)
+		if len(batch) > 0 {
+			continue // more may have arrived while fn ran
+		}
+		if closed {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// utf8Splitter turns raw reads into record data without cutting a multi-byte UTF-8
+// sequence in two (which would turn into two U+FFFD once JSON-encoded): an
+// incomplete sequence at the end of a read is held back until the next one.
+type utf8Splitter struct {
+	pending []byte
+}
+
+// push returns the text ready to be emitted after appending p.
+func (s *utf8Splitter) push(p []byte) string {
+	buf := append(s.pending, p...)
+	cut := completeUTF8Prefix(buf)
+	out := string(buf[:cut])
+	s.pending = append(s.pending[:0], buf[cut:]...)
+	return out
+}
+
+// flush returns whatever is held back (at end of stream).
+func (s *utf8Splitter) flush() string {
+	out := string(s.pending)
+	s.pending = s.pending[:0]
+	return out
+}
+
+// completeUTF8Prefix returns the length of b without a trailing, incomplete (but so
+// far valid) UTF-8 sequence. Invalid bytes are not held back.
+func completeUTF8Prefix(b []byte) int {
+	// A sequence is at most 4 bytes, so only the last 3 bytes can start one that is
+	// still incomplete.
+	for i := len(b) - 1; i >= 0 && i >= len(b)-3; i-- {
+		c := b[i]
+		if c < utf8.RuneSelf {
+			return len(b) // ASCII: nothing pending
+		}
+		if utf8.RuneStart(c) {
+			if !utf8.FullRune(b[i:]) {
+				return i
+			}
+			return len(b)
+		}
+	}
+	return len(b)
+}

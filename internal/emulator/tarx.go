@@ -1,0 +1,270 @@
+package emulator
+
+import (
+	"archive/tar"
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// maxExtractBytes caps the file content one fs/write upload may unpack, so a small
+// gzip bomb cannot fill the host's disk. A variable so tests can lower it.
+var maxExtractBytes int64 = 8 << 30
+
+// extractTarGz unpacks a gzip-compressed tar stream (the body of fs/write) into
+// the session, relative to the sandbox directory cwd (the x-cwd header; "" means
+// /vercel/sandbox), which is created if missing. Missing parent directories are
+// created, existing files and symlinks are replaced (as tar does), entry modes are
+// applied without setuid/setgid, and everything written belongs to the sandbox
+// user. Entries are accepted as the JS SDK's tar-stream writes them: ustar with
+// PAX or GNU long names, regular files, directories and symlinks.
+//
+// Refused with errInvalidPath, which stops the extraction (entries before the bad
+// one stay written, as with tar):
+//   - names that are absolute or contain a ".." component;
+//   - symlinks with an absolute target or one that leaves the session root;
+//   - writing through an existing symlink that is absolute or leaves the root
+//     (uploads never follow such links, even though commands would see them
+//     relative to the sandbox's "/");
+//   - hard links, character and block devices, FIFOs, sparse files and unknown
+//     entry types;
+//   - a file where a directory exists, a corrupt gzip or tar stream, and more than
+//     maxExtractBytes of content.
+func (f *sandboxFS) extractTarGz(cwd string, r io.Reader) error {
+	zr, err := gzip.NewReader(r)
+	if err != nil {
+		return requestErrorf(err, "invalid gzip stream: %v", err)
+	}
+	defer zr.Close()
+
+	root, err := os.OpenRoot(f.root)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+
+	base := sandboxWorkdir
+	if cwd != "" {
+		base = sandboxAbs(cwd, "")
+	}
+	if _, err := ensureSandboxDir(root, base, true); err != nil {
+		return err
+	}
+
+	x := &tarExtraction{root: root, base: base, budget: maxExtractBytes}
+	tr := tar.NewReader(zr)
+	var extractErr error
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			extractErr = requestErrorf(err, "invalid tar stream: %v", err)
+			break
+		}
+		if err := x.entry(hdr, tr); err != nil {
+			extractErr = err
+			break
+		}
+	}
+	// Directory modes are applied last, deepest first, so that a read-only
+	// directory entry does not stop the entries inside it from being written.
+	for i := len(x.dirs) - 1; i >= 0; i-- {
+		d := x.dirs[i]
+		if err := root.Chmod(d.rel, d.mode); err != nil && extractErr == nil {
+			extractErr = err
+		}
+		if !d.mtime.IsZero() {
+			_ = root.Chtimes(d.rel, d.mtime, d.mtime)
+		}
+	}
+	return extractErr
+}
+
+// tarExtraction is the state of one extractTarGz call.
+type tarExtraction struct {
+	root   *os.Root
+	base   string // absolute sandbox directory entry names are relative to
+	budget int64  // content bytes still allowed
+	dirs   []tarDirMeta
+}
+
+// tarDirMeta is a directory entry's mode and time, applied after all entries.
+type tarDirMeta struct {
+	rel   string
+	mode  os.FileMode
+	mtime time.Time
+}
+
+// entry extracts one tar entry.
+func (x *tarExtraction) entry(hdr *tar.Header, body io.Reader) error {
+	name := hdr.Name
+	typ := hdr.Typeflag
+	//nolint:staticcheck // TypeRegA is deprecated but old writers still emit it.
+	if typ == tar.TypeRegA || typ == tar.TypeCont {
+		typ = tar.TypeReg
+	}
+	if typ == tar.TypeReg && strings.HasSuffix(name, "/") {
+		typ = tar.TypeDir // pre-POSIX tars mark directories with a trailing slash
+	}
+	switch typ {
+	case tar.TypeXGlobalHeader:
+		return nil
+	case tar.TypeReg, tar.TypeDir, tar.TypeSymlink:
+	case tar.TypeLink:
+		return requestErrorf(nil, "tar entry %q: hard links are not supported", name)
+	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
+		return requestErrorf(nil, "tar entry %q: devices and FIFOs are not allowed", name)
+	case tar.TypeGNUSparse:
+		return requestErrorf(nil, "tar entry %q: sparse files are not supported", name)
+	default:
+		return requestErrorf(nil, "tar entry %q: unsupported entry type %q", name, typ)
+	}
+	for k := range hdr.PAXRecords {
+		if strings.HasPrefix(k, "GNU.sparse.") {
+			return requestErrorf(nil, "tar entry %q: sparse files are not supported", name)
+		}
+	}
+
+	if name == "" || strings.IndexByte(name, 0) >= 0 {
+		return requestErrorf(nil, "tar entry %q: invalid name", name)
+	}
+	if path.IsAbs(name) {
+		return requestErrorf(nil, "tar entry %q: absolute names are not allowed", name)
+	}
+	for _, c := range pathComponents(name) {
+		if c == ".." {
+			return requestErrorf(nil, "tar entry %q: name escapes the target directory", name)
+		}
+	}
+	full := path.Join(x.base, name)
+	if full == x.base {
+		if typ == tar.TypeDir {
+			return nil // "./": the target directory itself
+		}
+		return requestErrorf(nil, "tar entry %q: invalid name", name)
+	}
+	parent, err := ensureSandboxDir(x.root, path.Dir(full), true)
+	if err != nil {
+		return err
+	}
+	rel := path.Join(parent, path.Base(full))
+	existing, err := x.root.Lstat(rel)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	exists := err == nil
+
+	mode := os.FileMode(hdr.Mode & 0o777)
+	if hdr.Mode&0o1000 != 0 {
+		mode |= os.ModeSticky
+	}
+
+	switch typ {
+	case tar.TypeDir:
+		if exists && !existing.IsDir() {
+			if err := x.root.Remove(rel); err != nil {
+				return err
+			}
+			exists = false
+		}
+		if !exists {
+			if err := x.root.Mkdir(rel, 0o700); err != nil {
+				return err
+			}
+		}
+		if err := chownToSandboxUser(x.root, rel); err != nil {
+			return err
+		}
+		x.dirs = append(x.dirs, tarDirMeta{rel: rel, mode: mode, mtime: hdr.ModTime})
+		return nil
+
+	case tar.TypeSymlink:
+		target := hdr.Linkname
+		switch {
+		case target == "" || strings.IndexByte(target, 0) >= 0:
+			return requestErrorf(nil, "tar entry %q: invalid symlink target", name)
+		case path.IsAbs(target):
+			return requestErrorf(nil, "tar entry %q: absolute symlink target %q is not allowed", name, target)
+		}
+		if t := path.Join(parent, target); t == ".." || strings.HasPrefix(t, "../") {
+			return requestErrorf(nil, "tar entry %q: symlink target %q escapes the sandbox root", name, target)
+		}
+		if exists {
+			if existing.IsDir() {
+				return requestErrorf(syscall.EISDIR, "tar entry %q: %s is a directory", name, full)
+			}
+			if err := x.root.Remove(rel); err != nil {
+				return err
+			}
+		}
+		if err := x.root.Symlink(target, rel); err != nil {
+			return err
+		}
+		return chownToSandboxUser(x.root, rel)
+
+	default: // regular file
+		if exists {
+			if existing.IsDir() {
+				return requestErrorf(syscall.EISDIR, "tar entry %q: %s is a directory", name, full)
+			}
+			// Replace rather than write through: the old entry may be a symlink.
+			if err := x.root.Remove(rel); err != nil {
+				return err
+			}
+		}
+		if hdr.Size > x.budget {
+			return requestErrorf(nil, "tar entry %q: upload exceeds %d bytes", name, maxExtractBytes)
+		}
+		out, err := x.root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return err
+		}
+		src := &tarBodyReader{r: body}
+		n, err := io.Copy(out, src)
+		x.budget -= n
+		if err == nil {
+			err = out.Chmod(mode)
+		}
+		if err == nil && chownAllowed() {
+			u := sandboxUser()
+			err = out.Chown(u.uid, u.gid)
+		}
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+		if src.err != nil {
+			return requestErrorf(src.err, "invalid tar stream: entry %q: %v", name, src.err)
+		}
+		if err != nil {
+			return fmt.Errorf("write %s: %w", full, err)
+		}
+		if !hdr.ModTime.IsZero() {
+			_ = x.root.Chtimes(rel, hdr.ModTime, hdr.ModTime)
+		}
+		return nil
+	}
+}
+
+// tarBodyReader remembers the error its reader returned, telling a corrupt upload
+// (the client's fault) apart from a failing write (ours).
+type tarBodyReader struct {
+	r   io.Reader
+	err error
+}
+
+func (r *tarBodyReader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if err != nil && err != io.EOF {
+		r.err = err
+	}
+	return n, err
+}
