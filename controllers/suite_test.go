@@ -1,0 +1,328 @@
+package controllers_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+	"github.com/getsentry/sandbox-controller/controllers"
+	"github.com/getsentry/sandbox-controller/internal/emulator"
+	"github.com/getsentry/sandbox-controller/internal/vercel"
+)
+
+// The suite runs the real manager against a real kube-apiserver (envtest) and
+// the real Vercel client against the emulator over loopback. A recording proxy
+// between the two lets specs assert what Vercel received.
+var (
+	cfg            *rest.Config
+	k8sClient      client.Client
+	testEnv        *envtest.Environment
+	emu            *emulator.Emulator
+	recorder       *recordingProxy
+	vc             *vercel.Client
+	writes         = &writeCounter{counts: map[types.NamespacedName]int{}}
+	logs           = &syncBuffer{}
+	kubeconfigPath string
+	repoRoot       string
+
+	mgrMu     sync.Mutex
+	mgrCancel context.CancelFunc
+	mgrDone   chan struct{}
+)
+
+const pollInterval = 2 * time.Second
+
+func TestControllers(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Controllers Suite")
+}
+
+var _ = BeforeSuite(func() {
+	ctrl.SetLogger(zap.New(zap.WriteTo(io.MultiWriter(GinkgoWriter, logs)), zap.UseDevMode(true)))
+	SetDefaultEventuallyTimeout(30 * time.Second)
+	SetDefaultEventuallyPollingInterval(100 * time.Millisecond)
+
+	var err error
+	repoRoot, err = filepath.Abs("..")
+	Expect(err).NotTo(HaveOccurred())
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	Expect(assets).NotTo(BeEmpty(), "KUBEBUILDER_ASSETS is not set: run `make test`, which builds the envtest binaries with hack/envtest.sh")
+
+	testEnv = &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join(repoRoot, "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+		BinaryAssetsDirectory: assets,
+	}
+	cfg, err = testEnv.Start()
+	Expect(err).NotTo(HaveOccurred())
+
+	scheme := runtime.NewScheme()
+	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
+	Expect(sandboxv1.AddToScheme(scheme)).To(Succeed())
+	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+
+	admin, err := testEnv.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
+	Expect(err).NotTo(HaveOccurred())
+	kc, err := admin.KubeConfig()
+	Expect(err).NotTo(HaveOccurred())
+	kubeconfigPath = filepath.Join(GinkgoT().TempDir(), "kubeconfig")
+	Expect(os.WriteFile(kubeconfigPath, kc, 0o600)).To(Succeed())
+
+	emu, err = emulator.New(emulator.Options{DataDir: GinkgoT().TempDir()})
+	Expect(err).NotTo(HaveOccurred())
+	emuURL, err := emu.Start("127.0.0.1:0")
+	Expect(err).NotTo(HaveOccurred())
+	recorder = newRecordingProxy(emuURL)
+
+	vc, err = vercel.New(vercel.Config{BaseURL: recorder.URL(), Token: emu.Token(), TeamID: "team_emulator", ProjectID: "prj_emulator"})
+	Expect(err).NotTo(HaveOccurred())
+	startManager(scheme)
+	DeferCleanup(func() {
+		stopManager()
+		recorder.Close()
+		Expect(emu.Close()).To(Succeed())
+		Expect(testEnv.Stop()).To(Succeed())
+	})
+})
+
+func startManager(scheme *runtime.Scheme) {
+	mgrMu.Lock()
+	defer mgrMu.Unlock()
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+	})
+	Expect(err).NotTo(HaveOccurred())
+	err = (&controllers.SandboxReconciler{
+		Client:                  interceptor.NewClient(mgr.GetClient(), writes.funcs()),
+		APIReader:               mgr.GetAPIReader(),
+		Vercel:                  vc,
+		Recorder:                mgr.GetEventRecorder("sandbox-controller"),
+		PollInterval:            pollInterval,
+		MaxConcurrentReconciles: 4,
+	}).SetupWithManager(mgr)
+	Expect(err).NotTo(HaveOccurred())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer GinkgoRecover()
+		defer close(done)
+		Expect(mgr.Start(ctx)).To(Succeed())
+	}()
+	mgrCancel, mgrDone = cancel, done
+}
+
+func stopManager() {
+	mgrMu.Lock()
+	defer mgrMu.Unlock()
+	mgrCancel()
+	<-mgrDone
+}
+
+// restartManager stops the manager and starts a new one, as a crash and
+// restart of the operator would.
+func restartManager() {
+	stopManager()
+	startManager(k8sClient.Scheme())
+}
+
+// writeCounter counts the API-server writes the reconciler makes, per object.
+type writeCounter struct {
+	mu     sync.Mutex
+	counts map[types.NamespacedName]int
+}
+
+func (w *writeCounter) add(obj client.Object) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.counts[client.ObjectKeyFromObject(obj)]++
+}
+
+func (w *writeCounter) get(key types.NamespacedName) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.counts[key]
+}
+
+func (w *writeCounter) funcs() interceptor.Funcs {
+	return interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			w.add(obj)
+			return c.Create(ctx, obj, opts...)
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			w.add(obj)
+			return c.Update(ctx, obj, opts...)
+		},
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			w.add(obj)
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			w.add(obj)
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		},
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			w.add(obj)
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+	}
+}
+
+// recordingProxy forwards to the emulator and keeps every request body, so
+// specs can assert what reached Vercel.
+type recordingProxy struct {
+	srv    *httptest.Server
+	mu     sync.Mutex
+	bodies []recordedRequest
+}
+
+type recordedRequest struct {
+	Method, Path string
+	Body         []byte
+}
+
+func newRecordingProxy(target string) *recordingProxy {
+	u, err := url.Parse(target)
+	Expect(err).NotTo(HaveOccurred())
+	p := &recordingProxy{}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.FlushInterval = -1
+	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		p.mu.Lock()
+		p.bodies = append(p.bodies, recordedRequest{Method: r.Method, Path: r.URL.Path, Body: body})
+		p.mu.Unlock()
+		rp.ServeHTTP(w, r)
+	}))
+	return p
+}
+
+func (p *recordingProxy) URL() string { return p.srv.URL }
+func (p *recordingProxy) Close()      { p.srv.Close() }
+
+// requests returns the recorded requests whose path contains substr.
+func (p *recordingProxy) requests(method, substr string) []recordedRequest {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []recordedRequest
+	for _, r := range p.bodies {
+		if r.Method == method && strings.Contains(r.Path, substr) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+var nsCounter atomic.Int64
+
+// newNamespace creates a namespace of its own for one spec.
+func newNamespace() string {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("spec-%d-%d", GinkgoParallelProcess(), nsCounter.Add(1))}}
+	Expect(k8sClient.Create(context.Background(), ns)).To(Succeed())
+	return ns.Name
+}
+
+func newSandbox(ns, name string, spec sandboxv1.SandboxSpec) *sandboxv1.Sandbox {
+	sbx := &sandboxv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: spec}
+	Expect(k8sClient.Create(context.Background(), sbx)).To(Succeed())
+	return sbx
+}
+
+func runtimeSource(rt string) sandboxv1.SandboxSource {
+	r := sandboxv1.Runtime(rt)
+	return sandboxv1.SandboxSource{Runtime: &r}
+}
+
+// readyCondition fetches the Sandbox and returns its Ready condition (nil
+// when it has none yet).
+func readyCondition(key types.NamespacedName) func(Gomega) *metav1.Condition {
+	return func(g Gomega) *metav1.Condition {
+		sbx := &sandboxv1.Sandbox{}
+		g.Expect(k8sClient.Get(context.Background(), key, sbx)).To(Succeed())
+		return meta.FindStatusCondition(sbx.Status.Conditions, sandboxv1.ConditionReady)
+	}
+}
+
+func getSandbox(key types.NamespacedName) *sandboxv1.Sandbox {
+	sbx := &sandboxv1.Sandbox{}
+	Expect(k8sClient.Get(context.Background(), key, sbx)).To(Succeed())
+	return sbx
+}
+
+func waitReady(key types.NamespacedName) *sandboxv1.Sandbox {
+	Eventually(readyCondition(key)).Should(And(Not(BeNil()), HaveField("Status", metav1.ConditionTrue)))
+	return getSandbox(key)
+}
+
+// eventsFor lists the events about one object, as "Type Reason: note".
+func eventsFor(key types.NamespacedName) []string {
+	list := &eventsv1.EventList{}
+	Expect(k8sClient.List(context.Background(), list, client.InNamespace(key.Namespace))).To(Succeed())
+	var out []string
+	for _, e := range list.Items {
+		if e.Regarding.Name == key.Name {
+			out = append(out, fmt.Sprintf("%s %s: %s", e.Type, e.Reason, e.Note))
+		}
+	}
+	return out
+}
+
+// kubectl runs the real kubectl against the envtest API server.
+func kubectl(args ...string) (string, error) {
+	cmd := exec.Command("kubectl", append([]string{"--kubeconfig", kubeconfigPath}, args...)...)
+	cmd.Dir = repoRoot
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
