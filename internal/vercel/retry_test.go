@@ -116,12 +116,15 @@ func TestNonIdempotentCallsAreNeverResent(t *testing.T) {
 			_, err := c.RunCommandStream(ctx, "sbx_1", RunCommandRequest{Command: "true"})
 			return err
 		},
-		"snapshot":      func(c *Client) error { _, err := c.CreateSnapshot(ctx, "sbx_1", nil); return err },
-		"fork":          func(c *Client) error { _, err := c.ForkSandbox(ctx, "sb", ForkSandboxRequest{Name: "f"}); return err },
-		"write files":   func(c *Client) error { return c.WriteFiles(ctx, "sbx_1", []File{{Path: "a", Content: []byte("x")}}) },
-		"extend":        func(c *Client) error { _, err := c.ExtendTimeout(ctx, "sbx_1", time.Minute); return err },
-		"patch":         func(c *Client) error { _, err := c.UpdateSandbox(ctx, "sb", UpdateSandboxRequest{Timeout: 5000}, false); return err },
-		"mkdir":         func(c *Client) error { return c.Mkdir(ctx, "sbx_1", "d", "", true) },
+		"snapshot":    func(c *Client) error { _, err := c.CreateSnapshot(ctx, "sbx_1", nil); return err },
+		"fork":        func(c *Client) error { _, err := c.ForkSandbox(ctx, "sb", ForkSandboxRequest{Name: "f"}); return err },
+		"write files": func(c *Client) error { return c.WriteFiles(ctx, "sbx_1", []File{{Path: "a", Content: []byte("x")}}) },
+		"extend":      func(c *Client) error { _, err := c.ExtendTimeout(ctx, "sbx_1", time.Minute); return err },
+		"patch": func(c *Client) error {
+			_, err := c.UpdateSandbox(ctx, "sb", UpdateSandboxRequest{Timeout: 5000}, false)
+			return err
+		},
+		"mkdir": func(c *Client) error { return c.Mkdir(ctx, "sbx_1", "d", "", true) },
 		"network policy": func(c *Client) error {
 			_, err := c.UpdateNetworkPolicy(ctx, "sbx_1", NetworkPolicy{Mode: NetworkDenyAll})
 			return err
