@@ -257,8 +257,8 @@ type SetupCommand struct {
 }
 
 // SandboxSpec is the desired state of a Sandbox.
-// +kubebuilder:validation:XValidation:rule="self.source == oldSelf.source",message="spec.source is immutable"
-// +kubebuilder:validation:XValidation:rule="has(self.persistent) == has(oldSelf.persistent) && (!has(self.persistent) || self.persistent == oldSelf.persistent)",message="spec.persistent is immutable"
+// +kubebuilder:validation:XValidation:rule="self.source == oldSelf.source",message="spec.source is immutable",fieldPath=".source"
+// +kubebuilder:validation:XValidation:rule="has(self.persistent) == has(oldSelf.persistent) && (!has(self.persistent) || self.persistent == oldSelf.persistent)",message="spec.persistent is immutable",fieldPath=".persistent"
 type SandboxSpec struct {
 	// source of the sandbox's filesystem: exactly one of runtime, git, tarball,
 	// snapshotRef or snapshotID. Immutable.
