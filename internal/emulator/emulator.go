@@ -1,0 +1,542 @@
+// Package emulator is a local, faithful emulator of the Vercel Sandbox REST
+// API v2 (see docs/dev/emulator-internals.md and the shared API document §9).
+//
+// The server half (this file, server.go, state.go, handlers_*.go, validate.go,
+// faults.go, clock.go, admin.go, paginate.go) implements routing, auth and
+// scoping, the state machine of named sandboxes, sessions, commands and
+// snapshots, validation, limits, fault injection and counters. The runtime
+// half (sandboxfs.go, tarx.go, exec.go, output.go) implements what a session
+// is on disk and how its commands run.
+package emulator
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/getsentry/sandbox-controller/internal/vercel"
+)
+
+// Options configures an Emulator. The zero value is usable.
+type Options struct {
+	// Token is the bearer token clients must send; "" = random, readable via Token().
+	Token string
+	// TeamID and ProjectID default to "team_emulator" and "prj_emulator". They
+	// are the scope of requests that name no team / of Sandbox(name); requests
+	// for other teams or projects see only what was created in that scope.
+	TeamID, ProjectID string
+	// Plan holds the limits; the zero Plan means PlanPro().
+	Plan Plan
+	// Clock is nil for the real clock; use NewFakeClock in tests.
+	Clock Clock
+	// DataDir holds all session and snapshot files; "" = a temporary
+	// directory removed on Close.
+	DataDir string
+	// Exec is "" (auto), "namespace", "host" or "none".
+	Exec string
+	// StartPending > 0 makes new sessions start "pending"; they turn
+	// "running" after this long on the clock.
+	StartPending time.Duration
+	// DuplicateNameStatus is the status of a create with a taken name: 400 (default) or 409.
+	DuplicateNameStatus int
+	// SecondStopStatus is the status of stopping a stopped session: 200
+	// (default; the unchanged session) or 410 (sandbox_stopped).
+	SecondStopStatus int
+	// DeletedSnapshotGetStatus is the status of GET on a deleted or expired
+	// snapshot: 200 (default; status "deleted") or 404.
+	DeletedSnapshotGetStatus int
+	// PendingOps says what commands, file operations and snapshots do on a
+	// pending session: "queue" (default; wait until it runs) or "reject" (422).
+	PendingOps string
+	// Logger receives request and lifecycle logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// Plan holds the limits the emulator enforces. For MaxRunning,
+// RequestsPerMinute and DeletesPerSecond 0 means unlimited; the other fields
+// fall back to the Pro values when 0.
+type Plan struct {
+	Name                      string
+	MaxVCPUs                  int
+	MaxSessionDuration        time.Duration
+	MaxRunning                int
+	RequestsPerMinute         int
+	DeletesPerSecond          int
+	MaxPorts                  int
+	DefaultTimeout            time.Duration
+	DefaultSnapshotExpiration time.Duration
+}
+
+// PlanPro returns the Pro plan limits (API document §8, 2026-08-04).
+func PlanPro() Plan {
+	return Plan{
+		Name:                      "pro",
+		MaxVCPUs:                  8,
+		MaxSessionDuration:        24 * time.Hour,
+		MaxRunning:                10000,
+		RequestsPerMinute:         10000,
+		DeletesPerSecond:          20,
+		MaxPorts:                  15,
+		DefaultTimeout:            5 * time.Minute,
+		DefaultSnapshotExpiration: 30 * 24 * time.Hour,
+	}
+}
+
+// PlanHobby returns the Hobby plan limits (API document §8, 2026-08-04).
+func PlanHobby() Plan {
+	return Plan{
+		Name:                      "hobby",
+		MaxVCPUs:                  4,
+		MaxSessionDuration:        45 * time.Minute,
+		MaxRunning:                10,
+		RequestsPerMinute:         1000,
+		DeletesPerSecond:          20,
+		MaxPorts:                  15,
+		DefaultTimeout:            5 * time.Minute,
+		DefaultSnapshotExpiration: 30 * 24 * time.Hour,
+	}
+}
+
+func (p Plan) normalized() Plan {
+	if p == (Plan{}) {
+		return PlanPro()
+	}
+	pro := PlanPro()
+	if p.Name == "" {
+		p.Name = "custom"
+	}
+	if p.MaxVCPUs <= 0 {
+		p.MaxVCPUs = pro.MaxVCPUs
+	}
+	if p.MaxSessionDuration <= 0 {
+		p.MaxSessionDuration = pro.MaxSessionDuration
+	}
+	if p.MaxPorts <= 0 {
+		p.MaxPorts = pro.MaxPorts
+	}
+	if p.DefaultTimeout <= 0 {
+		p.DefaultTimeout = pro.DefaultTimeout
+	}
+	if p.DefaultSnapshotExpiration <= 0 {
+		p.DefaultSnapshotExpiration = pro.DefaultSnapshotExpiration
+	}
+	return p
+}
+
+// Operation names, used by counters, faults and the client.
+var opNames = []string{
+	"createSandbox", "getSandbox", "listSandboxes", "updateSandbox", "deleteSandbox", "forkSandbox",
+	"listSessions", "getSession", "stopSession", "extendTimeout", "updateNetworkPolicy",
+	"runCommand", "listCommands", "getCommand", "killCommand", "commandLogs", "commandStdin",
+	"writeFiles", "readFile", "mkdir",
+	"createSnapshot", "getSnapshot", "listSnapshots", "deleteSnapshot", "snapshotTree",
+	"interactive",
+}
+
+// Emulator is one emulated Vercel Sandbox API. Create it with New, serve
+// Handler() (or call Start), and Close it when done.
+type Emulator struct {
+	opts    Options
+	plan    Plan
+	clock   Clock
+	fake    *FakeClock
+	log     *slog.Logger
+	token   string
+	dataDir string
+	tempDir bool
+	runner  *runner
+	faults  *Faults
+	handler http.Handler
+
+	counters map[string]*atomic.Int64
+	total    atomic.Int64
+	lim      limiters
+
+	mu        sync.Mutex
+	st        *store
+	trash     []func()
+	closed    bool
+	closing   chan struct{}
+	kick      chan struct{}
+	wg        sync.WaitGroup // command waiters and the sweeper
+	cancelClk func()
+
+	srvMu sync.Mutex
+	srv   *http.Server
+	url   string
+}
+
+// New builds an emulator. It does not listen; use Handler or Start.
+func New(opts Options) (*Emulator, error) {
+	e := &Emulator{
+		opts:    opts,
+		plan:    opts.Plan.normalized(),
+		clock:   opts.Clock,
+		log:     opts.Logger,
+		token:   opts.Token,
+		faults:  newFaults(),
+		closing: make(chan struct{}),
+		kick:    make(chan struct{}, 1),
+	}
+	if e.opts.TeamID == "" {
+		e.opts.TeamID = "team_emulator"
+	}
+	if e.opts.ProjectID == "" {
+		e.opts.ProjectID = "prj_emulator"
+	}
+	switch e.opts.DuplicateNameStatus {
+	case 0:
+		e.opts.DuplicateNameStatus = http.StatusBadRequest
+	case http.StatusBadRequest, http.StatusConflict:
+	default:
+		return nil, fmt.Errorf("emulator: DuplicateNameStatus must be 400 or 409, not %d", opts.DuplicateNameStatus)
+	}
+	switch e.opts.SecondStopStatus {
+	case 0:
+		e.opts.SecondStopStatus = http.StatusOK
+	case http.StatusOK, http.StatusGone:
+	default:
+		return nil, fmt.Errorf("emulator: SecondStopStatus must be 200 or 410, not %d", opts.SecondStopStatus)
+	}
+	switch e.opts.DeletedSnapshotGetStatus {
+	case 0:
+		e.opts.DeletedSnapshotGetStatus = http.StatusOK
+	case http.StatusOK, http.StatusNotFound:
+	default:
+		return nil, fmt.Errorf("emulator: DeletedSnapshotGetStatus must be 200 or 404, not %d", opts.DeletedSnapshotGetStatus)
+	}
+	switch e.opts.PendingOps {
+	case "":
+		e.opts.PendingOps = "queue"
+	case "queue", "reject":
+	default:
+		return nil, fmt.Errorf("emulator: PendingOps must be \"queue\" or \"reject\", not %q", opts.PendingOps)
+	}
+	if opts.StartPending < 0 {
+		return nil, errors.New("emulator: StartPending must not be negative")
+	}
+	if e.log == nil {
+		e.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if e.token == "" {
+		b := make([]byte, 24)
+		if _, err := rand.Read(b); err != nil {
+			return nil, err
+		}
+		e.token = "emu_" + hex.EncodeToString(b)
+	}
+	switch opts.Exec {
+	case "", "namespace", "host", "none":
+	default:
+		return nil, fmt.Errorf("emulator: Exec must be \"\", \"namespace\", \"host\" or \"none\", not %q", opts.Exec)
+	}
+	r, err := newRunner(execMode(opts.Exec))
+	if err != nil {
+		return nil, fmt.Errorf("emulator: exec mode %q: %w", opts.Exec, err)
+	}
+	e.runner = r
+	if opts.DataDir == "" {
+		d, err := os.MkdirTemp("", "vercel-sandbox-emulator-")
+		if err != nil {
+			return nil, err
+		}
+		e.dataDir, e.tempDir = d, true
+	} else {
+		abs, err := filepath.Abs(opts.DataDir)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.MkdirAll(abs, 0o755); err != nil {
+			return nil, err
+		}
+		e.dataDir = abs
+	}
+	e.counters = make(map[string]*atomic.Int64, len(opNames))
+	for _, op := range opNames {
+		e.counters[op] = new(atomic.Int64)
+	}
+	e.st = newStore()
+	switch c := opts.Clock.(type) {
+	case nil:
+		e.clock = realClock{}
+	case *FakeClock:
+		e.fake = c
+		e.cancelClk = c.onChange(e.sweep)
+	}
+	if e.fake == nil {
+		// Real time: a background sweeper makes timeouts fire even when no
+		// request arrives, so processes really end.
+		e.wg.Add(1)
+		go e.sweeper()
+	}
+	e.handler = e.newRouter()
+	return e, nil
+}
+
+// Handler serves the API (and the /_emulator admin endpoints).
+func (e *Emulator) Handler() http.Handler { return e.handler }
+
+// Start listens on addr ("" = 127.0.0.1:0) and serves Handler in the
+// background. It returns the base URL (e.g. "http://127.0.0.1:41234").
+func (e *Emulator) Start(addr string) (string, error) {
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	e.srvMu.Lock()
+	defer e.srvMu.Unlock()
+	if e.srv != nil {
+		return "", errors.New("emulator: already started")
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", err
+	}
+	e.srv = &http.Server{Handler: e.handler, ReadHeaderTimeout: 30 * time.Second}
+	e.url = "http://" + ln.Addr().String()
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		if err := e.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			e.log.Error("emulator: serve", "err", err)
+		}
+	}()
+	return e.url, nil
+}
+
+// URL is the base URL after Start ("" before).
+func (e *Emulator) URL() string {
+	e.srvMu.Lock()
+	defer e.srvMu.Unlock()
+	return e.url
+}
+
+// Token is the bearer token clients must send.
+func (e *Emulator) Token() string { return e.token }
+
+// Clock is the emulator's clock.
+func (e *Emulator) Clock() Clock { return e.clock }
+
+// Faults is the fault-injection table.
+func (e *Emulator) Faults() *Faults { return e.faults }
+
+// ExecMode is the effective command execution mode ("namespace", "host" or "none").
+func (e *Emulator) ExecMode() string { return string(e.runner.mode()) }
+
+// ExecDescription is a one-line description of how commands run.
+func (e *Emulator) ExecDescription() string { return e.runner.describe() }
+
+// ScriptExit makes command `name` exit with code in exec mode "none"
+// (other commands exit 0 there).
+func (e *Emulator) ScriptExit(name string, code int) { e.runner.setScriptedExit(name, code) }
+
+// DataDir is where session and snapshot files live.
+func (e *Emulator) DataDir() string { return e.dataDir }
+
+// Close stops the server, ends every process and removes temporary data.
+func (e *Emulator) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	close(e.closing)
+	e.mu.Unlock()
+	if e.cancelClk != nil {
+		e.cancelClk()
+	}
+	// Kill every process first, so open log/wait streams end.
+	e.mu.Lock()
+	var procs []*proc
+	for _, s := range e.st.sessions {
+		for _, c := range s.commands {
+			if c.proc != nil && !c.exited {
+				procs = append(procs, c.proc)
+			}
+		}
+	}
+	e.mu.Unlock()
+	for _, p := range procs {
+		p.terminate()
+	}
+	var errs []error
+	e.srvMu.Lock()
+	srv := e.srv
+	e.srvMu.Unlock()
+	if srv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if err := srv.Shutdown(ctx); err != nil {
+			_ = srv.Close()
+		}
+		cancel()
+	}
+	e.wg.Wait()
+	e.emptyTrash()
+	if e.tempDir {
+		if err := os.RemoveAll(e.dataDir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// RequestCount is the number of requests of op received ("" = all).
+func (e *Emulator) RequestCount(op string) int64 {
+	if op == "" {
+		return e.total.Load()
+	}
+	if c, ok := e.counters[op]; ok {
+		return c.Load()
+	}
+	return 0
+}
+
+// Counts returns every per-operation counter plus "total".
+func (e *Emulator) Counts() map[string]int64 {
+	m := make(map[string]int64, len(e.counters)+1)
+	for op, c := range e.counters {
+		m[op] = c.Load()
+	}
+	m["total"] = e.total.Load()
+	return m
+}
+
+// ResetCounts zeroes every counter.
+func (e *Emulator) ResetCounts() {
+	for _, c := range e.counters {
+		c.Store(0)
+	}
+	e.total.Store(0)
+}
+
+// LiveSandboxes returns every named sandbox not deleted (all scopes),
+// oldest first.
+func (e *Emulator) LiveSandboxes() []vercel.Sandbox {
+	e.sweep()
+	e.mu.Lock()
+	defer e.unlock()
+	all := e.st.allSandboxes()
+	out := make([]vercel.Sandbox, 0, len(all))
+	for _, sb := range all {
+		out = append(out, e.renderSandbox(sb))
+	}
+	return out
+}
+
+// Sandbox returns the named sandbox, looked up in the default scope first,
+// then in any scope.
+func (e *Emulator) Sandbox(name string) (vercel.Sandbox, bool) {
+	e.sweep()
+	e.mu.Lock()
+	defer e.unlock()
+	if sb := e.st.sandbox(scope{e.opts.TeamID, e.opts.ProjectID}, name); sb != nil {
+		return e.renderSandbox(sb), true
+	}
+	for _, sb := range e.st.allSandboxes() {
+		if sb.name == name {
+			return e.renderSandbox(sb), true
+		}
+	}
+	return vercel.Sandbox{}, false
+}
+
+// Sessions returns every session of every live sandbox, oldest first.
+func (e *Emulator) Sessions() []vercel.Session {
+	e.sweep()
+	e.mu.Lock()
+	defer e.unlock()
+	ss := make([]*sessionRec, 0, len(e.st.sessions))
+	for _, s := range e.st.sessions {
+		ss = append(ss, s)
+	}
+	sort.Slice(ss, func(i, j int) bool { return ss[i].seq < ss[j].seq })
+	out := make([]vercel.Session, 0, len(ss))
+	for _, s := range ss {
+		out = append(out, e.renderSession(s))
+	}
+	return out
+}
+
+// Snapshots returns every snapshot ever taken, including deleted and
+// expired ones (status "deleted"), oldest first.
+func (e *Emulator) Snapshots() []vercel.Snapshot {
+	e.sweep()
+	e.mu.Lock()
+	defer e.unlock()
+	ss := make([]*snapshotRec, 0, len(e.st.snapshots))
+	for _, s := range e.st.snapshots {
+		ss = append(ss, s)
+	}
+	sort.Slice(ss, func(i, j int) bool { return ss[i].seq < ss[j].seq })
+	out := make([]vercel.Snapshot, 0, len(ss))
+	for _, s := range ss {
+		out = append(out, renderSnapshot(s))
+	}
+	return out
+}
+
+// unlock releases e.mu and then runs the deferred file removals queued
+// while it was held.
+func (e *Emulator) unlock() {
+	t := e.trash
+	e.trash = nil
+	e.mu.Unlock()
+	for _, fn := range t {
+		fn()
+	}
+}
+
+func (e *Emulator) emptyTrash() {
+	e.mu.Lock()
+	e.unlock()
+}
+
+// sweeper runs the lazy sweep periodically under the real clock.
+func (e *Emulator) sweeper() {
+	defer e.wg.Done()
+	t := time.NewTimer(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.closing:
+			return
+		case <-t.C:
+		case <-e.kick:
+			if !t.Stop() {
+				select {
+				case <-t.C:
+				default:
+				}
+			}
+		}
+		e.sweep()
+		d := 250 * time.Millisecond
+		e.mu.Lock()
+		if next, ok := e.st.timers.peek(); ok {
+			if wait := time.Duration(next-ms(e.clock.Now())) * time.Millisecond; wait < d {
+				d = max(wait, time.Millisecond)
+			}
+		}
+		e.mu.Unlock()
+		t.Reset(d)
+	}
+}
+
+func (e *Emulator) kickSweeper() {
+	select {
+	case e.kick <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,366 @@
+package emulator
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"maps"
+	"net/http"
+	"os"
+	"path"
+	"slices"
+	"time"
+
+	"github.com/getsentry/sandbox-controller/internal/vercel"
+)
+
+// noneFS stands in for a session filesystem in exec mode "none", where
+// commands never touch the disk: sessions get a directory only when a file
+// is written.
+var noneFS = &sandboxFS{}
+
+func commandNotFound(id string) *apiError { return notFound("Command %s not found.", id) }
+
+// commandLocked finds a command of a live session.
+func (e *Emulator) commandLocked(rc *reqCtx) (*commandRec, *apiError) {
+	s, err := e.liveSessionLocked(rc)
+	if err != nil {
+		return nil, err
+	}
+	id := rc.param("cid")
+	for _, c := range s.commands {
+		if c.id == id {
+			return c, nil
+		}
+	}
+	return nil, commandNotFound(id)
+}
+
+// waitCommand records a command's exit time as soon as it exits.
+func (e *Emulator) waitCommand(c *commandRec, p *proc) {
+	defer e.wg.Done()
+	<-p.done()
+	code, _ := p.exitCode()
+	e.mu.Lock()
+	if !c.exited {
+		c.exited, c.exitCode, c.finishedAt = true, code, e.nowMs()
+	}
+	e.mu.Unlock()
+}
+
+func (e *Emulator) handleRunCommand(rc *reqCtx) {
+	var b runCommandBody
+	if err := rc.decode(&b, false); err != nil {
+		rc.fail(err)
+		return
+	}
+	if err := e.validateRunCommand(&b); err != nil {
+		rc.fail(err)
+		return
+	}
+	q := rc.r.URL.Query()
+	wait := (b.Wait != nil && *b.Wait) || truthy(q.Get("wait"))
+	logs := wait && ((b.Logs != nil && *b.Logs) || truthy(q.Get("logs")))
+
+	e.mu.Lock()
+	s, err := e.liveSessionLocked(rc)
+	if err != nil {
+		e.unlock()
+		rc.fail(err)
+		return
+	}
+	fsys := s.fs
+	if fsys == nil {
+		if e.runner.mode() == execNone {
+			fsys = noneFS
+		} else if fsys, err = e.fsLocked(s); err != nil {
+			e.unlock()
+			rc.fail(err)
+			return
+		}
+	}
+	cwd := s.cwd
+	if b.Cwd != nil {
+		cwd = *b.Cwd
+	}
+	env := maps.Clone(s.env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	maps.Copy(env, b.Env)
+	spec := procSpec{FS: fsys, Name: *b.Command, Args: b.Args, Cwd: cwd, Env: env, Sudo: b.Sudo != nil && *b.Sudo}
+	if b.Timeout != nil {
+		spec.Timeout = time.Duration(*b.Timeout) * time.Millisecond
+	}
+	p, serr := e.runner.start(spec)
+	if serr != nil {
+		e.unlock()
+		rc.fail(runtimeError(serr))
+		return
+	}
+	c := &commandRec{
+		id:          newCommandID(),
+		name:        *b.Command,
+		args:        slices.Clone(b.Args),
+		cwd:         absSandboxPath(cwd),
+		sess:        s,
+		startedAt:   e.nowMs(),
+		attachStdin: b.AttachStdin != nil && *b.AttachStdin,
+		proc:        p,
+	}
+	s.commands = append(s.commands, c)
+	if code, exited := p.exitCode(); exited {
+		c.exited, c.exitCode, c.finishedAt = true, code, c.startedAt
+	} else {
+		e.wg.Add(1)
+		go e.waitCommand(c, p)
+	}
+	first := e.renderCommand(c)
+	first.ExitCode, first.DurationMs = nil, 0 // the first record is always "started"
+	e.unlock()
+
+	if !wait {
+		rc.json(http.StatusOK, vercel.CommandResponse{Command: first})
+		return
+	}
+	nd := newNDJSON(rc.w)
+	if nd.write(map[string]any{"command": first}) != nil {
+		return
+	}
+	ctx := rc.r.Context()
+	if logs {
+		if err := p.output().follow(ctx, nd.logRecord); err != nil {
+			return
+		}
+	}
+	select {
+	case <-p.done():
+	case <-ctx.Done():
+		return
+	}
+	e.mu.Lock()
+	last := e.renderCommand(c)
+	e.mu.Unlock()
+	_ = nd.write(map[string]any{"command": last})
+}
+
+// runtimeError maps an error of the runtime half to an API answer.
+func runtimeError(err error) *apiError {
+	switch {
+	case errors.Is(err, errInvalidPath):
+		return badRequest("%s", err.Error())
+	case errors.Is(err, os.ErrNotExist):
+		return notFound("%s", err.Error())
+	}
+	return &apiError{status: 500, code: "internal_server_error", message: err.Error()}
+}
+
+// fsLocked returns the session's filesystem, creating it on first use.
+func (e *Emulator) fsLocked(s *sessionRec) (*sandboxFS, *apiError) {
+	f, err := e.ensureFSLocked(s)
+	if err != nil {
+		return nil, &apiError{status: 500, code: "internal_server_error", message: "Could not prepare the session filesystem: " + err.Error()}
+	}
+	return f, nil
+}
+
+func (e *Emulator) handleListCommands(rc *reqCtx) {
+	e.mu.Lock()
+	s, err := e.liveSessionLocked(rc)
+	if err != nil {
+		e.unlock()
+		rc.fail(err)
+		return
+	}
+	out := vercel.ListCommandsResponse{Commands: make([]vercel.Command, 0, len(s.commands))}
+	for i := len(s.commands) - 1; i >= 0; i-- {
+		out.Commands = append(out.Commands, e.renderCommand(s.commands[i]))
+	}
+	e.unlock()
+	rc.json(http.StatusOK, out)
+}
+
+func (e *Emulator) handleGetCommand(rc *reqCtx) {
+	wait := truthy(rc.query("wait"))
+	e.mu.Lock()
+	c, err := e.commandLocked(rc)
+	if err != nil {
+		e.unlock()
+		rc.fail(err)
+		return
+	}
+	if wait && c.proc != nil {
+		e.observeExit(c)
+		if !c.exited {
+			e.unlock()
+			select {
+			case <-c.proc.done():
+			case <-rc.r.Context().Done():
+				return
+			}
+			e.mu.Lock()
+		}
+	}
+	resp := vercel.CommandResponse{Command: e.renderCommand(c)}
+	e.unlock()
+	rc.json(http.StatusOK, resp)
+}
+
+func (e *Emulator) handleKillCommand(rc *reqCtx) {
+	var b killBody
+	if err := rc.decode(&b, false); err != nil {
+		rc.fail(err)
+		return
+	}
+	if b.Signal == nil {
+		rc.fail(invalid("signal", "is required: should have required property 'signal'"))
+		return
+	}
+	if *b.Signal < 1 || *b.Signal > 64 {
+		rc.fail(invalid("signal", "should be a POSIX signal number between 1 and 64"))
+		return
+	}
+	e.mu.Lock()
+	c, err := e.commandLocked(rc)
+	if err != nil {
+		e.unlock()
+		rc.fail(err)
+		return
+	}
+	e.observeExit(c)
+	p := c.proc
+	exited := c.exited
+	e.unlock()
+	// Killing a command that already exited answers it unchanged.
+	if !exited && p != nil {
+		if kerr := p.kill(*b.Signal); kerr != nil && !errors.Is(kerr, os.ErrProcessDone) {
+			rc.fail(runtimeError(kerr))
+			return
+		}
+		// Give the signal a moment to take effect so the answer usually shows the exit.
+		t := time.NewTimer(200 * time.Millisecond)
+		select {
+		case <-p.done():
+		case <-t.C:
+		case <-rc.r.Context().Done():
+		}
+		t.Stop()
+	}
+	e.mu.Lock()
+	resp := vercel.CommandResponse{Command: e.renderCommand(c)}
+	e.unlock()
+	rc.json(http.StatusOK, resp)
+}
+
+func (e *Emulator) handleCommandLogs(rc *reqCtx) {
+	e.mu.Lock()
+	c, err := e.commandLocked(rc)
+	if err != nil {
+		e.unlock()
+		rc.fail(err)
+		return
+	}
+	p := c.proc
+	e.unlock()
+	nd := newNDJSON(rc.w)
+	nd.start()
+	if p != nil {
+		_ = p.output().follow(rc.r.Context(), nd.logRecord)
+	}
+}
+
+func (e *Emulator) handleCommandStdin(rc *reqCtx) {
+	var b stdinBody
+	if err := rc.decode(&b, false); err != nil {
+		rc.fail(err)
+		return
+	}
+	if b.Data != nil {
+		if len(*b.Data) > 1_000_000 {
+			rc.fail(invalid("data", "should NOT be longer than 1000000 characters"))
+			return
+		}
+		if _, err := base64.StdEncoding.DecodeString(*b.Data); err != nil {
+			rc.fail(invalid("data", "should be base64-encoded"))
+			return
+		}
+	}
+	if b.Offset != nil && *b.Offset < 0 {
+		rc.fail(invalid("offset", "should be >= 0"))
+		return
+	}
+	e.mu.Lock()
+	c, err := e.commandLocked(rc)
+	if err != nil {
+		e.unlock()
+		rc.fail(err)
+		return
+	}
+	attached := c.attachStdin
+	e.unlock()
+	if !attached {
+		rc.fail(badRequest("Command %s was not started with `attachStdin: true`.", c.id))
+		return
+	}
+	// The runtime gives every command an empty stdin (/dev/null); there is
+	// nothing to write to.
+	rc.fail(&apiError{status: 501, code: "not_implemented", message: "The emulator does not support writing to a command's stdin."})
+}
+
+// ---- NDJSON ----
+
+// ndjson writes application/x-ndjson records, flushing after each line.
+type ndjson struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	started bool
+}
+
+func newNDJSON(w http.ResponseWriter) *ndjson {
+	return &ndjson{w: w, rc: http.NewResponseController(w)}
+}
+
+func (n *ndjson) start() {
+	if n.started {
+		return
+	}
+	n.started = true
+	n.w.Header().Set("Content-Type", "application/x-ndjson")
+	n.w.Header().Set("Cache-Control", "no-cache")
+	n.w.Header().Set("X-Accel-Buffering", "no")
+	n.w.WriteHeader(http.StatusOK)
+	_ = n.rc.Flush()
+}
+
+func (n *ndjson) write(v any) error {
+	n.start()
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if _, err := n.w.Write(append(b, '\n')); err != nil {
+		return err
+	}
+	if err := n.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
+	}
+	return nil
+}
+
+type logLine struct {
+	Stream string `json:"stream"`
+	Data   string `json:"data"`
+}
+
+func (n *ndjson) logRecord(r outputRecord) error {
+	return n.write(logLine{Stream: r.Stream, Data: r.Data})
+}
+
+// absSandboxPath cleans a command cwd as the sandbox sees it: relative
+// paths are relative to /vercel/sandbox.
+func absSandboxPath(p string) string {
+	if !path.IsAbs(p) {
+		p = path.Join(defaultCwd, p)
+	}
+	return path.Clean(p)
+}
