@@ -72,7 +72,7 @@ const (
 // as {} when allowEmpty.
 func decodeBody(body []byte, dst any, allowEmpty bool) *apiError {
 	body = bytes.TrimSpace(body)
-	if len(body) == 0 {
+	if len(body) == 0 || (allowEmpty && string(body) == "null") {
 		if allowEmpty {
 			return nil
 		}
