@@ -171,7 +171,7 @@ func newSysProcAttr(cred *syscall.Credential) *syscall.SysProcAttr {
 // that its process group can still be signalled safely. It returns a nil state:
 // the caller reaps with proc.Wait.
 func waitExited(proc *os.Process) (*os.ProcessState, error) {
-	const pPID = 1 // P_PID
+	const pPID = 1     // P_PID
 	var info [128]byte // siginfo_t
 	for {
 		_, _, errno := syscall.Syscall6(syscall.SYS_WAITID, pPID, uintptr(proc.Pid),

@@ -26,10 +26,11 @@ type outputRecord struct {
 // of readers may follow it concurrently, from the start, while it grows. Once closed
 // (the command has exited and its pipes are drained) it never changes again.
 type outputLog struct {
-	mu      sync.Mutex
-	records []outputRecord
-	size    int
-	closed  bool
+	mu        sync.Mutex
+	records   []outputRecord
+	size      int  // bytes of output kept
+	truncated bool // maxOutputBytes reached: further output is dropped
+	closed    bool
 	// changed is closed and replaced whenever records grow or the log closes; a
 	// follower waiting for more output selects on the channel it saw last.
 	changed chan struct{}
@@ -55,12 +56,12 @@ func (l *outputLog) append(stream, data string) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.closed || l.size >= maxOutputBytes {
+	if l.closed || l.truncated {
 		return
 	}
 	if l.size+len(data) > maxOutputBytes {
 		l.records = append(l.records, outputRecord{Stream: "stderr", Data: outputTruncatedNotice})
-		l.size = maxOutputBytes
+		l.truncated = true
 	} else {
 		l.records = append(l.records, outputRecord{Stream: stream, Data: data})
 		l.size += len(data)
