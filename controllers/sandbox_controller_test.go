@@ -300,7 +300,7 @@ var _ = Describe("Sandbox", func() {
 			newSandbox(ns, "limited", sandboxv1.SandboxSpec{Source: runtimeSource("node24")})
 			waitReady(key)
 			Expect(time.Since(start)).To(BeNumerically(">=", 4*time.Second))
-			Expect(emu.RequestCount("createSandbox") - creates).To(Equal(int64(5)), "four 429 answers, then one create")
+			Expect(emu.RequestCount("createSandbox")-creates).To(Equal(int64(5)), "four 429 answers, then one create")
 		})
 	})
 
@@ -425,4 +425,3 @@ func gitRepo(files map[string]string) string {
 	}
 	return dir
 }
-
