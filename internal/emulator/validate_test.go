@@ -160,7 +160,7 @@ func TestValidationOtherEndpoints(t *testing.T) {
 	sess := "/v2/sandboxes/sessions/" + sb.Session.ID
 	for _, tc := range []struct {
 		name, method, path, body, field string
-		status                       int
+		status                          int
 	}{
 		{"patch unknown", "PATCH", "/v2/sandboxes/v" + prj, `{"source":{}}`, "`source`", 400},
 		{"patch memory", "PATCH", "/v2/sandboxes/v" + prj, `{"resources":{"vcpus":4,"memory":4096}}`, "`resources.memory`", 400},
