@@ -121,6 +121,48 @@ func mustCreate(t *testing.T, env *contractEnv, req vercel.CreateSandboxRequest)
 	return resp
 }
 
+// The checkers below assert the fields §3 marks required: the SDKs validate
+// responses strictly, so a missing one breaks a real client (§9.19).
+
+func checkSession(t *testing.T, s *vercel.Session) {
+	t.Helper()
+	if s == nil {
+		t.Error("missing session")
+		return
+	}
+	if s.ID == "" || s.VCPUs == 0 || s.Memory != s.VCPUs*2048 || s.Region == "" || s.Timeout == 0 || s.Status == "" ||
+		s.RequestedAt == 0 || s.CreatedAt == 0 || s.UpdatedAt == 0 || s.Cwd == "" || s.ProjectID == "" || s.SourceSandboxName == "" {
+		t.Errorf("session lacks required fields: %+v", s)
+	}
+	if s.Status == vercel.SessionRunning && s.StartedAt == 0 {
+		t.Errorf("running session without startedAt: %+v", s)
+	}
+}
+
+func checkSandbox(t *testing.T, s *vercel.Sandbox) {
+	t.Helper()
+	if s.Name == "" || s.CurrentSessionID == "" || s.Status == "" || s.StatusUpdatedAt == 0 || s.CreatedAt == 0 || s.UpdatedAt == 0 {
+		t.Errorf("sandbox lacks required fields: %+v", s)
+	}
+	if (s.Status == vercel.SessionRunning) != (s.ExpiresAt != 0) {
+		t.Errorf("sandbox expiresAt must be set exactly while running: %+v", s)
+	}
+}
+
+func checkSnapshot(t *testing.T, s *vercel.Snapshot) {
+	t.Helper()
+	if s.ID == "" || s.SourceSessionID == "" || s.Region == "" || s.Status == "" || s.CreatedAt == 0 || s.UpdatedAt == 0 || s.LastUsedAt == 0 {
+		t.Errorf("snapshot lacks required fields: %+v", s)
+	}
+}
+
+func checkCommand(t *testing.T, c *vercel.Command) {
+	t.Helper()
+	if c.ID == "" || c.Name == "" || c.Args == nil || c.Cwd == "" || c.SessionID == "" || c.StartedAt == 0 {
+		t.Errorf("command lacks required fields: %+v", c)
+	}
+}
+
 func TestContractSandboxLifecycle(t *testing.T) {
 	env := newContractEnv(t, emulator.Options{})
 	ctx := testCtx(t)
@@ -136,6 +178,11 @@ func TestContractSandboxLifecycle(t *testing.T) {
 	}
 	if len(created.Routes) != 1 || created.Routes[0].Port != 3000 || !strings.HasPrefix(created.Routes[0].URL, "https://") {
 		t.Errorf("routes %+v", created.Routes)
+	}
+	checkSession(t, s)
+	checkSandbox(t, &created.Sandbox)
+	if created.Sandbox.ExpiresAt != s.StartedAt+s.Timeout {
+		t.Errorf("expiresAt %d, want startedAt+timeout %d", created.Sandbox.ExpiresAt, s.StartedAt+s.Timeout)
 	}
 
 	// /v2 with a runtime: /v3 would refuse the runtime field.
@@ -171,6 +218,8 @@ func TestContractSandboxLifecycle(t *testing.T) {
 	if stopped.Resumed || stopped.Session == nil || stopped.Session.Status != vercel.SessionStopped {
 		t.Errorf("without resume, a stopped sandbox must stay stopped: %+v", stopped.Session)
 	}
+	checkSandbox(t, &stopped.Sandbox)
+	checkSession(t, stopped.Session)
 	resumed, err := env.c.GetSandbox(ctx, "life", true)
 	if err != nil {
 		t.Fatal(err)
@@ -307,9 +356,10 @@ func TestContractSessions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if stop.Session.Status != vercel.SessionStopped || stop.Session.StoppedAt == 0 {
+	if stop.Session.Status != vercel.SessionStopped || stop.Session.StoppedAt == 0 || stop.Session.Duration == 0 && stop.Session.StartedAt != stop.Session.StoppedAt {
 		t.Errorf("stop %+v", stop.Session)
 	}
+	checkSession(t, &stop.Session)
 	// Persistent by default: the stop took an automatic snapshot.
 	if stop.Snapshot == nil || stop.Sandbox == nil || stop.Snapshot.CreationMethod != "automatic" || stop.Sandbox.CurrentSnapshotID != stop.Snapshot.ID {
 		t.Errorf("persistent stop: sandbox %+v snapshot %+v", stop.Sandbox, stop.Snapshot)
@@ -337,6 +387,7 @@ func TestContractCommands(t *testing.T) {
 	if cmd.ExitCode != nil || !strings.HasPrefix(cmd.ID, "cmd_") || cmd.Name != "sh" || cmd.SessionID != id {
 		t.Errorf("detached command %+v", cmd)
 	}
+	checkCommand(t, cmd)
 	done, err := env.c.GetCommand(ctx, id, cmd.ID, true)
 	if err != nil {
 		t.Fatal(err)
@@ -344,6 +395,7 @@ func TestContractCommands(t *testing.T) {
 	if done.ExitCode == nil || *done.ExitCode != 7 {
 		t.Errorf("waited command %+v", done)
 	}
+	checkCommand(t, done)
 	stdout, stderr, err := env.c.ReadAllLogs(ctx, id, cmd.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -504,6 +556,11 @@ func TestContractFilesSnapshotForkResume(t *testing.T) {
 	snap, err := env.c.CreateSnapshot(ctx, id, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	checkSnapshot(t, &snap.Snapshot)
+	checkSession(t, snap.Session)
+	if snap.Session != nil && snap.Session.SnapshottedAt == 0 {
+		t.Errorf("snapshotted session without snapshottedAt: %+v", snap.Session)
 	}
 	if snap.Snapshot.Status != vercel.SnapshotCreated || snap.Snapshot.SizeBytes <= 0 || snap.Snapshot.SourceSessionID != id ||
 		snap.Session == nil || !snap.Session.Status.Terminal() && snap.Session.Status != vercel.SessionSnapshotting {
