@@ -252,6 +252,10 @@ func New(opts Options) (*Emulator, error) {
 		if err != nil {
 			return nil, err
 		}
+		// Commands may run as an unprivileged user: it must reach its session.
+		if err := os.Chmod(d, 0o755); err != nil {
+			return nil, err
+		}
 		e.dataDir, e.tempDir = d, true
 	} else {
 		abs, err := filepath.Abs(opts.DataDir)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -52,9 +53,6 @@ func newEnv(t *testing.T, opts Options) *tenv {
 		opts.Clock = te.clk
 	} else if fc, ok := opts.Clock.(*FakeClock); ok {
 		te.clk = fc
-	}
-	if opts.DataDir == "" {
-		opts.DataDir = t.TempDir()
 	}
 	e, err := New(opts)
 	if err != nil {
@@ -261,3 +259,16 @@ func requireKeys(t *testing.T, what string, obj map[string]any, keys ...string) 
 		}
 	}
 }
+
+// newTarballServer serves data at every path and returns its base URL.
+func newTarballServer(t *testing.T, data []byte) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/gzip")
+		_, _ = w.Write(data)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func writeFile(p, s string) error { return os.WriteFile(p, []byte(s), 0o644) }

@@ -486,8 +486,9 @@ func checkSource(s *sourceBody) (*vercel.Source, *apiError) {
 		if s.URL == nil {
 			return invalid("source", "should have required property 'url'")
 		}
+		// Absolute local paths are an emulator extension (local git repos).
 		u, err := url.Parse(*s.URL)
-		if err != nil || u.Scheme == "" {
+		if err != nil || (u.Scheme == "" && !strings.HasPrefix(*s.URL, "/")) {
 			return invalid("source.url", "should match format \"uri\"")
 		}
 		out.URL = *s.URL
