@@ -1,0 +1,201 @@
+// Command emulator serves a local emulator of the Vercel Sandbox REST API v2
+// (internal/emulator) for development and tests.
+//
+//	go run ./cmd/emulator --exec=none --plan=hobby
+//
+// It binds to loopback unless --allow-remote is given. Commands sent to it
+// run as local processes on this machine: it is not an isolation boundary.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/getsentry/sandbox-controller/internal/emulator"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr, nil); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(2)
+		}
+		fmt.Fprintln(os.Stderr, "emulator:", err)
+		os.Exit(1)
+	}
+}
+
+// run parses args, starts the emulator and serves until ctx ends. ready, when
+// set, receives the base URL once the server listens (for tests).
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready chan<- string) error {
+	fs := flag.NewFlagSet("emulator", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		listen       = fs.String("listen", "127.0.0.1:0", "address to listen on (loopback only unless --allow-remote)")
+		allowRemote  = fs.Bool("allow-remote", false, "allow a non-loopback --listen address (commands run on this host!)")
+		token        = fs.String("token", "", "bearer token clients must send (default: random)")
+		teamID       = fs.String("team-id", "team_emulator", "default team id")
+		projectID    = fs.String("project-id", "prj_emulator", "default project id")
+		dataDir      = fs.String("data-dir", "", "directory for session and snapshot files (default: a temporary directory removed on exit)")
+		execMode     = fs.String("exec", "", "command execution: namespace, host or none (default: namespace when available, else host)")
+		planName     = fs.String("plan", "pro", "plan limits: hobby or pro")
+		maxRunning   = fs.Int("max-running", -1, "override: concurrently running sessions per team (0 = unlimited)")
+		maxSession   = fs.Duration("max-session-duration", 0, "override: maximum session duration")
+		rpm          = fs.Int("requests-per-minute", -1, "override: control-plane requests per minute per team (0 = unlimited)")
+		dps          = fs.Int("deletes-per-second", -1, "override: deletes per second per team (0 = unlimited)")
+		maxVCPUs     = fs.Int("max-vcpus", 0, "override: maximum vCPUs per sandbox")
+		maxPorts     = fs.Int("max-ports", 0, "override: maximum exposed ports per sandbox")
+		defTimeout   = fs.Duration("default-timeout", 0, "override: default session timeout")
+		snapExp      = fs.Duration("snapshot-expiration", 0, "override: default snapshot expiration")
+		startPending = fs.Duration("start-pending", 0, "sessions start pending and run after this delay")
+		pendingOps   = fs.String("pending-ops", "queue", "operations on a pending session: queue or reject")
+		dupStatus    = fs.Int("duplicate-name-status", 400, "status of a create with a taken name: 400 or 409")
+		secondStop   = fs.Int("second-stop-status", 200, "status of stopping a stopped session: 200 or 410")
+		deletedSnap  = fs.Int("deleted-snapshot-get-status", 200, "status of GET on a deleted snapshot: 200 or 404")
+		fakeClock    = fs.Bool("fake-clock", false, "run on a fake clock, advanced only through POST /_emulator/clock/advance")
+		printEnv     = fs.Bool("print-env", false, "print only `export VAR=value` lines on stdout (banner goes to stderr)")
+		logLevel     = fs.String("log-level", "info", "log level: debug, info, warn, error")
+	)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if err := checkListen(*listen, *allowRemote); err != nil {
+		return err
+	}
+	var plan emulator.Plan
+	switch *planName {
+	case "pro":
+		plan = emulator.PlanPro()
+	case "hobby":
+		plan = emulator.PlanHobby()
+	default:
+		return fmt.Errorf("--plan must be hobby or pro, not %q", *planName)
+	}
+	if *maxRunning >= 0 {
+		plan.MaxRunning = *maxRunning
+	}
+	if *rpm >= 0 {
+		plan.RequestsPerMinute = *rpm
+	}
+	if *dps >= 0 {
+		plan.DeletesPerSecond = *dps
+	}
+	if *maxSession > 0 {
+		plan.MaxSessionDuration = *maxSession
+	}
+	if *maxVCPUs > 0 {
+		plan.MaxVCPUs = *maxVCPUs
+	}
+	if *maxPorts > 0 {
+		plan.MaxPorts = *maxPorts
+	}
+	if *defTimeout > 0 {
+		plan.DefaultTimeout = *defTimeout
+	}
+	if *snapExp > 0 {
+		plan.DefaultSnapshotExpiration = *snapExp
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	opts := emulator.Options{
+		Token: *token, TeamID: *teamID, ProjectID: *projectID, Plan: plan,
+		DataDir: *dataDir, Exec: *execMode, StartPending: *startPending,
+		DuplicateNameStatus: *dupStatus, SecondStopStatus: *secondStop,
+		DeletedSnapshotGetStatus: *deletedSnap, PendingOps: *pendingOps, Logger: logger,
+	}
+	if *fakeClock {
+		opts.Clock = emulator.NewFakeClock(time.Now())
+	}
+	emu, err := emulator.New(opts)
+	if err != nil {
+		return err
+	}
+	defer emu.Close()
+
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	baseURL := "http://" + ln.Addr().String()
+	srv := &http.Server{Handler: emu.Handler(), ReadHeaderTimeout: 30 * time.Second}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+
+	banner, envOut := stdout, stdout
+	if *printEnv {
+		banner = stderr
+	}
+	fmt.Fprintf(banner, "Vercel Sandbox API emulator listening on %s\n", baseURL)
+	fmt.Fprintf(banner, "  token:     %s\n", emu.Token())
+	fmt.Fprintf(banner, "  team:      %s   project: %s   plan: %s\n", *teamID, *projectID, plan.Name)
+	fmt.Fprintf(banner, "  exec mode: %s\n    %s\n", emu.ExecMode(), emu.ExecDescription())
+	fmt.Fprintf(banner, "  data dir:  %s\n", emu.DataDir())
+	if emu.ExecMode() != "none" {
+		fmt.Fprintln(banner, strings.Repeat("!", 78))
+		fmt.Fprintln(banner, "!! WARNING: commands sent to this emulator run as real processes ON THIS HOST.")
+		fmt.Fprintln(banner, "!! It is NOT an isolation boundary. Do not expose it; run only trusted code.")
+		fmt.Fprintln(banner, strings.Repeat("!", 78))
+	}
+	if *printEnv {
+		fmt.Fprintf(envOut, "export VERCEL_API_URL=%s\nexport VERCEL_TOKEN=%s\nexport VERCEL_TEAM_ID=%s\nexport VERCEL_PROJECT_ID=%s\n",
+			baseURL, emu.Token(), *teamID, *projectID)
+	} else {
+		fmt.Fprintf(envOut, "VERCEL_API_URL=%s VERCEL_TOKEN=%s VERCEL_TEAM_ID=%s VERCEL_PROJECT_ID=%s\n",
+			baseURL, emu.Token(), *teamID, *projectID)
+	}
+	if ready != nil {
+		ready <- baseURL
+	}
+
+	select {
+	case <-ctx.Done():
+		logger.Info("shutting down")
+	case err := <-serveErr:
+		return err
+	}
+	// Close the emulator first: it kills processes, so open streams end.
+	closeErr := emu.Close()
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		_ = srv.Close()
+	}
+	<-serveErr
+	return closeErr
+}
+
+// checkListen refuses non-loopback addresses unless allowed.
+func checkListen(addr string, allowRemote bool) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--listen %q: %w", addr, err)
+	}
+	if allowRemote {
+		return nil
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("--listen %q is not a loopback address; commands run on this host, so pass --allow-remote to expose it deliberately", addr)
+}
