@@ -388,7 +388,12 @@ func (l *procLaunch) spawn(p *proc) (*os.Process, error) {
 			p.finishUnstarted(127, fmt.Sprintf("%s: No such file or directory\n", l.spec.Name))
 			return nil, nil
 		case errors.As(err, &errno) && (errno == syscall.EACCES || errno == syscall.ENOEXEC || errno == syscall.EPERM || errno == syscall.EISDIR):
-			p.finishUnstarted(126, fmt.Sprintf("%s: %v\n", l.spec.Name, errno))
+			msg := fmt.Sprintf("%s: %v\n", l.spec.Name, errno)
+			if !l.ns && l.cred != nil && errno == syscall.EACCES {
+				msg += fmt.Sprintf("sandbox emulator (exec=host): uid %d may be unable to reach %s; "+
+					"make the data directory's parents world-searchable or use sudo\n", l.cred.Uid, l.hostCwd)
+			}
+			p.finishUnstarted(126, msg)
 			return nil, nil
 		}
 		return nil, fmt.Errorf("start %s: %w", l.spec.Name, err)

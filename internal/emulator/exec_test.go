@@ -356,6 +356,26 @@ func TestExecBackgroundJobsEndWithCommand(t *testing.T) {
 	}
 }
 
+func TestExecEscapedDaemonDoesNotHoldOutput(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	r := rtNamespaceRunner(t)
+	f, _ := rtNewFS(t)
+	t0 := time.Now()
+	// setsid leaves the command's process group, so the daemon survives the
+	// command and keeps its stdout open; the output is cut off after a grace.
+	p, err := r.start(procSpec{FS: f, Name: "sh", Args: []string{"-c", "setsid sleep 3 & sleep 0.3; echo started"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := rtWait(t, p)
+	if res.code != 0 || res.stdout != "started\n" {
+		t.Fatalf("result %+v", res)
+	}
+	if d := time.Since(t0); d > 2*time.Second {
+		t.Fatalf("a daemon holding the pipes delayed the command's end by %v", d)
+	}
+}
+
 func TestExecSnapshotOfCommandOutput(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	r := rtNamespaceRunner(t)

@@ -429,37 +429,59 @@ func TestSandboxFSHostPath(t *testing.T) {
 	}
 }
 
-// TestSandboxFSIdleCost measures what an idle session costs in memory: the
-// emulator must hold 10,000 of them in exec mode none.
+// TestSandboxFSIdleCost measures what an idle session costs in exec mode none:
+// its filesystem plus one finished command. The emulator must hold 10,000 of them
+// in well under 500 MB, so each must cost little heap, no goroutine and no open
+// file.
 func TestSandboxFSIdleCost(t *testing.T) {
 	if testing.Short() {
 		t.Skip("creates thousands of directories")
 	}
-	const n = 2000
+	const n = 1000
+	r, err := newRunner(execNone)
+	if err != nil {
+		t.Fatal(err)
+	}
 	parent := t.TempDir()
 	fdsBefore := rtOpenFDs(t)
-	var ms0, ms1 runtime.MemStats
+	goroutinesBefore := runtime.NumGoroutine()
+	var ms0, ms1, ms2 runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&ms0)
-	keep := make([]*sandboxFS, 0, n)
+	sessions := make([]*sandboxFS, 0, n)
 	for i := 0; i < n; i++ {
 		f, err := newSandboxFS(filepath.Join(parent, "s", "sbx_"+strconv.Itoa(i)))
 		if err != nil {
 			t.Fatal(err)
 		}
-		keep = append(keep, f)
+		sessions = append(sessions, f)
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&ms1)
+	procs := make([]*proc, 0, n)
+	for _, f := range sessions {
+		p, err := r.start(procSpec{FS: f, Name: "npm", Args: []string{"install"}, Env: map[string]string{"CI": "1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		procs = append(procs, p)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&ms2)
 	perSession := float64(int64(ms1.HeapAlloc)-int64(ms0.HeapAlloc)) / n
-	t.Logf("idle session: %.0f bytes of heap each", perSession)
-	if perSession > 1024 {
-		t.Errorf("idle session costs %.0f bytes of heap, want under 1 KiB", perSession)
+	perCommand := float64(int64(ms2.HeapAlloc)-int64(ms1.HeapAlloc)) / n
+	t.Logf("idle session filesystem: %.0f bytes of heap; finished none-mode command: %.0f bytes", perSession, perCommand)
+	if perSession > 1024 || perCommand > 1024 {
+		t.Errorf("idle session costs %.0f + %.0f bytes of heap, want under 1 KiB each", perSession, perCommand)
 	}
 	if fds := rtOpenFDs(t); fds > fdsBefore {
 		t.Errorf("%d sessions hold %d more open files", n, fds-fdsBefore)
 	}
-	runtime.KeepAlive(keep)
+	if g := runtime.NumGoroutine(); g > goroutinesBefore {
+		t.Errorf("%d sessions hold %d more goroutines", n, g-goroutinesBefore)
+	}
+	runtime.KeepAlive(sessions)
+	runtime.KeepAlive(procs)
 }
 
 // rtOpenFDs counts this process's open file descriptors.
