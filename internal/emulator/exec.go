@@ -167,7 +167,6 @@ type proc struct {
 	exited     bool
 	code       int
 	terminated bool
-	timedOut   bool
 	timer      *time.Timer
 	readers    sync.WaitGroup
 	pipes      []*os.File // read ends of stdout and stderr, set before the readers start
@@ -424,14 +423,8 @@ func (p *proc) finishUnstarted(code int, msg string) {
 func (p *proc) wait(proc *os.Process, timeout time.Duration) {
 	if timeout > 0 {
 		p.mu.Lock()
-		p.timer = time.AfterFunc(timeout, func() {
-			p.mu.Lock()
-			if !p.exited {
-				p.timedOut = true
-			}
-			p.mu.Unlock()
-			_ = p.signalGroup(syscall.SIGKILL)
-		})
+		// SIGKILL makes the exit code 137 by itself.
+		p.timer = time.AfterFunc(timeout, func() { _ = p.signalGroup(syscall.SIGKILL) })
 		p.mu.Unlock()
 	}
 
@@ -462,7 +455,7 @@ func (p *proc) wait(proc *os.Process, timeout time.Duration) {
 	p.drainOutput()
 
 	p.mu.Lock()
-	if p.terminated || p.timedOut || code < 0 {
+	if p.terminated || code < 0 {
 		code = exitKilled
 	}
 	p.exited, p.code = true, code
