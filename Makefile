@@ -45,6 +45,11 @@ vet: ## Run go vet.
 test: manifests generate fmt vet envtest ## Run all tests against envtest and the emulator.
 	KUBEBUILDER_ASSETS="$$(./hack/envtest.sh)" go test $(GO_TEST_FLAGS) ./... -coverprofile cover.out
 
+.PHONY: dev
+dev: ## Run everything locally until Ctrl-C: control plane with the CRDs, Vercel emulator, manager (state in bin/dev/).
+	go build -o $(LOCALBIN)/sandbox-dev ./hack/dev
+	KUBE_VERSION=$(ENVTEST_K8S_VERSION) ETCD_VERSION=$(ENVTEST_ETCD_VERSION) exec $(LOCALBIN)/sandbox-dev $(ARGS)
+
 .PHONY: envtest
 envtest: ## Build (once) the kube-apiserver and etcd binaries envtest needs; print their directory.
 	@KUBE_VERSION=$(ENVTEST_K8S_VERSION) ETCD_VERSION=$(ENVTEST_ETCD_VERSION) ./hack/envtest.sh

@@ -1,0 +1,489 @@
+// Command dev runs the local development environment behind `make dev`: a
+// kube-apiserver and etcd (envtest) with the CRDs installed, the Vercel
+// Sandbox API emulator, and the manager pointed at both, in the foreground
+// until Ctrl-C. It needs no cluster, no Vercel account and no Docker.
+//
+// Everything it writes lives in the state directory (--state-dir, default
+// bin/dev): the admin kubeconfig, a sourceable env file, the logs, the
+// emulator's data and the control plane's files. A lock file in it makes a
+// second instance on the same directory refuse to start.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+	"github.com/getsentry/sandbox-controller/controllers"
+	"github.com/getsentry/sandbox-controller/internal/emulator"
+	"github.com/getsentry/sandbox-controller/internal/vercel"
+)
+
+// stopSignals end the environment cleanly.
+var stopSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP}
+
+// ReadyLine is printed, alone on its line, once everything is up; scripts
+// wait for it.
+const ReadyLine = "Ready."
+
+type config struct {
+	stateDir, crdDir               string
+	emulatorExec                   string
+	metricsAddr, probeAddr         string
+	requestsPerMinute, concurrency int
+	pollInterval, backoffCap       time.Duration
+	zap                            zap.Options
+}
+
+func main() {
+	var c config
+	flag.StringVar(&c.stateDir, "state-dir", filepath.Join("bin", "dev"), "Directory for the kubeconfig, env file, logs, lock and all runtime data.")
+	flag.StringVar(&c.crdDir, "crd-dir", filepath.Join("config", "crd", "bases"), "Directory of the CRD manifests to install.")
+	flag.StringVar(&c.emulatorExec, "emulator-exec", "", `How the emulator runs sandbox commands: "" (auto: namespace when possible, else host), "namespace", "host" or "none".`)
+	flag.StringVar(&c.metricsAddr, "metrics-bind-address", "0", "Address the manager's Prometheus metrics endpoint binds to; 0 disables it.")
+	flag.StringVar(&c.probeAddr, "health-probe-bind-address", "0", "Address the manager's /healthz and /readyz probes bind to; 0 disables them.")
+	flag.IntVar(&c.requestsPerMinute, "vercel-requests-per-minute", 10000, "Client-side budget of Vercel control-plane requests per minute.")
+	flag.DurationVar(&c.pollInterval, "poll-interval", time.Minute, "How often a running sandbox is observed for changes made outside the operator (jittered by up to 10%).")
+	flag.DurationVar(&c.backoffCap, "backoff-cap", time.Minute, "Longest delay between retries after an error.")
+	flag.IntVar(&c.concurrency, "max-concurrent-reconciles", 4, "Reconciles of each kind that run in parallel.")
+	c.zap = zap.Options{Development: true}
+	c.zap.BindFlags(flag.CommandLine)
+	flag.Parse()
+	os.Exit(run(c))
+}
+
+// run returns the process exit code: 0 after a clean shutdown on a signal
+// once ready, 130 when interrupted during start-up.
+func run(c config) int {
+	fail := func(format string, args ...any) int {
+		fmt.Fprintf(os.Stderr, "dev: "+format+"\n", args...)
+		return 1
+	}
+	stateDir, err := filepath.Abs(c.stateDir)
+	if err != nil {
+		return fail("%v", err)
+	}
+	if err := os.MkdirAll(stateDir, 0o755); err != nil {
+		return fail("%v", err)
+	}
+	unlock, err := lock(filepath.Join(stateDir, "lock"))
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer unlock()
+
+	// Signals are caught from here on, so a Ctrl-C during start-up still
+	// stops what was started. The control plane runs in its own process
+	// group: the terminal's Ctrl-C reaches only us, and we stop it. A closed
+	// terminal (SIGHUP) stops us the same way, and a closed stdout (`make dev
+	// | head`) must not kill us with SIGPIPE half-way: either would orphan
+	// the control plane.
+	// (Notify, not Ignore: an ignored signal stays ignored in the children.)
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	ctx, stop := signal.NotifyContext(context.Background(), stopSignals...)
+	defer stop()
+
+	killLeftovers(stateDir)
+	paths := newLayout(stateDir)
+	for _, d := range []string{paths.etcd, paths.certs, paths.emulatorData} {
+		if err := os.RemoveAll(d); err != nil {
+			return fail("clean %s: %v", d, err)
+		}
+	}
+	if err := os.MkdirAll(paths.etcd, 0o700); err != nil {
+		return fail("%v", err)
+	}
+	if err := os.MkdirAll(paths.certs, 0o700); err != nil {
+		return fail("%v", err)
+	}
+
+	assets, err := envtestAssets()
+	if err != nil {
+		return fail("%v", err)
+	}
+	cpLog, err := os.Create(paths.controlPlaneLog)
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer cpLog.Close()
+	mgrLog, err := os.Create(paths.managerLog)
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer mgrLog.Close()
+	emuLog, err := os.Create(paths.emulatorLog)
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer emuLog.Close()
+	// WriteTo after UseFlagOptions: the options carry a destination (stderr).
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&c.zap), zap.WriteTo(mgrLog)))
+
+	// Everything started is stopped in reverse order, whatever happens next.
+	var cleanups []func()
+	defer func() {
+		fmt.Println("Stopping: manager, emulator, control plane…")
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			cleanups[i]()
+		}
+		_ = os.RemoveAll(paths.etcd)
+		_ = os.RemoveAll(paths.certs)
+		_ = os.Remove(paths.kubeconfig)
+		_ = os.Remove(paths.env)
+		fmt.Println("Stopped.")
+	}()
+
+	fmt.Printf("Starting the control plane (kube-apiserver and etcd from %s)…\n", assets)
+	env := &envtest.Environment{
+		CRDDirectoryPaths:     []string{c.crdDir},
+		ErrorIfCRDPathMissing: true,
+		BinaryAssetsDirectory: assets,
+	}
+	// Their files live under the state dir, so leftovers of a run killed
+	// with SIGKILL are recognisable (killLeftovers) and cleaned up.
+	env.ControlPlane.Etcd = &envtest.Etcd{DataDir: paths.etcd, Out: cpLog, Err: cpLog}
+	env.ControlPlane.APIServer = &envtest.APIServer{CertDir: paths.certs, Out: cpLog, Err: cpLog}
+	cfg, err := env.Start()
+	if err != nil {
+		_ = env.Stop() // stops whichever of the two did start
+		return fail("start the control plane: %v (its output: %s)", err, paths.controlPlaneLog)
+	}
+	cleanups = append(cleanups, func() {
+		if err := env.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "dev: stop the control plane: %v\n", err)
+		}
+	})
+	if ctx.Err() != nil { // Ctrl-C while it started
+		return 130
+	}
+	for _, p := range controlPlanePIDs() {
+		fmt.Printf("  %s PID %d\n", p.name, p.pid)
+	}
+	admin, err := env.AddUser(envtest.User{Name: "dev-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return fail("add the admin user: %v", err)
+	}
+	kubeconfig, err := admin.KubeConfig()
+	if err != nil {
+		return fail("admin kubeconfig: %v", err)
+	}
+	if err := os.WriteFile(paths.kubeconfig, kubeconfig, 0o600); err != nil {
+		return fail("%v", err)
+	}
+	fmt.Printf("  API server %s, CRDs installed from %s\n", cfg.Host, c.crdDir)
+
+	emu, err := emulator.New(emulator.Options{
+		DataDir: paths.emulatorData,
+		Exec:    c.emulatorExec,
+		Logger:  slog.New(slog.NewTextHandler(emuLog, nil)),
+	})
+	if err != nil {
+		return fail("emulator: %v", err)
+	}
+	cleanups = append(cleanups, func() {
+		if err := emu.Close(); err != nil {
+			fmt.Fprintf(os.Stderr, "dev: stop the emulator: %v\n", err)
+		}
+	})
+	emuURL, err := emu.Start("127.0.0.1:0")
+	if err != nil {
+		return fail("start the emulator: %v", err)
+	}
+	const teamID, projectID = "team_emulator", "prj_emulator"
+	fmt.Printf("Started the Vercel Sandbox API emulator at %s (data in %s)\n", emuURL, paths.emulatorData)
+
+	if ctx.Err() != nil {
+		return 130
+	}
+	mgrDone, err := startManager(ctx, c, cfg, vercel.Config{
+		BaseURL:           emuURL,
+		Token:             emu.Token(),
+		TeamID:            teamID,
+		ProjectID:         projectID,
+		RequestsPerMinute: c.requestsPerMinute,
+		UserAgent:         "sandbox-controller (make dev)",
+	})
+	if err != nil {
+		return fail("%v", err)
+	}
+	cleanups = append(cleanups, func() {
+		stop()
+		if err := <-mgrDone; err != nil {
+			fmt.Fprintf(os.Stderr, "dev: manager: %v\n", err)
+		}
+	})
+	fmt.Printf("Started the manager (logs: %s)\n", paths.managerLog)
+
+	vercelEnv := fmt.Sprintf("VERCEL_API_URL=%s VERCEL_TOKEN=%s VERCEL_TEAM_ID=%s VERCEL_PROJECT_ID=%s",
+		emuURL, emu.Token(), teamID, projectID)
+	envFile := fmt.Sprintf("export KUBECONFIG=%s\nexport %s\n", paths.kubeconfig, vercelEnv)
+	if err := os.WriteFile(paths.env, []byte(envFile), 0o600); err != nil {
+		return fail("%v", err)
+	}
+
+	fmt.Printf(`
+Emulator: %s
+Logs: manager %s, emulator %s, control plane %s
+
+Point kubectl at the control plane:
+
+  export KUBECONFIG=%s
+
+Then try:
+
+  kubectl apply -f config/samples/
+  kubectl wait --for=condition=Ready sandbox --all
+  kubectl get sbx
+
+Other clients (e.g. the official Vercel SDK) reach the same backend with:
+
+  export %s
+
+(%s holds both exports: source it.)
+
+`, emu.ExecDescription(), paths.managerLog, paths.emulatorLog, paths.controlPlaneLog, paths.kubeconfig, vercelEnv, paths.env)
+	fmt.Println(ReadyLine)
+	fmt.Println("Press Ctrl-C to stop everything.")
+
+	select {
+	case <-ctx.Done():
+		fmt.Println()
+		// A second Ctrl-C must not kill us half-way: the control plane would
+		// be left running. Say that we heard it and carry on stopping.
+		sigs := make(chan os.Signal, 1)
+		signal.Notify(sigs, stopSignals...)
+		go func() {
+			for range sigs {
+				fmt.Println("Still stopping; the control plane needs a few seconds…")
+			}
+		}()
+		return 0
+	case err := <-mgrDone:
+		mgrDone <- err // the cleanup reads it again
+		return fail("the manager stopped: %v (see %s)", err, paths.managerLog)
+	}
+}
+
+// layout is where the files of one environment live.
+type layout struct {
+	kubeconfig, env                          string
+	managerLog, emulatorLog, controlPlaneLog string
+	etcd, certs, emulatorData                string
+}
+
+func newLayout(stateDir string) layout {
+	p := func(name string) string { return filepath.Join(stateDir, name) }
+	return layout{
+		kubeconfig:      p("kubeconfig"),
+		env:             p("env"),
+		managerLog:      p("manager.log"),
+		emulatorLog:     p("emulator.log"),
+		controlPlaneLog: p("control-plane.log"),
+		etcd:            p("etcd"),
+		certs:           p("kube-apiserver"),
+		emulatorData:    p("emulator"),
+	}
+}
+
+// startManager runs the manager with the Sandbox reconciler, configured as
+// cmd/manager configures it, until ctx ends. It returns once the controllers
+// have started; the channel then yields the manager's result.
+func startManager(ctx context.Context, c config, cfg *rest.Config, vc vercel.Config) (chan error, error) {
+	api, err := vercel.New(vc)
+	if err != nil {
+		return nil, fmt.Errorf("vercel client: %w", err)
+	}
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(sandboxv1.AddToScheme(scheme))
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: c.metricsAddr},
+		HealthProbeBindAddress: c.probeAddr,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create the manager: %w", err)
+	}
+	if err := (&controllers.SandboxReconciler{
+		Client:                  mgr.GetClient(),
+		APIReader:               mgr.GetAPIReader(),
+		Vercel:                  api,
+		Recorder:                mgr.GetEventRecorder("sandbox-controller"),
+		PollInterval:            c.pollInterval,
+		MaxConcurrentReconciles: c.concurrency,
+		BackoffCap:              c.backoffCap,
+	}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("set up the Sandbox controller: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return nil, err
+	}
+	// Runnables that need leader election start with the controllers, after
+	// the caches synced: this one marks the manager as up.
+	started := make(chan struct{})
+	if err := mgr.Add(manager.RunnableFunc(func(context.Context) error { close(started); return nil })); err != nil {
+		return nil, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	select {
+	case <-started:
+		return done, nil
+	case err := <-done:
+		if err == nil {
+			err = errors.New("stopped during start-up")
+		}
+		return nil, fmt.Errorf("start the manager: %w", err)
+	}
+}
+
+// envtestAssets returns the directory holding kube-apiserver and etcd:
+// $KUBEBUILDER_ASSETS, else what hack/envtest.sh prints (it builds them from
+// the Go module proxy the first time, in about five minutes).
+func envtestAssets() (string, error) {
+	if d := os.Getenv("KUBEBUILDER_ASSETS"); d != "" {
+		return d, nil
+	}
+	fmt.Println("Finding the envtest binaries with hack/envtest.sh (built on first use, about 5 minutes)…")
+	cmd := exec.Command(filepath.Join("hack", "envtest.sh"))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("hack/envtest.sh (run from the repository root): %w", err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// lock takes an exclusive, non-blocking lock on path and records our PID in
+// it. The kernel releases the lock when the process ends, however it ends.
+func lock(path string) (unlock func(), err error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
+		holder := "unknown"
+		// The holder writes its PID right after locking; give it a moment.
+		for i := 0; i < 10; i++ {
+			if b, _ := os.ReadFile(path); strings.TrimSpace(string(b)) != "" {
+				holder = strings.TrimSpace(string(b))
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		return nil, fmt.Errorf("another dev environment is already running with state directory %s (PID %s).\n"+
+			"Use it (source %s), or stop it with Ctrl-C in its terminal or `kill %s`, then run `make dev` again",
+			filepath.Dir(path), holder, filepath.Join(filepath.Dir(path), "env"), holder)
+	}
+	if err := f.Truncate(0); err == nil {
+		_, err = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("write %s: %w", path, err)
+	}
+	return func() { _ = f.Truncate(0); f.Close() }, nil
+}
+
+// proc is one process found in /proc.
+type proc struct {
+	pid  int
+	name string
+	args []string
+}
+
+// processes lists the processes in /proc with their parent PID. It returns
+// nothing where there is no /proc (macOS): the PIDs are informational there.
+func processes() map[int]proc {
+	entries, _ := os.ReadDir("/proc")
+	out := map[int]proc{}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		comm, err := os.ReadFile(filepath.Join("/proc", e.Name(), "comm"))
+		if err != nil {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		out[pid] = proc{pid: pid, name: strings.TrimSpace(string(comm)), args: strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")}
+	}
+	return out
+}
+
+// parentPID reads the PPid line of /proc/<pid>/status.
+func parentPID(pid int) int {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "PPid:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	return 0
+}
+
+// controlPlanePIDs returns our kube-apiserver and etcd children, for the
+// banner (and for tests that check they are gone after shutdown).
+func controlPlanePIDs() []proc {
+	var out []proc
+	for _, p := range processes() {
+		if (p.name == "kube-apiserver" || p.name == "etcd") && parentPID(p.pid) == os.Getpid() {
+			out = append(out, p)
+		}
+	}
+	slices.SortFunc(out, func(a, b proc) int { return strings.Compare(a.name, b.name) })
+	return out
+}
+
+// killLeftovers kills the kube-apiserver and etcd of an earlier run on this
+// state dir that was itself killed (SIGKILL cannot be caught, and the control
+// plane runs in its own process group, so it outlived its parent). They are
+// recognised by their data and certificate directories under the state dir;
+// holding the lock proves no live run owns them.
+func killLeftovers(stateDir string) {
+	l := newLayout(stateDir)
+	for _, p := range processes() {
+		if p.pid == os.Getpid() {
+			continue
+		}
+		for _, a := range p.args {
+			if a == l.etcd || a == l.certs || strings.HasSuffix(a, "="+l.etcd) || strings.HasSuffix(a, "="+l.certs) {
+				fmt.Printf("Killing %s (PID %d), left running by an earlier run on %s\n", p.name, p.pid, stateDir)
+				_ = syscall.Kill(p.pid, syscall.SIGKILL)
+				break
+			}
+		}
+	}
+}
