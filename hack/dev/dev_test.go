@@ -1,0 +1,275 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/getsentry/sandbox-controller/internal/vercel"
+)
+
+// TestDev runs the dev program the way a user runs `make dev` and drives it
+// with the real kubectl, the example client and a second instance, then
+// stops it with Ctrl-C and checks nothing it started is left running.
+func TestDev(t *testing.T) {
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := exec.LookPath("kubectl"); err != nil {
+		t.Fatalf("kubectl is needed on PATH: %v", err)
+	}
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	if assets == "" {
+		out, err := exec.Command(filepath.Join(root, "hack", "envtest.sh")).Output()
+		if err != nil {
+			t.Fatalf("hack/envtest.sh: %v", err)
+		}
+		assets = strings.TrimSpace(string(out))
+	}
+	bin := filepath.Join(t.TempDir(), "dev")
+	runCmd(t, root, nil, "go", "build", "-o", bin, "./hack/dev")
+
+	stateDir := t.TempDir()
+	start := time.Now()
+	dev := exec.Command(bin, "--state-dir", stateDir, "--poll-interval", "5s")
+	dev.Dir = root
+	dev.Env = append(os.Environ(), "KUBEBUILDER_ASSETS="+assets)
+	out := newWatcher(ReadyLine)
+	dev.Stdout, dev.Stderr = out, out
+	if err := dev.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- dev.Wait() }()
+	t.Cleanup(func() {
+		if dev.ProcessState == nil { // the test failed half-way: still stop it
+			_ = dev.Process.Signal(syscall.SIGINT)
+			select {
+			case <-exited:
+			case <-time.After(time.Minute):
+				_ = dev.Process.Kill()
+			}
+		}
+		if t.Failed() {
+			t.Logf("dev output:\n%s", out)
+			if b, err := os.ReadFile(filepath.Join(stateDir, "manager.log")); err == nil {
+				t.Logf("manager.log (tail):\n%s", tail(string(b), 4000))
+			}
+		}
+	})
+	select {
+	case <-out.found:
+	case err := <-exited:
+		t.Fatalf("dev exited before %q: %v", ReadyLine, err)
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("no %q within 3 minutes", ReadyLine)
+	}
+	t.Logf("ready after %s", time.Since(start).Round(time.Millisecond))
+	printed := out.String()
+
+	// The banner: the export line with the fixed, absolute kubeconfig path,
+	// the emulator's URL and token, and the control plane's PIDs.
+	kubeconfig := match(t, printed, `(?m)^  export KUBECONFIG=(\S+)$`)[1]
+	if want := filepath.Join(stateDir, "kubeconfig"); kubeconfig != want {
+		t.Errorf("printed KUBECONFIG=%s, want %s", kubeconfig, want)
+	}
+	vercelEnv := match(t, printed, `(?m)^  export VERCEL_API_URL=(\S+) VERCEL_TOKEN=(\S+) VERCEL_TEAM_ID=(\S+) VERCEL_PROJECT_ID=(\S+)$`)
+	for _, want := range []string{"kubectl apply -f config/samples/", "kubectl wait --for=condition=Ready sandbox --all", "kubectl get sbx", "exec="} {
+		if !strings.Contains(printed, want) {
+			t.Errorf("the banner does not mention %q", want)
+		}
+	}
+	if strings.Contains(printed, "Starting Controller") || strings.Contains(printed, "controller-runtime") {
+		t.Errorf("manager logs reached the terminal; they belong in manager.log")
+	}
+	var pids []int
+	for _, m := range regexp.MustCompile(`(?m)^  (kube-apiserver|etcd) PID (\d+)$`).FindAllStringSubmatch(printed, -1) {
+		pid, _ := strconv.Atoi(m[2])
+		pids = append(pids, pid)
+	}
+	if len(pids) != 2 {
+		t.Fatalf("want the PIDs of kube-apiserver and etcd in the banner, got %v", pids)
+	}
+	for _, pid := range pids {
+		if !alive(pid) {
+			t.Fatalf("control plane PID %d is not running", pid)
+		}
+	}
+	if found := processesUsing(stateDir); !slices.Contains(found, pids[0]) || !slices.Contains(found, pids[1]) {
+		t.Fatalf("/proc scan for %s found %v, want it to include %v", stateDir, found, pids)
+	}
+
+	// The commands the banner suggests, with the real kubectl.
+	kenv := []string{"KUBECONFIG=" + kubeconfig}
+	step := time.Now()
+	runCmd(t, root, kenv, "kubectl", "apply", "-f", "config/samples/")
+	runCmd(t, root, kenv, "kubectl", "wait", "--for=condition=Ready", "sandbox", "--all", "--timeout=90s")
+	t.Logf("samples Ready in %s", time.Since(step).Round(time.Millisecond))
+	got := runCmd(t, root, kenv, "kubectl", "get", "sbx")
+	for _, want := range []string{"hello", "devbox", "Running", "True", "sbx_"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("kubectl get sbx does not show %q:\n%s", want, got)
+		}
+	}
+
+	// The printed URL and token reach the very backend the manager uses.
+	vc, err := vercel.New(vercel.Config{BaseURL: vercelEnv[1], Token: vercelEnv[2], TeamID: vercelEnv[3], ProjectID: vercelEnv[4]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	remote, err := vc.ListAllSandboxes(ctx, vercel.ListSandboxesOptions{})
+	if err != nil {
+		t.Fatalf("list sandboxes with the printed VERCEL_* values: %v", err)
+	}
+	var remoteNames []string
+	for _, s := range remote {
+		remoteNames = append(remoteNames, s.Name)
+	}
+	for _, n := range strings.Fields(runCmd(t, root, kenv, "kubectl", "get", "sbx", "-o", "jsonpath={.items[*].status.vercelName}")) {
+		if !slices.Contains(remoteNames, n) {
+			t.Errorf("Vercel sandbox %s of a Sandbox is not in the emulator's list %v", n, remoteNames)
+		}
+	}
+
+	// A second instance on the same state dir refuses, naming the first.
+	second := exec.Command(bin, "--state-dir", stateDir)
+	second.Dir, second.Env = root, dev.Env
+	secondOut, err := second.CombinedOutput()
+	var exitErr *exec.ExitError
+	if !errors.As(err, &exitErr) || exitErr.ExitCode() == 0 {
+		t.Errorf("second instance: want a non-zero exit, got %v\n%s", err, secondOut)
+	}
+	if want := fmt.Sprintf("already running with state directory %s (PID %d)", stateDir, dev.Process.Pid); !strings.Contains(string(secondOut), want) {
+		t.Errorf("second instance said:\n%s\nwant it to contain %q", secondOut, want)
+	}
+
+	// The example client, as the README runs it.
+	step = time.Now()
+	example := runCmd(t, root, kenv, "go", "run", "./examples/junior-client", "--kubeconfig", kubeconfig, "--name", "junior-test")
+	t.Logf("examples/junior-client ran in %s:\n%s", time.Since(step).Round(time.Millisecond), example)
+	match(t, example, `Ready: session sbx_\S+`)
+	match(t, example, `Heartbeat 2: sandbox.sentry.io/last-activity=\S+`)
+	match(t, example, `Deleted Sandbox default/junior-test`)
+
+	// Ctrl-C: a clean exit, and nothing left behind.
+	step = time.Now()
+	if err := dev.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("dev exited with %v after SIGINT", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("dev did not exit within a minute of SIGINT")
+	}
+	t.Logf("stopped %s after SIGINT", time.Since(step).Round(time.Millisecond))
+	if !strings.Contains(out.String(), "Stopped.") {
+		t.Errorf("no \"Stopped.\" after SIGINT")
+	}
+	for _, pid := range pids {
+		if alive(pid) {
+			t.Errorf("control plane process %d is still running after dev exited", pid)
+		}
+	}
+	if left := processesUsing(stateDir); len(left) > 0 {
+		t.Errorf("processes still using %s after dev exited: %v", stateDir, left)
+	}
+	if _, err := os.Stat(kubeconfig); !os.IsNotExist(err) {
+		t.Errorf("the kubeconfig of a stopped environment is still there (%v)", err)
+	}
+	if fi, err := os.Stat(filepath.Join(stateDir, "manager.log")); err != nil || fi.Size() == 0 {
+		t.Errorf("manager.log is missing or empty (%v)", err)
+	}
+}
+
+// runCmd runs a command in dir and returns its output; a failure fails the test.
+func runCmd(t *testing.T, dir string, env []string, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+func match(t *testing.T, s, re string) []string {
+	t.Helper()
+	m := regexp.MustCompile(re).FindStringSubmatch(s)
+	if m == nil {
+		t.Fatalf("no match for %s in:\n%s", re, s)
+	}
+	return m
+}
+
+// alive reports whether pid exists (a zombie counts: it was not reaped).
+func alive(pid int) bool {
+	return syscall.Kill(pid, 0) == nil
+}
+
+// processesUsing returns the processes whose command line or working
+// directory mentions dir.
+func processesUsing(dir string) []int {
+	var out []int
+	for pid, p := range processes() {
+		cwd, _ := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid))
+		if pid != os.Getpid() && (strings.Contains(strings.Join(p.args, " "), dir) || strings.HasPrefix(cwd, dir)) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// watcher collects output and closes found when a line equals want.
+type watcher struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	want  string
+	found chan struct{}
+	done  bool
+}
+
+func newWatcher(want string) *watcher { return &watcher{want: want, found: make(chan struct{})} }
+
+func (w *watcher) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if !w.done && slices.Contains(strings.Split(w.buf.String(), "\n"), w.want) {
+		w.done = true
+		close(w.found)
+	}
+	return len(p), nil
+}
+
+func (w *watcher) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
