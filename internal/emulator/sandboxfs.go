@@ -166,9 +166,14 @@ func (f *sandboxFS) ensureLayout() error {
 		{"home/vercel-sandbox", 0o755, true},
 		{"root", 0o700, false},
 	} {
+		// Keep whatever the sandbox made of an existing entry, even a symlink out
+		// of the root (which os.Root refuses to go through).
+		if _, err := r.Lstat(d.name); !errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
 		err := r.Mkdir(d.name, 0o700)
 		if errors.Is(err, fs.ErrExist) {
-			continue // keep whatever the sandbox made of it
+			continue
 		}
 		if err != nil {
 			return fmt.Errorf("create sandbox filesystem: %w", err)

@@ -1,6 +1,7 @@
 package emulator
 
 import (
+	"bytes"
 	"errors"
 	"io/fs"
 	"os"
@@ -372,6 +373,39 @@ func TestSandboxFSSnapshotRoundTrip(t *testing.T) {
 	}
 	if b, err := h.readFile("/vercel/sandbox/ro/f", ""); err != nil || string(b) != "in ro" {
 		t.Errorf("second restore: ro/f = %q, %v", b, err)
+	}
+}
+
+func TestSandboxFSRestoreOddLayout(t *testing.T) {
+	// A sudo command may have replaced the standard directories; the snapshot
+	// must still restore, as it was.
+	f, parent := rtNewFS(t)
+	for _, d := range []string{"vercel", "tmp"} {
+		if err := os.RemoveAll(filepath.Join(f.root, d)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rtSymlink(t, f, "vercel", "/opt")
+	rtWrite(t, f, "tmp", "not a directory", 0o644)
+	snap := filepath.Join(parent, "snap")
+	if _, err := f.snapshotTo(snap); err != nil {
+		t.Fatal(err)
+	}
+	g, err := restoreSandboxFS(snap, filepath.Join(parent, "restored"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if target, err := os.Readlink(filepath.Join(g.root, "vercel")); err != nil || target != "/opt" {
+		t.Fatalf("restored /vercel -> %q, %v", target, err)
+	}
+	if err := g.mkdir("/opt/sandbox", "", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.extractTarGz("/opt/sandbox", bytes.NewReader(rtTarGz(t, rtTarEntry{name: "f", body: "x"}))); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := g.readFile("f", ""); err != nil || string(b) != "x" {
+		t.Fatalf("readFile through the restored symlink = %q, %v", b, err)
 	}
 }
 
