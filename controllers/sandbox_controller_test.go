@@ -18,6 +18,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -81,6 +82,48 @@ var _ = Describe("Sandbox", func() {
 			Expect(getSandbox(key).Status.Phase).To(Equal(sandboxv1.SandboxFailed))
 			Consistently(func() bool { _, ok := emu.Sandbox(name); return ok }, 2*pollInterval).Should(BeFalse())
 			Expect(eventsFor(key)).To(ContainElement(ContainSubstring("Warning NotFound")))
+		})
+	})
+
+	Context("spec changes and Vercel errors", func() {
+		It("applies a changed spec to the running sandbox", func() {
+			key := types.NamespacedName{Namespace: ns, Name: "changing"}
+			newSandbox(ns, "changing", sandboxv1.SandboxSpec{Source: runtimeSource("node24"), Ports: []int32{3000}})
+			sbx := waitReady(key)
+			Expect(sbx.Status.Routes).To(HaveLen(1))
+			sbx.Spec.Ports = []int32{3000, 4000}
+			sbx.Spec.Env = []sandboxv1.EnvVar{{Name: "MODE", Value: ptr.To("fast")}}
+			Expect(k8sClient.Update(ctx, sbx)).To(Succeed())
+			Eventually(func() []sandboxv1.SandboxRoute { return getSandbox(key).Status.Routes }).Should(HaveLen(2))
+			Expect(getSandbox(key).Status.ObservedGeneration).To(Equal(sbx.Generation))
+			patches := recorder.requests(http.MethodPatch, "/"+sbx.Status.VercelName)
+			Expect(patches).NotTo(BeEmpty())
+			var sent vercel.UpdateSandboxRequest
+			Expect(json.Unmarshal(patches[len(patches)-1].Body, &sent)).To(Succeed())
+			Expect(sent.Ports).To(Equal([]int64{3000, 4000}))
+			Expect(sent.Env).To(Equal(map[string]string{"MODE": "fast"}))
+			Eventually(func() []string { return eventsFor(key) }).Should(ContainElement(ContainSubstring("Normal Updated")))
+		})
+
+		It("reports a spec Vercel rejects as invalid, does not retry it, and recovers when the spec is fixed", func() {
+			key := types.NamespacedName{Namespace: ns, Name: "toobig"}
+			creates := emu.RequestCount("createSandbox")
+			// 16 vCPUs pass the CRD (≤ 32) but exceed the emulated Pro plan (8).
+			newSandbox(ns, "toobig", sandboxv1.SandboxSpec{Source: runtimeSource("node24"), Resources: &sandboxv1.SandboxResources{VCPUs: ptr.To[int32](16)}})
+			synced := func(g Gomega) *metav1.Condition {
+				return meta.FindStatusCondition(getSandbox(key).Status.Conditions, sandboxv1.ConditionSynced)
+			}
+			Eventually(synced).Should(And(Not(BeNil()), HaveField("Status", metav1.ConditionFalse), HaveField("Reason", sandboxv1.ReasonInvalid)))
+			Expect(synced(Default).Message).To(ContainSubstring("vcpus"))
+			Expect(getSandbox(key).Status.LastError).To(HaveField("Reason", sandboxv1.ReasonInvalid))
+			Eventually(func() []string { return eventsFor(key) }).Should(ContainElement(ContainSubstring("Warning Invalid")))
+			Consistently(func() int64 { return emu.RequestCount("createSandbox") - creates }, 3*time.Second).Should(Equal(int64(1)))
+
+			sbx := getSandbox(key)
+			sbx.Spec.Resources.VCPUs = ptr.To[int32](2)
+			Expect(k8sClient.Update(ctx, sbx)).To(Succeed())
+			waitReady(key)
+			Expect(getSandbox(key).Status.LastError).To(BeNil())
 		})
 	})
 
@@ -290,6 +333,19 @@ var _ = Describe("Sandbox", func() {
 			Eventually(func() bool { _, ok := emu.Sandbox(sbx.Status.VercelName); return ok }).Should(BeFalse())
 			restartManager()
 			Eventually(func() bool { return apierrors.IsNotFound(k8sClient.Get(ctx, key, &sandboxv1.Sandbox{})) }).Should(BeTrue())
+		})
+
+		It("backs off on 5xx answers, reporting them in Synced, and recovers", func() {
+			emu.Faults().FailNext("createSandbox", 3, http.StatusServiceUnavailable)
+			key := types.NamespacedName{Namespace: ns, Name: "flaky"}
+			newSandbox(ns, "flaky", sandboxv1.SandboxSpec{Source: runtimeSource("node24")})
+			Eventually(func(g Gomega) *metav1.Condition {
+				return meta.FindStatusCondition(getSandbox(key).Status.Conditions, sandboxv1.ConditionSynced)
+			}).Should(And(Not(BeNil()), HaveField("Reason", sandboxv1.ReasonTransient)))
+			waitReady(key)
+			cond := meta.FindStatusCondition(getSandbox(key).Status.Conditions, sandboxv1.ConditionSynced)
+			Expect(cond.Status).To(Equal(metav1.ConditionTrue))
+			Expect(eventsFor(key)).To(ContainElement(ContainSubstring("Warning Transient")))
 		})
 
 		It("waits out 429s with Retry-After and becomes Ready without a hot loop", func() {

@@ -408,7 +408,7 @@ type SandboxStatus struct {
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`,description="Lifecycle phase"
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,description="Session runs and setup succeeded"
 // +kubebuilder:printcolumn:name="Session",type=string,JSONPath=`.status.sessionID`,description="Current Vercel session id"
-// +kubebuilder:printcolumn:name="Expires",type=date,JSONPath=`.status.expiresAt`,description="When the current session stops unless extended"
+// +kubebuilder:printcolumn:name="Expires",type=string,JSONPath=`.status.expiresAt`,description="When the current session stops unless extended"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Sandbox struct {
 	metav1.TypeMeta   `json:",inline"`
