@@ -31,6 +31,83 @@ const (
 	ReasonSnapshotMissing = "SnapshotMissing"
 	// ReasonDeleting is set on Ready=False while the Vercel sandbox is deleted.
 	ReasonDeleting = "Deleting"
+	// ReasonStopped is set on Ready=False when the session was stopped because
+	// spec.state is Stopped (a pause: a persistent sandbox resumes when
+	// spec.state is Running again).
+	ReasonStopped = "Stopped"
+	// ReasonIdleTimeout is set on Ready=False (phase Idle) when the session
+	// stopped because timeoutSeconds passed without activity. A heartbeat newer
+	// than the stop wakes it.
+	ReasonIdleTimeout = "IdleTimeout"
+	// ReasonMaxSessionLength is set on Ready=False (phase Idle) when the session
+	// stopped at the plan's maximum session length. A heartbeat newer than the
+	// stop wakes it in a new session.
+	ReasonMaxSessionLength = "MaxSessionLength"
+	// ReasonShutdownTime is set on Ready=False when spec.shutdownTime passed and
+	// spec.shutdownPolicy is Stop.
+	ReasonShutdownTime = "ShutdownTime"
+	// ReasonPersistent is set on Resumable=True: Vercel keeps the filesystem
+	// when a session stops, so a later session resumes it.
+	ReasonPersistent = "Persistent"
+	// ReasonNotPersistent is set on Resumable=False: spec.persistent is false,
+	// so a stopped session ends the sandbox for good.
+	ReasonNotPersistent = "NotPersistent"
+	// ReasonReconcilePaused is set on Paused=True while the object carries the
+	// sandbox.sentry.io/paused: "true" annotation.
+	ReasonReconcilePaused = "ReconcilePaused"
+)
+
+// Sandbox condition types (besides Ready and Synced).
+const (
+	// ConditionResumable says whether a stopped session can be resumed: True
+	// for persistent sandboxes; False when spec.persistent is false (a stop
+	// ends the sandbox for good) or when the snapshot to resume from is gone.
+	ConditionResumable = "Resumable"
+	// ConditionPaused is True while reconciling is paused by the
+	// sandbox.sentry.io/paused annotation; it is removed when unpaused.
+	ConditionPaused = "Paused"
+)
+
+// Annotations that carry a client's intent.
+const (
+	// AnnotationLastActivity is the client's activity heartbeat, an RFC 3339
+	// time. The controller keeps the session running until timeoutSeconds past
+	// the latest of the session start and this time, and a heartbeat newer than
+	// an idle stop resumes the sandbox.
+	AnnotationLastActivity = "sandbox.sentry.io/last-activity"
+	// AnnotationPaused set to "true" stops reconciling the object (for
+	// maintenance): nothing is called in Vercel and only the Paused condition
+	// is written. Deleting the object still deletes the Vercel sandbox.
+	AnnotationPaused = "sandbox.sentry.io/paused"
+	// AnnotationReconcileRequestedAt forces a reconcile, with a fresh look at
+	// Vercel, whenever its value changes (any string; a time is customary).
+	// The value handled last is in status.lastHandledReconcileAt.
+	AnnotationReconcileRequestedAt = "sandbox.sentry.io/reconcile-requested-at"
+)
+
+// SandboxState is the desired state of a Sandbox's session.
+// +kubebuilder:validation:Enum=Running;Stopped
+type SandboxState string
+
+// Sandbox states.
+const (
+	// SandboxStateRunning keeps a session running (subject to the idle window).
+	SandboxStateRunning SandboxState = "Running"
+	// SandboxStateStopped stops the session: a pause for a persistent sandbox,
+	// the end of it otherwise.
+	SandboxStateStopped SandboxState = "Stopped"
+)
+
+// ShutdownPolicy says what happens at spec.shutdownTime.
+// +kubebuilder:validation:Enum=Stop;Delete
+type ShutdownPolicy string
+
+// Shutdown policies.
+const (
+	// ShutdownStop stops the session and keeps it stopped.
+	ShutdownStop ShutdownPolicy = "Stop"
+	// ShutdownDelete deletes the Vercel sandbox and this object.
+	ShutdownDelete ShutdownPolicy = "Delete"
 )
 
 // Runtime is a Vercel-managed base image for a sandbox.
@@ -276,8 +353,11 @@ type SandboxSpec struct {
 	// +kubebuilder:validation:items:Maximum=65535
 	// +kubebuilder:validation:XValidation:rule="!self.exists(p, p == 23456)",message="spec.ports must not contain 23456 (reserved by Vercel)"
 	Ports []int32 `json:"ports,omitempty"`
-	// timeoutSeconds is the idle window: how long a session runs without
-	// activity before it stops. Defaults to 300.
+	// timeoutSeconds is the idle window: a session runs until timeoutSeconds
+	// after the latest of its start and the client's heartbeat (the
+	// sandbox.sentry.io/last-activity annotation, RFC 3339), never beyond the
+	// plan's maximum session length; then it stops and the Sandbox is Idle.
+	// Defaults to 300.
 	// +optional
 	// +kubebuilder:default=300
 	// +kubebuilder:validation:Minimum=1
@@ -307,6 +387,23 @@ type SandboxSpec struct {
 	// +optional
 	// +kubebuilder:default=Delete
 	DeletionPolicy DeletionPolicy `json:"deletionPolicy,omitempty"`
+	// state: Running (default) or Stopped. Stopped on a persistent sandbox is a
+	// pause: the session stops and Vercel keeps the filesystem; Running again
+	// resumes it in a new session (setup does not run again). On a
+	// non-persistent sandbox Stopped ends it for good.
+	// +optional
+	// +kubebuilder:default=Running
+	State SandboxState `json:"state,omitempty"`
+	// shutdownTime is an absolute end of life: at this time the sandbox is
+	// stopped or deleted, per shutdownPolicy. A ShutdownWarning event is
+	// emitted a few minutes before (the manager's --shutdown-warning flag).
+	// +optional
+	ShutdownTime *metav1.Time `json:"shutdownTime,omitempty"`
+	// shutdownPolicy: Stop (default) stops the session at shutdownTime and keeps
+	// it stopped; Delete deletes the Vercel sandbox and this object.
+	// +optional
+	// +kubebuilder:default=Stop
+	ShutdownPolicy ShutdownPolicy `json:"shutdownPolicy,omitempty"`
 }
 
 // SandboxRoute is the public URL of one exposed port.
@@ -353,8 +450,9 @@ type SandboxStatus struct {
 	// Stopping, Stopped, Idle, Failed or Deleting.
 	// +optional
 	Phase SandboxPhase `json:"phase,omitempty"`
-	// conditions: Ready (the session runs and setup succeeded) and Synced (the
-	// last reconcile reached Vercel and succeeded).
+	// conditions: Ready (the session runs and setup succeeded), Synced (the
+	// last reconcile reached Vercel and succeeded), Resumable (a stopped
+	// session can be resumed) and Paused (reconciling is paused by annotation).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -382,7 +480,8 @@ type SandboxStatus struct {
 	// startedAt is when the current session started running.
 	// +optional
 	StartedAt *metav1.Time `json:"startedAt,omitempty"`
-	// expiresAt is when the current session will stop unless extended.
+	// expiresAt is the current session's deadline: when it stops unless the
+	// controller extends it for activity. Unset while no session runs.
 	// +optional
 	ExpiresAt *metav1.Time `json:"expiresAt,omitempty"`
 	// currentSnapshotID is the snapshot the next session resumes from.
@@ -398,6 +497,15 @@ type SandboxStatus struct {
 	// lastError is the last error met, kept until the next success.
 	// +optional
 	LastError *ErrorStatus `json:"lastError,omitempty"`
+	// stoppedAt is when the last session stopped; a heartbeat newer than this
+	// wakes an Idle sandbox. Unset while a session runs.
+	// +optional
+	StoppedAt *metav1.Time `json:"stoppedAt,omitempty"`
+	// lastHandledReconcileAt is the value of the
+	// sandbox.sentry.io/reconcile-requested-at annotation handled last.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	LastHandledReconcileAt string `json:"lastHandledReconcileAt,omitempty"`
 }
 
 // Sandbox is one Vercel named sandbox: its sessions (VM boots) come and go, the
