@@ -172,6 +172,7 @@ type Emulator struct {
 	kick      chan struct{}
 	wg        sync.WaitGroup // command waiters and the sweeper
 	cancelClk func()
+	hookStop  func() // tests: runs at the start of a stop's slow part (set under mu)
 
 	srvMu sync.Mutex
 	srv   *http.Server

@@ -196,6 +196,7 @@ func (e *Emulator) handleExtendTimeout(rc *reqCtx) {
 	now := e.nowMs()
 	s.timeout += *b.Duration
 	s.updatedAt = now
+	s.sb.updatedAt = now // its expiresAt moved
 	if d := s.deadline(); d > 0 {
 		e.st.timers.add(timerItem{at: d, kind: timerTimeout, id: s.id})
 	}

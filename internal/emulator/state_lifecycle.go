@@ -255,6 +255,7 @@ type stopJob struct {
 	size       int64
 	err        error
 	result     *snapshotRec
+	hook       func() // test hook, run first in the slow part
 }
 
 func (j *stopJob) slow() bool { return len(j.procs) > 0 || j.fs != nil }
@@ -289,12 +290,16 @@ func (e *Emulator) beginStopLocked(s *sessionRec, kind stopKind, at int64, expir
 	}
 	j.fs = s.fs
 	s.fs = nil
+	j.hook = e.hookStop
 	return j
 }
 
 // runStopJob does the slow part of a stop without e.mu: kill processes,
 // copy the filesystem into the snapshot, remove the session directory.
 func (e *Emulator) runStopJob(j *stopJob) {
+	if j.hook != nil {
+		j.hook()
+	}
 	for _, p := range j.procs {
 		p.terminate()
 	}

@@ -108,6 +108,8 @@ func pick(path string) map[string]any {
 		return map[string]any{"mode": "allow-all"}
 	case "/cmd":
 		return map[string]any{"command": "ls"}
+	case "/snapshot":
+		return nil
 	}
 	return map[string]any{"path": "x"}
 }
@@ -488,5 +490,68 @@ func TestUpdateSandbox(t *testing.T) {
 	}
 	if r := te.req("PATCH", "/v2/sandboxes/u"+prj, map[string]any{"currentSnapshotId": "snap_nope"}); r.status != 400 {
 		t.Fatalf("bad currentSnapshotId: %d %s", r.status, r.body)
+	}
+}
+
+// TestTransitionalStates holds a stop (and a snapshot) in its slow part to
+// observe stopping/snapshotting and the 422 answers of §9.7.
+func TestTransitionalStates(t *testing.T) {
+	for _, tc := range []struct {
+		path, status, code string
+		want               int
+	}{
+		{"/stop", "stopping", "sandbox_stopping", 200},
+		{"/snapshot", "snapshotting", "sandbox_snapshotting", 201},
+	} {
+		t.Run(tc.status, func(t *testing.T) {
+			te := newEnv(t, Options{})
+			sb := te.create(map[string]any{"name": "tr"})
+			id := sb.Session.ID
+			te.writeFiles(id, map[string]string{"vercel/sandbox/a": "a"}) // a filesystem makes the stop slow
+			entered, release := make(chan struct{}), make(chan struct{})
+			te.e.mu.Lock()
+			te.e.hookStop = func() { close(entered); <-release }
+			te.e.mu.Unlock()
+			first := make(chan resp, 1)
+			go func() { first <- te.req("POST", "/v2/sandboxes/sessions/"+id+tc.path, nil) }()
+			<-entered
+			te.e.mu.Lock()
+			te.e.hookStop = nil
+			te.e.mu.Unlock()
+
+			if s := te.session(id); string(s.Status) != tc.status {
+				t.Fatalf("status %s, want %s", s.Status, tc.status)
+			}
+			for _, p := range []string{"/cmd", "/fs/read", "/extend-timeout", "/snapshot"} {
+				r := te.req("POST", "/v2/sandboxes/sessions/"+id+p, pick(p))
+				if r.status != 422 || r.errCode() != tc.code {
+					t.Errorf("%s while %s: %d %s", p, tc.status, r.status, r.body)
+				}
+			}
+			if r, _ := te.getSandbox("tr", true); r.status != 422 || r.errCode() != tc.code {
+				t.Errorf("resume while %s: %d %s", tc.status, r.status, r.body)
+			}
+			// A concurrent stop waits for the transition, then answers the stopped session.
+			second := make(chan resp, 1)
+			go func() { second <- te.req("POST", "/v2/sandboxes/sessions/"+id+"/stop", nil) }()
+			select {
+			case r := <-second:
+				t.Fatalf("second stop answered during the transition: %d", r.status)
+			case <-time.After(50 * time.Millisecond):
+			}
+			close(release)
+			if r := <-first; r.status != tc.want {
+				t.Fatalf("first: %d %s", r.status, r.body)
+			}
+			r := <-second
+			var st vercel.StopSessionResponse
+			r.json(t, &st)
+			if r.status != 200 || st.Session.Status != vercel.SessionStopped {
+				t.Fatalf("second stop: %d %s", r.status, r.body)
+			}
+			if _, res := te.getSandbox("tr", true); !res.Resumed {
+				t.Fatal("no resume after the transition")
+			}
+		})
 	}
 }
