@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"strings"
 	"time"
 
@@ -111,7 +112,8 @@ func (r *SandboxReconciler) finish(ctx context.Context, before, sbx *sandboxv1.S
 
 func (r *SandboxReconciler) reconcileSandbox(ctx context.Context, sbx *sandboxv1.Sandbox) (ctrl.Result, error) {
 	st := &sbx.Status
-	if st.VercelName == "" {
+	fresh := st.VercelName == ""
+	if fresh {
 		// The name is recorded before anything is created, so a crash after
 		// the create call finds (and adopts) the sandbox instead of making a
 		// second one.
@@ -124,7 +126,7 @@ func (r *SandboxReconciler) reconcileSandbox(ctx context.Context, sbx *sandboxv1
 		}
 	}
 
-	resp, err := r.Vercel.GetSandbox(ctx, st.VercelName, false)
+	resp, err := r.getSandbox(ctx, st.VercelName, fresh)
 	switch {
 	case vercel.IsNotFound(err):
 		if st.SessionID != "" {
@@ -143,6 +145,36 @@ func (r *SandboxReconciler) reconcileSandbox(ctx context.Context, sbx *sandboxv1
 // ownedBy reports whether a Vercel sandbox was created for this object.
 func (r *SandboxReconciler) ownedBy(remote *vercel.Sandbox, sbx *sandboxv1.Sandbox) bool {
 	return remote.Tags[tagOwnerUID] == string(sbx.UID)
+}
+
+// errNeverCreated stands for the read skipped on a Sandbox's first
+// reconcile: nothing can exist under a name this object had not recorded,
+// because names derive from its UID and are recorded before any create.
+var errNeverCreated = &vercel.APIError{Status: http.StatusNotFound, Code: "not_found", Message: "not created yet"}
+
+// getSandbox reads the Vercel sandbox, except on the first reconcile, where
+// the read could only answer 404: skipping it halves the Vercel requests and
+// the time from create to Ready. Should the name be taken after all (a
+// reconcile that ran on a cache not yet showing the recorded name), the
+// create answers "name exists" and the sandbox is adopted (see create).
+func (r *SandboxReconciler) getSandbox(ctx context.Context, name string, fresh bool) (*vercel.SandboxResponse, error) {
+	if fresh {
+		return nil, errNeverCreated
+	}
+	return r.Vercel.GetSandbox(ctx, name, false)
+}
+
+// adopt takes over the sandbox a create found under this object's name, if
+// its owner tag says it was created for this object.
+func (r *SandboxReconciler) adopt(ctx context.Context, sbx *sandboxv1.Sandbox) (ctrl.Result, error) {
+	resp, err := r.Vercel.GetSandbox(ctx, sbx.Status.VercelName, false)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("get sandbox %s: %w", sbx.Status.VercelName, err)
+	}
+	if !r.ownedBy(&resp.Sandbox, sbx) {
+		return r.reportNameConflict(sbx), nil
+	}
+	return r.observe(ctx, sbx, resp)
 }
 
 func (r *SandboxReconciler) create(ctx context.Context, sbx *sandboxv1.Sandbox) (ctrl.Result, error) {
@@ -173,6 +205,9 @@ func (r *SandboxReconciler) create(ctx context.Context, sbx *sandboxv1.Sandbox) 
 		return ctrl.Result{RequeueAfter: snapshotRefPoll}, err
 	}
 	resp, err := r.Vercel.CreateSandbox(ctx, req)
+	if vercel.IsConflict(err) {
+		return r.adopt(ctx, sbx)
+	}
 	if err != nil {
 		return ctrl.Result{}, redact(fmt.Errorf("create sandbox %s: %w", st.VercelName, err), secrets.values)
 	}
