@@ -7,6 +7,51 @@
 // snapshots, validation, limits, fault injection and counters. The runtime
 // half (sandboxfs.go, tarx.go, exec.go, output.go) implements what a session
 // is on disk and how its commands run.
+//
+// Choices where the API document says [unknown] or [inferred]:
+//
+//   - Create/resume/fork answer the session "running" unless
+//     Options.StartPending is set; operations on a pending session wait
+//     (PendingOps "queue") or get 422 sandbox_pending ("reject").
+//   - Stop answers the final "stopped" session; a snapshot answers 201 with
+//     the session already "stopped". The transitional states
+//     stopping/snapshotting are visible only while files are copied.
+//   - A second stop answers 200 with the unchanged session (or 410,
+//     Options.SecondStopStatus). A duplicate name is 400 bad_request (or 409).
+//   - Commands killed by a session stop or timeout exit 137; a kill exits
+//     128+signal (runtime half). Killing a finished command answers it
+//     unchanged. Open log/wait streams end with the final record.
+//   - Command, file, snapshot, extend and network-policy calls — reads
+//     included — on a dead session answer 410 sandbox_stopped; GET of the
+//     session and stop do not.
+//   - The concurrency limit answers 429 concurrency_limit_exceeded, without
+//     Retry-After. Plan rate limits answer 429 rate_limited with Retry-After,
+//     X-RateLimit-* headers and the `limit` object inside `error`.
+//   - Non-OIDC tokens act on ?teamId (or ?slug, or Options.TeamID); a
+//     3-segment JWT is an OIDC token scoped to its owner_id/project_id (not
+//     verified; `exp` checked against wall time). Requests without a project
+//     where §2.3 needs one answer 400.
+//   - Expired snapshots become status "deleted" (GET: 200 or 404,
+//     Options.DeletedSnapshotGetStatus) and are not listed; deleted ones
+//     neither. keepLastSnapshots counts all created snapshots of the sandbox.
+//     Snapshot expiration: request, else keepLastSnapshots.expiration, else
+//     snapshotExpiration, else 7 days (v3 route) or 30 days.
+//   - A new session's filesystem: the snapshot it boots from; for a fork
+//     whose source has no usable snapshot but a running session, a copy of
+//     that session's live filesystem; else an empty one. Creating from a
+//     snapshot does not make it the new sandbox's currentSnapshotId, but its
+//     first snapshot gets it as parentId.
+//   - git sources are cloned only for local paths/file:// URLs when git
+//     exists; tarball sources (http(s), file://, local path) are downloaded
+//     and extracted into /vercel/sandbox. Otherwise, or in exec mode "none",
+//     the source is only recorded.
+//   - mkdir is recursive unless "recursive": false (current OpenAPI).
+//   - Mounts are validated; as the emulator has no drives, any mount answers
+//     404 (drive not found). stdin writes answer 501: the runtime gives
+//     commands an empty stdin.
+//   - Route subdomains are "sb-" + a hash of session id and port.
+//   - Exec mode "none" never creates a session directory unless a file is
+//     written; idle sandboxes cost no goroutine in any mode.
 package emulator
 
 import (

@@ -116,12 +116,13 @@ func (f *Faults) CommitThenFail(op string, n int, mode FailMode) {
 }
 
 // SetMaxRunning overrides the plan's limit of concurrently running sessions
-// per team (n <= 0 restores the plan's value).
+// per team: creates, resumes and forks beyond n answer 429 (0 = none may
+// start). A negative n restores the plan's value.
 func (f *Faults) SetMaxRunning(n int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.maxRunning = n
-	f.maxRunningS = n > 0
+	f.maxRunning = max(n, 0)
+	f.maxRunningS = n >= 0
 }
 
 // Reset removes every fault and the max-running override.

@@ -252,8 +252,44 @@ func TestConcurrencyLimit(t *testing.T) {
 	if r, out := te.getSandbox("a", true); r.status != 200 || !out.Resumed {
 		t.Fatalf("resume: %d %s", r.status, r.body)
 	}
+	te.e.Faults().SetMaxRunning(0)
+	if r := te.req("POST", "/v3/sandboxes", map[string]any{"projectId": "prj_emulator"}); r.status != 429 {
+		t.Fatalf("max running 0: %d", r.status)
+	}
+	te.e.Faults().SetMaxRunning(-1) // back to the plan's limit
+	te.create(nil)
 	te.e.Faults().Reset()
 	te.create(nil)
+}
+
+func TestRealClockSweeper(t *testing.T) {
+	te := newEnv(t, Options{Clock: realClock{}, StartPending: 100 * time.Millisecond})
+	sb := te.create(map[string]any{"timeout": 1000})
+	if sb.Session.Status != vercel.SessionPending {
+		t.Fatalf("status %s", sb.Session.Status)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for _, want := range []vercel.SessionStatus{vercel.SessionRunning, vercel.SessionStopped} {
+		for {
+			// Read through the accessor, which does not depend on requests
+			// sweeping lazily.
+			var got vercel.SessionStatus
+			te.e.mu.Lock()
+			got = te.e.st.sessions[sb.Session.ID].status
+			te.e.mu.Unlock()
+			if got == want {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("session never became %s (is %s)", want, got)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	s := te.session(sb.Session.ID)
+	if s.Duration != 1000 || s.StartedAt-s.RequestedAt != 100 {
+		t.Fatalf("timings: %+v", s)
+	}
 }
 
 func TestPendingStart(t *testing.T) {

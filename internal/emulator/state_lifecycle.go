@@ -58,18 +58,19 @@ func (e *Emulator) setStatus(s *sessionRec, status vercel.SessionStatus, at int6
 	}
 }
 
-// maxRunning is the effective concurrency limit (0 = unlimited).
-func (e *Emulator) maxRunning() int {
+// maxRunning is the effective concurrency limit; limited is false when
+// there is none.
+func (e *Emulator) maxRunning() (n int, limited bool) {
 	if n, ok := e.faults.maxRunningOverride(); ok {
-		return n
+		return n, true
 	}
-	return e.plan.MaxRunning
+	return e.plan.MaxRunning, e.plan.MaxRunning > 0
 }
 
 // checkConcurrency answers 429 when the team already runs the maximum.
 func (e *Emulator) checkConcurrency(team string) *apiError {
-	max := e.maxRunning()
-	if max > 0 && e.st.active[team] >= max {
+	max, limited := e.maxRunning()
+	if limited && e.st.active[team] >= max {
 		return &apiError{status: 429, code: "concurrency_limit_exceeded",
 			message: fmt.Sprintf("The concurrency limit has been exceeded: %d sandboxes are already running (limit %d on the %s plan).", e.st.active[team], max, e.plan.Name)}
 	}
