@@ -21,6 +21,7 @@ import (
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 	"github.com/getsentry/sandbox-controller/controllers"
+	"github.com/getsentry/sandbox-controller/internal/metrics"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
 
@@ -34,6 +35,8 @@ func main() {
 		pollInterval           time.Duration
 		backoffCap             time.Duration
 		concurrency            int
+		kubeQPS                float64
+		kubeBurst              int
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
@@ -46,6 +49,8 @@ func main() {
 	flag.DurationVar(&pollInterval, "poll-interval", time.Minute, "How often a running sandbox is observed for changes made outside the operator (jittered by up to 10%).")
 	flag.DurationVar(&backoffCap, "backoff-cap", time.Minute, "Longest delay between retries after an error.")
 	flag.IntVar(&concurrency, "max-concurrent-reconciles", 4, "Reconciles of each kind that run in parallel.")
+	flag.Float64Var(&kubeQPS, "kube-api-qps", 0, "Client-side limit of Kubernetes API requests per second; 0 keeps controller-runtime's default of none (the API server's priority and fairness applies), a negative value also disables it.")
+	flag.IntVar(&kubeBurst, "kube-api-burst", 0, "Burst allowed above --kube-api-qps when that is positive (default twice the QPS).")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -57,14 +62,16 @@ func main() {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(2)
 	}
-	api, err := vercel.New(vercel.Config{
+	vcfg := vercel.Config{
 		BaseURL:           vercelURL,
 		Token:             token,
 		TeamID:            teamID,
 		ProjectID:         projectID,
 		RequestsPerMinute: requestsPerMinute,
 		UserAgent:         "sandbox-controller",
-	})
+	}
+	metrics.InstrumentVercel(&vcfg)
+	api, err := vercel.New(vcfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "error: Vercel client:", err)
 		os.Exit(2)
@@ -73,7 +80,14 @@ func main() {
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(sandboxv1.AddToScheme(scheme))
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+	restConfig := ctrl.GetConfigOrDie()
+	if kubeQPS != 0 {
+		restConfig.QPS, restConfig.Burst = float32(kubeQPS), kubeBurst
+		if kubeBurst <= 0 {
+			restConfig.Burst = max(1, int(2*kubeQPS))
+		}
+	}
+	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress: probeAddr,
@@ -94,6 +108,10 @@ func main() {
 		BackoffCap:              backoffCap,
 	}).SetupWithManager(mgr); err != nil {
 		log.Error(err, "Failed to set up the Sandbox controller")
+		os.Exit(1)
+	}
+	if err := metrics.SetupWithManager(mgr); err != nil {
+		log.Error(err, "Failed to set up the metrics")
 		os.Exit(1)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

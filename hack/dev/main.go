@@ -39,6 +39,7 @@ import (
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 	"github.com/getsentry/sandbox-controller/controllers"
 	"github.com/getsentry/sandbox-controller/internal/emulator"
+	"github.com/getsentry/sandbox-controller/internal/metrics"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
 
@@ -312,6 +313,7 @@ func newLayout(stateDir string) layout {
 // cmd/manager configures it, until ctx ends. It returns once the controllers
 // have started; the channel then yields the manager's result.
 func startManager(ctx context.Context, c config, cfg *rest.Config, vc vercel.Config) (chan error, error) {
+	metrics.InstrumentVercel(&vc)
 	api, err := vercel.New(vc)
 	if err != nil {
 		return nil, fmt.Errorf("vercel client: %w", err)
@@ -337,6 +339,9 @@ func startManager(ctx context.Context, c config, cfg *rest.Config, vc vercel.Con
 		BackoffCap:              c.backoffCap,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up the Sandbox controller: %w", err)
+	}
+	if err := metrics.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("set up the metrics: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return nil, err
