@@ -6,11 +6,15 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -51,6 +55,23 @@ type SandboxReconciler struct {
 	MaxConcurrentReconciles int
 	// BackoffCap caps the retry delay after errors (default one minute).
 	BackoffCap time.Duration
+	// MaxSessionLength is the plan's maximum session length: sessions are
+	// never extended beyond it (default DefaultMaxSessionLength).
+	MaxSessionLength time.Duration
+	// ShutdownWarning is how long before spec.shutdownTime the
+	// ShutdownWarning event is emitted (default DefaultShutdownWarning).
+	ShutdownWarning time.Duration
+
+	// Now is the clock of every lifecycle decision; time.Now when nil. Tests
+	// that simulate hours share the emulator's fake clock through it.
+	Now func() time.Time
+
+	// nextPoll holds, per object, when its running session is next observed
+	// in Vercel; reconciles before then (heartbeats, timers) work from
+	// status. It is lost on restart, which only makes the first reconcile poll.
+	nextPoll sync.Map // types.NamespacedName -> time.Time
+	// warned holds, per object, the shutdownTime it was warned about.
+	warned sync.Map // types.NamespacedName -> time.Time
 }
 
 // +kubebuilder:rbac:groups=sandbox.sentry.io,resources=sandboxes,verbs=get;list;watch;update;patch
@@ -64,10 +85,17 @@ type SandboxReconciler struct {
 func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	sbx := &sandboxv1.Sandbox{}
 	if err := r.Get(ctx, req.NamespacedName, sbx); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !sbx.DeletionTimestamp.IsZero() {
+		r.forget(req.NamespacedName)
 		return r.reconcileDelete(ctx, sbx)
+	}
+	if sbx.Annotations[sandboxv1.AnnotationPaused] == "true" {
+		return ctrl.Result{}, r.reportPaused(ctx, sbx)
 	}
 	if controllerutil.AddFinalizer(sbx, SandboxFinalizer) {
 		if err := r.Update(ctx, sbx); err != nil {
@@ -75,8 +103,21 @@ func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		}
 	}
 	before := sbx.DeepCopy()
+	meta.RemoveStatusCondition(&sbx.Status.Conditions, sandboxv1.ConditionPaused)
 	res, err := r.reconcileSandbox(ctx, sbx)
 	return r.finish(ctx, before, sbx, res, err)
+}
+
+// reportPaused records that reconciling is paused, and does nothing else: no
+// Vercel call, no timer.
+func (r *SandboxReconciler) reportPaused(ctx context.Context, sbx *sandboxv1.Sandbox) error {
+	before := sbx.DeepCopy()
+	setCondition(&sbx.Status.Conditions, sbx.Generation, sandboxv1.ConditionPaused, metav1.ConditionTrue, sandboxv1.ReasonReconcilePaused,
+		fmt.Sprintf("Reconciling is paused by the %s annotation; remove it to resume", sandboxv1.AnnotationPaused))
+	if apiequality.Semantic.DeepEqual(before.Status, sbx.Status) {
+		return nil
+	}
+	return r.Status().Patch(ctx, sbx, client.MergeFrom(before))
 }
 
 // finish records the outcome of a reconcile in the Synced condition and
@@ -126,7 +167,15 @@ func (r *SandboxReconciler) reconcileSandbox(ctx context.Context, sbx *sandboxv1
 		}
 	}
 
+	now := r.now()
+	if res, done, err := r.fromStatus(ctx, sbx, now); done {
+		return res, err
+	}
 	resp, err := r.getSandbox(ctx, st.VercelName, fresh)
+	if err == nil || vercel.IsNotFound(err) {
+		r.polled(sbx, now)
+		st.LastHandledReconcileAt = sbx.Annotations[sandboxv1.AnnotationReconcileRequestedAt]
+	}
 	switch {
 	case vercel.IsNotFound(err):
 		if st.SessionID != "" {
@@ -195,7 +244,7 @@ func (r *SandboxReconciler) create(ctx context.Context, sbx *sandboxv1.Sandbox) 
 		Name:          st.VercelName,
 		Resources:     cfg.resources,
 		Ports:         cfg.ports,
-		Timeout:       cfg.timeoutMs,
+		Timeout:       r.sessionTimeoutMs(cfg.timeoutMs),
 		Env:           cfg.env,
 		Persistent:    sbx.Spec.Persistent,
 		NetworkPolicy: cfg.networkPolicy,
@@ -233,10 +282,25 @@ func (r *SandboxReconciler) observe(ctx context.Context, sbx *sandboxv1.Sandbox,
 	if s == nil {
 		return ctrl.Result{RequeueAfter: sessionStartPoll}, nil
 	}
+	sameSession := st.SessionID == s.ID
 	st.SessionID = s.ID
 	st.Routes = routes(resp.Routes)
 	st.StartedAt = msTime(s.StartedAt)
 	st.ExpiresAt = expiresAt(remote, s)
+	if remote.Persistent {
+		if !hasCondition(st.Conditions, sandboxv1.ConditionResumable, sandboxv1.ReasonSnapshotMissing) || !sameSession {
+			setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionResumable, metav1.ConditionTrue, sandboxv1.ReasonPersistent,
+				"Vercel keeps the filesystem when a session stops; a new session resumes it")
+		}
+	} else {
+		setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionResumable, metav1.ConditionFalse, sandboxv1.ReasonNotPersistent,
+			"spec.persistent is false: once its session stops, this sandbox cannot run again")
+	}
+	now := r.now()
+	sd := shutdownSchedule(now, sbx.Spec.ShutdownTime, r.shutdownWarning())
+	if sd.due && sbx.Spec.ShutdownPolicy == sandboxv1.ShutdownDelete {
+		return r.shutdownDelete(ctx, sbx)
+	}
 
 	switch s.Status {
 	case vercel.SessionPending:
@@ -248,10 +312,7 @@ func (r *SandboxReconciler) observe(ctx context.Context, sbx *sandboxv1.Sandbox,
 		setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonSessionStopped, "The session is stopping")
 		return ctrl.Result{RequeueAfter: setupPoll}, nil
 	case vercel.SessionStopped:
-		st.Phase = sandboxv1.SandboxStopped
-		setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonSessionStopped,
-			fmt.Sprintf("Session %s stopped", s.ID))
-		return ctrl.Result{RequeueAfter: r.pollInterval()}, nil
+		return r.observeStopped(ctx, sbx, s, sameSession, now)
 	case vercel.SessionFailed, vercel.SessionAborted:
 		st.Phase = sandboxv1.SandboxFailed
 		setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonSessionFailed,
@@ -260,6 +321,10 @@ func (r *SandboxReconciler) observe(ctx context.Context, sbx *sandboxv1.Sandbox,
 	}
 
 	// Running.
+	st.StoppedAt = nil
+	if !wantRunning(sbx, sd) {
+		return r.stopSession(ctx, sbx, s.ID, sd, now)
+	}
 	if st.ObservedGeneration != sbx.Generation {
 		if err := r.update(ctx, sbx, s.ID); err != nil {
 			return ctrl.Result{}, err
@@ -270,7 +335,7 @@ func (r *SandboxReconciler) observe(ctx context.Context, sbx *sandboxv1.Sandbox,
 	}
 	st.Phase = sandboxv1.SandboxRunning
 	setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionTrue, sandboxv1.ReasonRunning, fmt.Sprintf("Session %s is running", s.ID))
-	return ctrl.Result{RequeueAfter: r.pollInterval()}, nil
+	return r.keepAlive(ctx, sbx, s.ID, msTimeOf(s.StartedAt, s.CreatedAt), time.UnixMilli(sessionDeadline(s)), sd, now)
 }
 
 // update applies a changed spec to the Vercel sandbox: PATCH changes the
@@ -282,7 +347,7 @@ func (r *SandboxReconciler) update(ctx context.Context, sbx *sandboxv1.Sandbox, 
 	if err != nil {
 		return err
 	}
-	req := vercel.UpdateSandboxRequest{Resources: cfg.resources, Timeout: cfg.timeoutMs, Env: cfg.env, Ports: cfg.ports, NetworkPolicy: cfg.networkPolicy}
+	req := vercel.UpdateSandboxRequest{Resources: cfg.resources, Timeout: r.sessionTimeoutMs(cfg.timeoutMs), Env: cfg.env, Ports: cfg.ports, NetworkPolicy: cfg.networkPolicy}
 	if req.Env == nil {
 		req.Env = map[string]string{}
 	}
@@ -293,13 +358,17 @@ func (r *SandboxReconciler) update(ctx context.Context, sbx *sandboxv1.Sandbox, 
 	if err != nil {
 		return redact(fmt.Errorf("update sandbox %s: %w", sbx.Status.VercelName, err), secrets.values)
 	}
-	sbx.Status.Routes = routes(resp.Routes)
 	np := cfg.networkPolicy
 	if np == nil {
 		np = &vercel.NetworkPolicy{Mode: vercel.NetworkAllowAll}
 	}
-	if _, err := r.Vercel.UpdateNetworkPolicy(ctx, sessionID, *np); err != nil && !vercel.IsGone(err) {
-		return redact(fmt.Errorf("update network policy of session %s: %w", sessionID, err), secrets.values)
+	if sessionID != "" {
+		// Only a running session's routes and policy change now; a stopped
+		// sandbox gets both with its next session.
+		sbx.Status.Routes = routes(resp.Routes)
+		if _, err := r.Vercel.UpdateNetworkPolicy(ctx, sessionID, *np); err != nil && !vercel.IsGone(err) {
+			return redact(fmt.Errorf("update network policy of session %s: %w", sessionID, err), secrets.values)
+		}
 	}
 	r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Updated", "Update", "Applied spec generation %d to Vercel sandbox %s", sbx.Generation, sbx.Status.VercelName)
 	sbx.Status.ObservedGeneration = sbx.Generation
@@ -474,6 +543,328 @@ func (r *SandboxReconciler) reconcileDelete(ctx context.Context, sbx *sandboxv1.
 	return ctrl.Result{}, r.Update(ctx, sbx)
 }
 
+// fromStatus handles a reconcile that needs no look at Vercel: a running
+// session whose next poll is not due (a heartbeat, an extension or shutdown
+// timer), or a stopped one, which is never polled. It reports done=false when
+// Vercel must be observed: the spec changed, a reconcile was requested, a poll
+// or the session's deadline is due, or the status is not one of these.
+func (r *SandboxReconciler) fromStatus(ctx context.Context, sbx *sandboxv1.Sandbox, now time.Time) (ctrl.Result, bool, error) {
+	st := &sbx.Status
+	if st.SessionID == "" || st.ObservedGeneration != sbx.Generation ||
+		sbx.Annotations[sandboxv1.AnnotationReconcileRequestedAt] != st.LastHandledReconcileAt {
+		return ctrl.Result{}, false, nil
+	}
+	ready := meta.FindStatusCondition(st.Conditions, sandboxv1.ConditionReady)
+	if ready == nil {
+		return ctrl.Result{}, false, nil
+	}
+	sd := shutdownSchedule(now, sbx.Spec.ShutdownTime, r.shutdownWarning())
+	key := client.ObjectKeyFromObject(sbx)
+	switch {
+	case st.Phase == sandboxv1.SandboxRunning && ready.Status == metav1.ConditionTrue:
+		if st.StartedAt == nil || st.ExpiresAt == nil || r.pollDue(key, now) || !now.Before(st.ExpiresAt.Time) {
+			return ctrl.Result{}, false, nil
+		}
+		if sd.due && sbx.Spec.ShutdownPolicy == sandboxv1.ShutdownDelete {
+			res, err := r.shutdownDelete(ctx, sbx)
+			return res, true, err
+		}
+		if !wantRunning(sbx, sd) {
+			res, err := r.stopSession(ctx, sbx, st.SessionID, sd, now)
+			return res, true, err
+		}
+		res, err := r.keepAlive(ctx, sbx, st.SessionID, st.StartedAt.Time, st.ExpiresAt.Time, sd, now)
+		return res, true, err
+	case restingReasons[ready.Reason] != "" && st.Phase == restingReasons[ready.Reason]:
+		if sd.due && sbx.Spec.ShutdownPolicy == sandboxv1.ShutdownDelete {
+			res, err := r.shutdownDelete(ctx, sbx)
+			return res, true, err
+		}
+		if ready.Reason != sandboxv1.ReasonSnapshotMissing && !hasCondition(st.Conditions, sandboxv1.ConditionResumable, sandboxv1.ReasonNotPersistent) &&
+			shouldResume(ready.Reason, wantRunning(sbx, sd), timeOf(st.StoppedAt), lastActivity(sbx)) {
+			res, err := r.resume(ctx, sbx)
+			return res, true, err
+		}
+		r.warnShutdown(sbx, sd, false)
+		return ctrl.Result{RequeueAfter: r.restingRequeue(sbx, sd, now)}, true, nil
+	}
+	return ctrl.Result{}, false, nil
+}
+
+// observeStopped reports a stopped session — why it stopped, and whether it
+// can come back — and resumes it when it should run again.
+func (r *SandboxReconciler) observeStopped(ctx context.Context, sbx *sandboxv1.Sandbox, s *vercel.Session, sameSession bool, now time.Time) (ctrl.Result, error) {
+	st := &sbx.Status
+	sd := shutdownSchedule(now, sbx.Spec.ShutdownTime, r.shutdownWarning())
+	if stopped := msTime(s.StoppedAt); stopped != nil {
+		st.StoppedAt = stopped
+	} else if st.StoppedAt == nil {
+		st.StoppedAt = &metav1.Time{Time: now.Truncate(time.Second)}
+	}
+	prev := meta.FindStatusCondition(st.Conditions, sandboxv1.ConditionReady)
+	reason := ""
+	switch {
+	case sbx.Spec.State == sandboxv1.SandboxStateStopped:
+		reason = sandboxv1.ReasonStopped
+	case sd.due:
+		reason = sandboxv1.ReasonShutdownTime
+	case sameSession && prev != nil && restingReasons[prev.Reason] != "":
+		// Already classified, by the controller's own stop or an earlier look.
+		reason = prev.Reason
+	default:
+		reason = stopCause(s, r.maxSessionLength())
+	}
+	if st.ObservedGeneration != sbx.Generation {
+		if err := r.update(ctx, sbx, ""); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	persistent := !hasCondition(st.Conditions, sandboxv1.ConditionResumable, sandboxv1.ReasonNotPersistent)
+	if persistent && (reason == sandboxv1.ReasonSnapshotMissing && wantRunning(sbx, sd) ||
+		shouldResume(reason, wantRunning(sbx, sd), st.StoppedAt.Time, lastActivity(sbx))) {
+		// A fresh look at a sandbox whose snapshot was missing happens only on
+		// a spec change or a requested reconcile: both retry the resume.
+		return r.resume(ctx, sbx)
+	}
+	if reason == sandboxv1.ReasonSnapshotMissing {
+		return ctrl.Result{}, nil
+	}
+	phase := restingReasons[reason]
+	msg := r.stopMessage(sbx, s, reason)
+	if !persistent {
+		msg += "; spec.persistent is false, so it cannot run again: delete and re-create this Sandbox for a new one"
+	}
+	if st.Phase != phase || prev == nil || prev.Reason != reason {
+		switch reason {
+		case sandboxv1.ReasonSessionStopped:
+			r.Recorder.Eventf(sbx, nil, corev1.EventTypeWarning, reason, "Observe", "%s", msg)
+		case sandboxv1.ReasonIdleTimeout, sandboxv1.ReasonMaxSessionLength:
+			r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, reason, "Observe", "%s", msg)
+		}
+	}
+	st.Phase = phase
+	setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, reason, msg)
+	r.forgetPoll(client.ObjectKeyFromObject(sbx))
+	r.warnShutdown(sbx, sd, false)
+	return ctrl.Result{RequeueAfter: r.restingRequeue(sbx, sd, now)}, nil
+}
+
+func (r *SandboxReconciler) stopMessage(sbx *sandboxv1.Sandbox, s *vercel.Session, reason string) string {
+	switch reason {
+	case sandboxv1.ReasonStopped:
+		return fmt.Sprintf("Session %s stopped because spec.state is Stopped", s.ID)
+	case sandboxv1.ReasonShutdownTime:
+		return fmt.Sprintf("Session %s stopped at spec.shutdownTime", s.ID)
+	case sandboxv1.ReasonIdleTimeout:
+		return fmt.Sprintf("Session %s stopped after %s without activity; a newer %s heartbeat resumes it", s.ID, idleWindow(sbx), sandboxv1.AnnotationLastActivity)
+	case sandboxv1.ReasonMaxSessionLength:
+		return fmt.Sprintf("Session %s stopped at the plan's maximum session length (%s); a newer %s heartbeat resumes it in a new session",
+			s.ID, r.maxSessionLength(), sandboxv1.AnnotationLastActivity)
+	default:
+		return fmt.Sprintf("Session %s was stopped outside the operator; a newer %s heartbeat resumes it", s.ID, sandboxv1.AnnotationLastActivity)
+	}
+}
+
+// restingRequeue is when a stopped sandbox needs the controller again without
+// any change to it: only for its shutdown (warning, then delete).
+func (r *SandboxReconciler) restingRequeue(sbx *sandboxv1.Sandbox, sd shutdownState, now time.Time) time.Duration {
+	if sbx.Spec.ShutdownPolicy != sandboxv1.ShutdownDelete {
+		return 0
+	}
+	return requeueAt(now, sd.next)
+}
+
+// stopSession stops the running session, because spec.state is Stopped or the
+// shutdown time has come; a persistent sandbox keeps its filesystem.
+func (r *SandboxReconciler) stopSession(ctx context.Context, sbx *sandboxv1.Sandbox, sessionID string, sd shutdownState, now time.Time) (ctrl.Result, error) {
+	st := &sbx.Status
+	reason, event, why := sandboxv1.ReasonStopped, "Stopped", "spec.state is Stopped"
+	if sbx.Spec.State != sandboxv1.SandboxStateStopped {
+		reason, event, why = sandboxv1.ReasonShutdownTime, "ShutdownStop", "spec.shutdownTime has come"
+	}
+	resp, err := r.Vercel.StopSession(ctx, sessionID)
+	if err != nil && !vercel.IsGone(err) {
+		return ctrl.Result{}, fmt.Errorf("stop session %s: %w", sessionID, err)
+	}
+	logf.FromContext(ctx).Info("Stopped session", "vercelName", st.VercelName, "session", sessionID, "reason", reason)
+	r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, event, "Stop", "Stopped session %s because %s", sessionID, why)
+	st.StoppedAt = &metav1.Time{Time: now.Truncate(time.Second)}
+	if resp != nil {
+		if t := msTime(resp.Session.StoppedAt); t != nil {
+			st.StoppedAt = t
+		}
+		if resp.Sandbox != nil {
+			st.CurrentSnapshotID = resp.Sandbox.CurrentSnapshotID
+		}
+	}
+	st.ExpiresAt = nil
+	st.Phase = sandboxv1.SandboxStopped
+	msg := fmt.Sprintf("Session %s stopped because %s", sessionID, why)
+	if hasCondition(st.Conditions, sandboxv1.ConditionResumable, sandboxv1.ReasonNotPersistent) {
+		msg += "; spec.persistent is false, so it cannot run again: delete and re-create this Sandbox for a new one"
+	}
+	setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, reason, msg)
+	r.forgetPoll(client.ObjectKeyFromObject(sbx))
+	if st.ObservedGeneration != sbx.Generation {
+		if err := r.update(ctx, sbx, ""); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	return ctrl.Result{RequeueAfter: r.restingRequeue(sbx, sd, now)}, nil
+}
+
+// resume starts a new session from the sandbox's latest snapshot. A snapshot
+// that is gone makes the Sandbox report SnapshotMissing, and it waits for a
+// spec change or a requested reconcile to try again.
+func (r *SandboxReconciler) resume(ctx context.Context, sbx *sandboxv1.Sandbox) (ctrl.Result, error) {
+	st := &sbx.Status
+	resp, err := r.Vercel.GetSandbox(ctx, st.VercelName, true)
+	if vercel.IsSnapshotNotFound(err) {
+		msg := fmt.Sprintf("Cannot resume Vercel sandbox %s: the snapshot it resumes from (%s) is gone", st.VercelName, st.CurrentSnapshotID)
+		if !hasCondition(st.Conditions, sandboxv1.ConditionReady, sandboxv1.ReasonSnapshotMissing) {
+			r.Recorder.Eventf(sbx, nil, corev1.EventTypeWarning, sandboxv1.ReasonSnapshotMissing, "Resume", "%s", msg)
+		}
+		st.Phase = sandboxv1.SandboxFailed
+		st.ExpiresAt = nil
+		setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonSnapshotMissing, msg)
+		setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionResumable, metav1.ConditionFalse, sandboxv1.ReasonSnapshotMissing, msg)
+		return ctrl.Result{}, nil
+	}
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("resume sandbox %s: %w", st.VercelName, err)
+	}
+	r.polled(sbx, r.now())
+	s := resp.Session
+	if s == nil || (s.Status != vercel.SessionRunning && s.Status != vercel.SessionPending) {
+		return ctrl.Result{RequeueAfter: sessionStartPoll}, nil
+	}
+	logf.FromContext(ctx).Info("Resumed Vercel sandbox", "vercelName", st.VercelName, "session", s.ID)
+	r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Resumed", "Resume", "Resumed Vercel sandbox %s in session %s", st.VercelName, s.ID)
+	st.StoppedAt = nil
+	return r.observe(ctx, sbx, resp)
+}
+
+// keepAlive extends the running session when its deadline comes near and a
+// heartbeat asks for more time, warns of a coming shutdown, and says when to
+// look again: the next poll, extension check, deadline or shutdown timer.
+func (r *SandboxReconciler) keepAlive(ctx context.Context, sbx *sandboxv1.Sandbox, sessionID string, start, deadline time.Time, sd shutdownState, now time.Time) (ctrl.Result, error) {
+	st := &sbx.Status
+	k := keepAlive{start: start, deadline: deadline, activity: lastActivity(sbx), idle: idleWindow(sbx), max: r.maxSessionLength()}
+	if ext := k.extension(now); ext > 0 {
+		s, err := r.Vercel.ExtendTimeout(ctx, sessionID, ext)
+		switch {
+		case vercel.IsGone(err), vercel.IsStopping(err), vercel.IsSnapshotting(err):
+			// It stopped first: look at it again right away.
+			r.forgetPoll(client.ObjectKeyFromObject(sbx))
+			return ctrl.Result{RequeueAfter: minRequeue}, nil
+		case vercel.IsInvalid(err):
+			// Vercel's plan maximum is below --max-session-length: let the
+			// session end rather than retry an extension that cannot succeed.
+			r.Recorder.Eventf(sbx, nil, corev1.EventTypeWarning, sandboxv1.ReasonMaxSessionLength, "Extend",
+				"Vercel refused to extend session %s (%v); the manager's --max-session-length may exceed the plan's", sessionID, err)
+			k.max = deadline.Sub(start)
+		case err != nil:
+			return ctrl.Result{}, fmt.Errorf("extend session %s: %w", sessionID, err)
+		default:
+			k.deadline = time.UnixMilli(sessionDeadline(s))
+			st.ExpiresAt = msTime(sessionDeadline(s))
+			logf.FromContext(ctx).V(1).Info("Extended session", "vercelName", st.VercelName, "session", sessionID, "by", ext, "expiresAt", k.deadline)
+			r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Extended", "ExtendTimeout",
+				"Extended session %s to keep it running %s past the last activity", sessionID, k.idle)
+		}
+	}
+	r.warnShutdown(sbx, sd, true)
+	next, _ := r.nextPoll.Load(client.ObjectKeyFromObject(sbx))
+	pollAt, _ := next.(time.Time)
+	if pollAt.IsZero() {
+		pollAt = now.Add(r.pollInterval())
+	}
+	return ctrl.Result{RequeueAfter: requeueAt(now, pollAt, k.nextCheck(), sd.next)}, nil
+}
+
+// warnShutdown emits the ShutdownWarning event once per shutdownTime, when
+// the shutdown will change something (a running session, or a deletion).
+func (r *SandboxReconciler) warnShutdown(sbx *sandboxv1.Sandbox, sd shutdownState, running bool) {
+	if !sd.warn || (!running && sbx.Spec.ShutdownPolicy != sandboxv1.ShutdownDelete) {
+		return
+	}
+	at := sbx.Spec.ShutdownTime.Time
+	if prev, ok := r.warned.Load(client.ObjectKeyFromObject(sbx)); ok && prev.(time.Time).Equal(at) {
+		return
+	}
+	r.warned.Store(client.ObjectKeyFromObject(sbx), at)
+	what := "stopped"
+	if sbx.Spec.ShutdownPolicy == sandboxv1.ShutdownDelete {
+		what = "deleted with its Vercel sandbox"
+	}
+	r.Recorder.Eventf(sbx, nil, corev1.EventTypeWarning, "ShutdownWarning", "Shutdown",
+		"This Sandbox will be %s at %s (spec.shutdownTime)", what, at.UTC().Format(time.RFC3339))
+}
+
+// shutdownDelete ends a Sandbox whose shutdownTime has come with policy
+// Delete: the Vercel sandbox, then the object.
+func (r *SandboxReconciler) shutdownDelete(ctx context.Context, sbx *sandboxv1.Sandbox) (ctrl.Result, error) {
+	name := sbx.Status.VercelName
+	if _, err := r.Vercel.DeleteSandbox(ctx, name, false); err != nil && !vercel.IsNotFound(err) {
+		return ctrl.Result{}, fmt.Errorf("delete sandbox %s at shutdown: %w", name, err)
+	}
+	logf.FromContext(ctx).Info("Deleted Vercel sandbox at shutdownTime", "vercelName", name)
+	r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "ShutdownDelete", "Delete", "Deleted Vercel sandbox %s because spec.shutdownTime has come", name)
+	if err := r.Delete(ctx, sbx); err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{}, nil
+}
+
+// polled records that the object was just observed in Vercel.
+func (r *SandboxReconciler) polled(sbx *sandboxv1.Sandbox, now time.Time) {
+	r.nextPoll.Store(client.ObjectKeyFromObject(sbx), now.Add(r.pollInterval()))
+}
+
+// pollDue reports whether the object's running session should be observed.
+func (r *SandboxReconciler) pollDue(key types.NamespacedName, now time.Time) bool {
+	v, ok := r.nextPoll.Load(key)
+	// A timer may fire a little early; that still counts as due.
+	return !ok || !now.Before(v.(time.Time).Add(-minRequeue))
+}
+
+func (r *SandboxReconciler) forgetPoll(key types.NamespacedName) { r.nextPoll.Delete(key) }
+
+func (r *SandboxReconciler) forget(key types.NamespacedName) {
+	r.nextPoll.Delete(key)
+	r.warned.Delete(key)
+}
+
+func (r *SandboxReconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+func (r *SandboxReconciler) maxSessionLength() time.Duration {
+	if r.MaxSessionLength > 0 {
+		return r.MaxSessionLength
+	}
+	return DefaultMaxSessionLength
+}
+
+func (r *SandboxReconciler) shutdownWarning() time.Duration {
+	if r.ShutdownWarning > 0 {
+		return r.ShutdownWarning
+	}
+	return DefaultShutdownWarning
+}
+
+// sessionTimeoutMs is a new session's timeout: the idle window, within the
+// plan maximum.
+func (r *SandboxReconciler) sessionTimeoutMs(ms int64) int64 {
+	if limit := (r.maxSessionLength() - capSafety).Milliseconds(); ms > limit {
+		return limit
+	}
+	return ms
+}
+
 func (r *SandboxReconciler) pollInterval() time.Duration {
 	d := r.PollInterval
 	if d <= 0 {
@@ -547,6 +938,29 @@ func stepName(s sandboxv1.SetupCommand) string {
 		return s.Name
 	}
 	return s.Command
+}
+
+func hasCondition(conds []metav1.Condition, typ, reason string) bool {
+	c := meta.FindStatusCondition(conds, typ)
+	return c != nil && c.Reason == reason
+}
+
+func timeOf(t *metav1.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.Time
+}
+
+// msTimeOf is the first non-zero of the Vercel ms timestamps, second-truncated
+// like status.
+func msTimeOf(ms ...int64) time.Time {
+	for _, v := range ms {
+		if t := msTime(v); t != nil {
+			return t.Time
+		}
+	}
+	return time.Time{}
 }
 
 func hasReason(conds []metav1.Condition, reason string) bool {

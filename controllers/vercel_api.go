@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"time"
 
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
@@ -16,6 +17,8 @@ type SandboxAPI interface {
 	UpdateSandbox(ctx context.Context, name string, req vercel.UpdateSandboxRequest, resume bool) (*vercel.SandboxResponse, error)
 	DeleteSandbox(ctx context.Context, name string, deleteOrphanSnapshots bool) (*vercel.Sandbox, error)
 	UpdateNetworkPolicy(ctx context.Context, sessionID string, p vercel.NetworkPolicy) (*vercel.Session, error)
+	StopSession(ctx context.Context, sessionID string) (*vercel.StopSessionResponse, error)
+	ExtendTimeout(ctx context.Context, sessionID string, d time.Duration) (*vercel.Session, error)
 	RunCommand(ctx context.Context, sessionID string, req vercel.RunCommandRequest) (*vercel.Command, error)
 	GetCommand(ctx context.Context, sessionID, cmdID string, wait bool) (*vercel.Command, error)
 	ListCommands(ctx context.Context, sessionID string) ([]vercel.Command, error)

@@ -1,0 +1,179 @@
+package controllers
+
+import (
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+	"github.com/getsentry/sandbox-controller/internal/vercel"
+)
+
+var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+func at(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+
+func TestKeepAliveDesired(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		k    keepAlive
+		want time.Time
+	}{
+		{"no heartbeat: idle window after the start", keepAlive{start: at(0), idle: 300 * time.Second, max: 24 * time.Hour}, at(300)},
+		{"heartbeat: idle window after it", keepAlive{start: at(0), activity: at(100), idle: 300 * time.Second, max: 24 * time.Hour}, at(400)},
+		{"heartbeat older than the start counts from the start", keepAlive{start: at(0), activity: at(-50), idle: 300 * time.Second, max: 24 * time.Hour}, at(300)},
+		{"capped a second short of the plan maximum", keepAlive{start: at(0), activity: at(3500), idle: 300 * time.Second, max: time.Hour}, at(3599)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.k.desired(); !got.Equal(tc.want) {
+				t.Errorf("desired() = %s, want %s", got.Sub(t0), tc.want.Sub(t0))
+			}
+		})
+	}
+}
+
+func TestKeepAliveExtension(t *testing.T) {
+	const idle = 300 * time.Second // margin 60 s
+	for _, tc := range []struct {
+		name      string
+		k         keepAlive
+		now       time.Time
+		want      time.Duration
+		wantCheck time.Time
+	}{
+		{"no heartbeat: nothing to extend; look after the deadline",
+			keepAlive{start: at(0), deadline: at(300), idle: idle, max: 24 * time.Hour}, at(250), 0, at(301)},
+		{"heartbeat far from the deadline: not yet; check at deadline-margin",
+			keepAlive{start: at(0), deadline: at(300), activity: at(100), idle: idle, max: 24 * time.Hour}, at(100), 0, at(240)},
+		{"heartbeat within the margin: extend to activity+idle",
+			keepAlive{start: at(0), deadline: at(300), activity: at(230), idle: idle, max: 24 * time.Hour}, at(245), 230 * time.Second, at(240)},
+		{"sub-second shortfall rounds up to one second",
+			keepAlive{start: at(0), deadline: at(300), activity: t0.Add(300*time.Second + 300*time.Millisecond - idle), idle: idle, max: 24 * time.Hour}, at(290), time.Second, at(240)},
+		{"extension stops at the plan maximum",
+			keepAlive{start: at(0), deadline: at(3500), activity: at(3450), idle: idle, max: time.Hour}, at(3460), 99 * time.Second, at(3440)},
+		{"at the plan maximum: no extension, look after the deadline",
+			keepAlive{start: at(0), deadline: at(3599), activity: at(3590), idle: idle, max: time.Hour}, at(3590), 0, at(3600)},
+		{"short window: margin is at least one second",
+			keepAlive{start: at(0), deadline: at(3), activity: at(2), idle: 3 * time.Second, max: time.Hour}, at(2), 2 * time.Second, at(2)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.k.extension(tc.now); got != tc.want {
+				t.Errorf("extension() = %s, want %s", got, tc.want)
+			}
+			if got := tc.k.nextCheck(); !got.Equal(tc.wantCheck) {
+				t.Errorf("nextCheck() = %s, want %s", got.Sub(t0), tc.wantCheck.Sub(t0))
+			}
+		})
+	}
+}
+
+func TestExtendMargin(t *testing.T) {
+	for idle, want := range map[time.Duration]time.Duration{
+		time.Second:       time.Second,
+		6 * time.Second:   2 * time.Second,
+		300 * time.Second: time.Minute,
+		time.Hour:         time.Minute,
+	} {
+		if got := extendMargin(idle); got != want {
+			t.Errorf("extendMargin(%s) = %s, want %s", idle, got, want)
+		}
+	}
+}
+
+func TestStopCause(t *testing.T) {
+	ms := func(s int) int64 { return at(s).UnixMilli() }
+	for _, tc := range []struct {
+		name string
+		s    vercel.Session
+		want string
+	}{
+		{"timed out at its deadline", vercel.Session{StartedAt: ms(0), Timeout: 300_000, RequestedStopAt: ms(300), StoppedAt: ms(301)}, sandboxv1.ReasonIdleTimeout},
+		{"timed out after extensions", vercel.Session{StartedAt: ms(0), Timeout: 900_000, RequestedStopAt: ms(900)}, sandboxv1.ReasonIdleTimeout},
+		{"timed out at the plan maximum", vercel.Session{StartedAt: ms(0), Timeout: 3_599_000, RequestedStopAt: ms(3599)}, sandboxv1.ReasonMaxSessionLength},
+		{"stopped early by someone", vercel.Session{StartedAt: ms(0), Timeout: 300_000, RequestedStopAt: ms(120), StoppedAt: ms(121)}, sandboxv1.ReasonSessionStopped},
+		{"only stoppedAt known", vercel.Session{StartedAt: ms(0), Timeout: 300_000, StoppedAt: ms(300)}, sandboxv1.ReasonIdleTimeout},
+		{"no times", vercel.Session{Timeout: 300_000}, sandboxv1.ReasonSessionStopped},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := stopCause(&tc.s, time.Hour); got != tc.want {
+				t.Errorf("stopCause() = %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestShutdownSchedule(t *testing.T) {
+	shutdown := &metav1.Time{Time: at(600)}
+	for _, tc := range []struct {
+		name string
+		now  time.Time
+		at   *metav1.Time
+		want shutdownState
+	}{
+		{"none", at(0), nil, shutdownState{}},
+		{"before the warning", at(0), shutdown, shutdownState{next: at(300)}},
+		{"within the warning", at(300), shutdown, shutdownState{warn: true, next: at(600)}},
+		{"due", at(600), shutdown, shutdownState{due: true}},
+		{"long past", at(9000), shutdown, shutdownState{due: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := shutdownSchedule(tc.now, tc.at, 5*time.Minute); got != tc.want {
+				t.Errorf("shutdownSchedule() = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestShouldResume(t *testing.T) {
+	stopped := at(100)
+	for _, tc := range []struct {
+		reason   string
+		want     bool
+		activity time.Time
+		resume   bool
+	}{
+		{sandboxv1.ReasonStopped, true, time.Time{}, true},
+		{sandboxv1.ReasonStopped, false, at(200), false},
+		{sandboxv1.ReasonShutdownTime, true, time.Time{}, true},
+		{sandboxv1.ReasonIdleTimeout, true, time.Time{}, false},
+		{sandboxv1.ReasonIdleTimeout, true, at(50), false},
+		{sandboxv1.ReasonIdleTimeout, true, at(100), false},
+		{sandboxv1.ReasonIdleTimeout, true, at(101), true},
+		{sandboxv1.ReasonMaxSessionLength, true, at(101), true},
+		{sandboxv1.ReasonSessionStopped, true, at(101), true},
+		{sandboxv1.ReasonSessionStopped, false, at(101), false},
+		{sandboxv1.ReasonSnapshotMissing, true, at(101), false},
+	} {
+		if got := shouldResume(tc.reason, tc.want, stopped, tc.activity); got != tc.resume {
+			t.Errorf("shouldResume(%s, want=%v, activity=%s) = %v, want %v", tc.reason, tc.want, tc.activity.Sub(t0), got, tc.resume)
+		}
+	}
+}
+
+func TestRequeueAt(t *testing.T) {
+	if got := requeueAt(at(0)); got != 0 {
+		t.Errorf("no times: %s, want 0", got)
+	}
+	if got := requeueAt(at(0), time.Time{}, at(30), at(10)); got != 10*time.Second {
+		t.Errorf("earliest: %s, want 10s", got)
+	}
+	if got := requeueAt(at(0), at(-5)); got != minRequeue {
+		t.Errorf("past: %s, want %s", got, minRequeue)
+	}
+}
+
+func TestLastActivity(t *testing.T) {
+	sbx := &sandboxv1.Sandbox{}
+	if !lastActivity(sbx).IsZero() {
+		t.Error("no annotation must be no activity")
+	}
+	sbx.Annotations = map[string]string{sandboxv1.AnnotationLastActivity: "not a time"}
+	if !lastActivity(sbx).IsZero() {
+		t.Error("a malformed heartbeat must count as no activity")
+	}
+	sbx.Annotations[sandboxv1.AnnotationLastActivity] = "2026-11-29T12:00:05.5Z"
+	if got := lastActivity(sbx); !got.Equal(t0.Add(5500 * time.Millisecond)) {
+		t.Errorf("lastActivity = %s", got)
+	}
+}
