@@ -273,7 +273,15 @@ func (e *Emulator) beginStopLocked(s *sessionRec, kind stopKind, at int64, expir
 		s.snapshottedAt = at
 		e.setStatus(s, vercel.SessionSnapshotting, at)
 	case stopRequested, stopTimeout:
-		if s.sb.persistent {
+		switch {
+		case !s.sb.persistent:
+		case s.startedAt == 0 && s.sourceSnapshotID != "":
+			// Stopped before it ever ran (possibly mid-restore): its content
+			// is still the snapshot it was booting from.
+			if s.sb.currentSnapshotID == "" {
+				s.sb.currentSnapshotID = s.sourceSnapshotID
+			}
+		default:
 			j.snap, j.expiration = true, e.snapshotExpirationFor(s.sb, nil, false)
 		}
 		e.setStatus(s, vercel.SessionStopping, at)

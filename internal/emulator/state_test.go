@@ -555,3 +555,25 @@ func TestTransitionalStates(t *testing.T) {
 		})
 	}
 }
+
+func TestStopBeforeStart(t *testing.T) {
+	te := newEnv(t, Options{StartPending: time.Minute})
+	sb := te.create(map[string]any{"name": "early"})
+	// A fresh persistent session stopped while pending: an (empty) snapshot.
+	st := te.stop(sb.Session.ID)
+	if st.Snapshot == nil || st.Session.Duration != 0 || st.Session.StartedAt != 0 {
+		t.Fatalf("stop pending: %+v", st)
+	}
+	// A resumed session stopped before it ran keeps the snapshot it booted from.
+	_, res := te.getSandbox("early", true)
+	if res.Session.Status != vercel.SessionPending {
+		t.Fatalf("resume: %s", res.Session.Status)
+	}
+	st2 := te.stop(res.Session.ID)
+	if st2.Snapshot != nil {
+		t.Fatalf("snapshot of a session that never ran: %+v", st2.Snapshot)
+	}
+	if _, g := te.getSandbox("early", false); g.Sandbox.CurrentSnapshotID != st.Snapshot.ID {
+		t.Fatalf("current snapshot %q, want %q", g.Sandbox.CurrentSnapshotID, st.Snapshot.ID)
+	}
+}
