@@ -35,6 +35,8 @@ func main() {
 		pollInterval           time.Duration
 		backoffCap             time.Duration
 		concurrency            int
+		maxSessionLength       time.Duration
+		shutdownWarning        time.Duration
 		kubeQPS                float64
 		kubeBurst              int
 	)
@@ -49,6 +51,8 @@ func main() {
 	flag.DurationVar(&pollInterval, "poll-interval", time.Minute, "How often a running sandbox is observed for changes made outside the operator (jittered by up to 10%).")
 	flag.DurationVar(&backoffCap, "backoff-cap", time.Minute, "Longest delay between retries after an error.")
 	flag.IntVar(&concurrency, "max-concurrent-reconciles", 4, "Reconciles of each kind that run in parallel.")
+	flag.DurationVar(&maxSessionLength, "max-session-length", controllers.DefaultMaxSessionLength, "The Vercel plan's maximum session length: heartbeats never extend a session beyond it (Pro and Enterprise 24h, Hobby 45m).")
+	flag.DurationVar(&shutdownWarning, "shutdown-warning", controllers.DefaultShutdownWarning, "How long before a Sandbox's spec.shutdownTime the ShutdownWarning event is emitted.")
 	flag.Float64Var(&kubeQPS, "kube-api-qps", 0, "Client-side limit of Kubernetes API requests per second; 0 keeps controller-runtime's default of none (the API server's priority and fairness applies), a negative value also disables it.")
 	flag.IntVar(&kubeBurst, "kube-api-burst", 0, "Burst allowed above --kube-api-qps when that is positive (default twice the QPS).")
 	opts := zap.Options{Development: false}
@@ -106,6 +110,8 @@ func main() {
 		PollInterval:            pollInterval,
 		MaxConcurrentReconciles: concurrency,
 		BackoffCap:              backoffCap,
+		MaxSessionLength:        maxSessionLength,
+		ShutdownWarning:         shutdownWarning,
 	}).SetupWithManager(mgr); err != nil {
 		log.Error(err, "Failed to set up the Sandbox controller")
 		os.Exit(1)

@@ -56,6 +56,8 @@ type config struct {
 	metricsAddr, probeAddr         string
 	requestsPerMinute, concurrency int
 	pollInterval, backoffCap       time.Duration
+	maxSessionLength               time.Duration
+	shutdownWarning                time.Duration
 	zap                            zap.Options
 }
 
@@ -69,6 +71,8 @@ func main() {
 	flag.IntVar(&c.requestsPerMinute, "vercel-requests-per-minute", 10000, "Client-side budget of Vercel control-plane requests per minute.")
 	flag.DurationVar(&c.pollInterval, "poll-interval", time.Minute, "How often a running sandbox is observed for changes made outside the operator (jittered by up to 10%).")
 	flag.DurationVar(&c.backoffCap, "backoff-cap", time.Minute, "Longest delay between retries after an error.")
+	flag.DurationVar(&c.maxSessionLength, "max-session-length", controllers.DefaultMaxSessionLength, "The Vercel plan's maximum session length: heartbeats never extend a session beyond it (the emulator's Pro plan allows 24h).")
+	flag.DurationVar(&c.shutdownWarning, "shutdown-warning", controllers.DefaultShutdownWarning, "How long before a Sandbox's spec.shutdownTime the ShutdownWarning event is emitted.")
 	flag.IntVar(&c.concurrency, "max-concurrent-reconciles", 4, "Reconciles of each kind that run in parallel.")
 	c.zap = zap.Options{Development: true}
 	c.zap.BindFlags(flag.CommandLine)
@@ -337,6 +341,8 @@ func startManager(ctx context.Context, c config, cfg *rest.Config, vc vercel.Con
 		PollInterval:            c.pollInterval,
 		MaxConcurrentReconciles: c.concurrency,
 		BackoffCap:              c.backoffCap,
+		MaxSessionLength:        c.maxSessionLength,
+		ShutdownWarning:         c.shutdownWarning,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up the Sandbox controller: %w", err)
 	}
