@@ -1,0 +1,237 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Labels on every child Sandbox of a SandboxFork: the lineage a client selects on.
+const (
+	// LabelFork names the SandboxFork that created the Sandbox.
+	LabelFork = "sandbox.sentry.io/fork"
+	// LabelForkIndex is the child's index within its fork (0, 1, …).
+	LabelForkIndex = "sandbox.sentry.io/fork-index"
+	// LabelSourceSandbox names the Sandbox the fork was captured from.
+	LabelSourceSandbox = "sandbox.sentry.io/source-sandbox"
+	// LabelSourceSnapshot names the SandboxSnapshot the children boot from.
+	LabelSourceSnapshot = "sandbox.sentry.io/source-snapshot"
+)
+
+// SandboxFork condition reasons (besides the shared ones in common_types.go).
+const (
+	// ReasonWaitingForSource is set on Ready=False while the source Sandbox or
+	// SandboxSnapshot does not exist or is not usable yet.
+	ReasonWaitingForSource = "WaitingForSource"
+	// ReasonCapturingSource is set on Ready=False while the fork's own
+	// SandboxSnapshot of the source Sandbox is being taken.
+	ReasonCapturingSource = "CapturingSource"
+	// ReasonCreatingChildren is set on Ready=False while children are created
+	// or are not all Ready yet.
+	ReasonCreatingChildren = "CreatingChildren"
+	// ReasonAllReady is set on Ready=True: every child Sandbox is Ready.
+	ReasonAllReady = "AllReady"
+	// ReasonSourceFailed is set on Ready=False (phase Failed) when the source
+	// snapshot failed, or when the source was missing or not capturable for
+	// longer than spec.failureDeadlineSeconds.
+	ReasonSourceFailed = "SourceFailed"
+)
+
+// SandboxForkPhase is a one-word summary of a SandboxFork's state.
+// +kubebuilder:validation:Enum=Pending;Capturing;Creating;Ready;Failed
+type SandboxForkPhase string
+
+// SandboxFork phases.
+const (
+	ForkPending   SandboxForkPhase = "Pending"
+	ForkCapturing SandboxForkPhase = "Capturing"
+	ForkCreating  SandboxForkPhase = "Creating"
+	ForkReady     SandboxForkPhase = "Ready"
+	ForkFailed    SandboxForkPhase = "Failed"
+)
+
+// SandboxForkSource is the point in time the children start from. Exactly one
+// field is set.
+// +kubebuilder:validation:XValidation:rule="[has(self.sandboxRef), has(self.snapshotRef)].filter(x, x).size() == 1",message="spec.source: exactly one of sandboxRef or snapshotRef must be set"
+type SandboxForkSource struct {
+	// sandboxRef forks a Sandbox in this namespace: the fork first captures a
+	// SandboxSnapshot of it that the fork owns, so every child starts from the
+	// same state, including files written since its last automatic snapshot.
+	// Capturing stops the source's session unless keepSourceRunning is set.
+	// +optional
+	SandboxRef *LocalObjectReference `json:"sandboxRef,omitempty"`
+	// snapshotRef starts the children from a SandboxSnapshot in this namespace.
+	// +optional
+	SnapshotRef *LocalObjectReference `json:"snapshotRef,omitempty"`
+}
+
+// SandboxForkTemplate shapes the children.
+type SandboxForkTemplate struct {
+	// metadata: labels and annotations added to every child.
+	// +optional
+	Metadata ForkChildMetadata `json:"metadata,omitempty"`
+	// spec fields that override those copied from the source Sandbox.
+	// +optional
+	Spec SandboxOverrides `json:"spec,omitempty"`
+}
+
+// ForkChildMetadata is the metadata every child gets.
+type ForkChildMetadata struct {
+	// labels added to every child (the lineage labels are always set too).
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+	// annotations added to every child.
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+// SandboxOverrides are the Sandbox spec fields a fork may set on its
+// children; each one set replaces the source Sandbox's value.
+type SandboxOverrides struct {
+	// resources of the children's sessions.
+	// +optional
+	Resources *SandboxResources `json:"resources,omitempty"`
+	// env of the children (replaces the source's list when set).
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=128
+	Env []EnvVar `json:"env,omitempty"`
+	// timeoutSeconds is the children's idle window.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	TimeoutSeconds *int64 `json:"timeoutSeconds,omitempty"`
+	// ports the children expose (at most 15, 1024–65535, not 23456).
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=15
+	// +kubebuilder:validation:items:Minimum=1024
+	// +kubebuilder:validation:items:Maximum=65535
+	// +kubebuilder:validation:XValidation:rule="!self.exists(p, p == 23456)",message="spec.template.spec.ports must not contain 23456 (reserved by Vercel)"
+	Ports []int32 `json:"ports,omitempty"`
+	// networkPolicy of the children.
+	// +optional
+	NetworkPolicy *NetworkPolicy `json:"networkPolicy,omitempty"`
+	// state of the children: Running or Stopped.
+	// +optional
+	State SandboxState `json:"state,omitempty"`
+}
+
+// SandboxForkSpec is the desired state of a SandboxFork.
+// +kubebuilder:validation:XValidation:rule="self.source == oldSelf.source",message="spec.source is immutable",fieldPath=".source"
+type SandboxForkSpec struct {
+	// source of the fork: exactly one of sandboxRef or snapshotRef. Immutable.
+	// +required
+	Source SandboxForkSource `json:"source"`
+	// replicas is the number of child Sandboxes, named <fork>-<index>. Scaling
+	// down deletes the highest indexes first. `kubectl scale` works.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	Replicas *int32 `json:"replicas,omitempty"`
+	// template: labels, annotations and Sandbox spec overrides for the children.
+	// +optional
+	Template SandboxForkTemplate `json:"template,omitempty"`
+	// keepSourceRunning resumes the source Sandbox after the capture (which
+	// stops its session). Only meaningful with sandboxRef.
+	// +optional
+	KeepSourceRunning bool `json:"keepSourceRunning,omitempty"`
+	// failureDeadlineSeconds: a source that is missing or not capturable for
+	// this long fails the fork. Defaults to 600.
+	// +optional
+	// +kubebuilder:default=600
+	// +kubebuilder:validation:Minimum=1
+	FailureDeadlineSeconds *int64 `json:"failureDeadlineSeconds,omitempty"`
+	// deletionPolicy: Delete (default) deletes the children and the fork's own
+	// snapshot with the fork; Retain releases them (they stay, unowned).
+	// +optional
+	// +kubebuilder:default=Delete
+	DeletionPolicy DeletionPolicy `json:"deletionPolicy,omitempty"`
+}
+
+// ForkChildStatus is the state of one child Sandbox.
+type ForkChildStatus struct {
+	// name of the child Sandbox.
+	// +required
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// phase of the child.
+	// +optional
+	Phase SandboxPhase `json:"phase,omitempty"`
+	// ready is true when the child's Ready condition is True.
+	// +optional
+	Ready bool `json:"ready,omitempty"`
+}
+
+// SandboxForkStatus is the observed state of a SandboxFork.
+type SandboxForkStatus struct {
+	// phase: Pending, Capturing, Creating, Ready or Failed.
+	// +optional
+	Phase SandboxForkPhase `json:"phase,omitempty"`
+	// snapshotRef names the SandboxSnapshot the children boot from (the fork's
+	// own capture, or spec.source.snapshotRef).
+	// +optional
+	SnapshotRef *LocalObjectReference `json:"snapshotRef,omitempty"`
+	// replicas is the number of children that exist.
+	// +optional
+	Replicas int32 `json:"replicas"`
+	// readyReplicas is the number of children that are Ready.
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas"`
+	// readyText is readyReplicas/spec.replicas, for `kubectl get`.
+	// +optional
+	// +kubebuilder:validation:MaxLength=16
+	ReadyText string `json:"readyText,omitempty"`
+	// selector selects the children (used by the scale subresource).
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Selector string `json:"selector,omitempty"`
+	// children, by index.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=100
+	Children []ForkChildStatus `json:"children,omitempty"`
+	// conditions: Ready (every child Ready) and Synced.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=32
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// observedGeneration is the spec generation the controller last acted on.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// SandboxFork makes N new Sandboxes from one point in time of a Sandbox or a
+// SandboxSnapshot, labelled with their lineage.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector
+// +kubebuilder:resource:shortName=sbxfork,categories=sandboxes
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`,description="Lifecycle phase"
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.readyText`,description="Ready children / desired replicas"
+// +kubebuilder:printcolumn:name="Source",type=string,JSONPath=`.status.snapshotRef.name`,description="SandboxSnapshot the children boot from"
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type SandboxFork struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the desired state.
+	// +required
+	Spec SandboxForkSpec `json:"spec"`
+	// status is the observed state.
+	// +optional
+	Status SandboxForkStatus `json:"status,omitempty"`
+}
+
+// SandboxForkList is a list of SandboxForks.
+// +kubebuilder:object:root=true
+type SandboxForkList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []SandboxFork `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&SandboxFork{}, &SandboxForkList{})
+}
