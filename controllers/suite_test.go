@@ -138,6 +138,12 @@ func startManager(scheme *runtime.Scheme) {
 		MaxConcurrentReconciles: 4,
 	}).SetupWithManager(mgr)
 	Expect(err).NotTo(HaveOccurred())
+	err = (&controllers.SandboxForkReconciler{
+		Client:                  mgr.GetClient(),
+		Recorder:                mgr.GetEventRecorder("sandbox-controller"),
+		MaxConcurrentReconciles: 4,
+	}).SetupWithManager(mgr)
+	Expect(err).NotTo(HaveOccurred())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {

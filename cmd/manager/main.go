@@ -116,6 +116,15 @@ func main() {
 		log.Error(err, "Failed to set up the Sandbox controller")
 		os.Exit(1)
 	}
+	if err := (&controllers.SandboxForkReconciler{
+		Client:                  mgr.GetClient(),
+		Recorder:                mgr.GetEventRecorder("sandbox-controller"),
+		MaxConcurrentReconciles: concurrency,
+		BackoffCap:              backoffCap,
+	}).SetupWithManager(mgr); err != nil {
+		log.Error(err, "Failed to set up the SandboxFork controller")
+		os.Exit(1)
+	}
 	if err := metrics.SetupWithManager(mgr); err != nil {
 		log.Error(err, "Failed to set up the metrics")
 		os.Exit(1)

@@ -346,6 +346,14 @@ func startManager(ctx context.Context, c config, cfg *rest.Config, vc vercel.Con
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up the Sandbox controller: %w", err)
 	}
+	if err := (&controllers.SandboxForkReconciler{
+		Client:                  mgr.GetClient(),
+		Recorder:                mgr.GetEventRecorder("sandbox-controller"),
+		MaxConcurrentReconciles: c.concurrency,
+		BackoffCap:              c.backoffCap,
+	}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("set up the SandboxFork controller: %w", err)
+	}
 	if err := metrics.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up the metrics: %w", err)
 	}
