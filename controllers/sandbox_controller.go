@@ -620,6 +620,19 @@ func (r *SandboxReconciler) observeStopped(ctx context.Context, sbx *sandboxv1.S
 		}
 	}
 	persistent := !hasCondition(st.Conditions, sandboxv1.ConditionResumable, sandboxv1.ReasonNotPersistent)
+	msg := r.stopMessage(sbx, s, reason)
+	if !persistent {
+		msg += "; spec.persistent is false, so it cannot run again: delete and re-create this Sandbox for a new one"
+	}
+	if prev == nil || prev.Reason != reason {
+		// Reported even when a heartbeat resumes the sandbox right away.
+		switch reason {
+		case sandboxv1.ReasonSessionStopped:
+			r.Recorder.Eventf(sbx, nil, corev1.EventTypeWarning, reason, "Observe", "%s", msg)
+		case sandboxv1.ReasonIdleTimeout, sandboxv1.ReasonMaxSessionLength:
+			r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, reason, "Observe", "%s", msg)
+		}
+	}
 	if persistent && (reason == sandboxv1.ReasonSnapshotMissing && wantRunning(sbx, sd) ||
 		shouldResume(reason, wantRunning(sbx, sd), st.StoppedAt.Time, lastActivity(sbx))) {
 		// A fresh look at a sandbox whose snapshot was missing happens only on
@@ -630,18 +643,6 @@ func (r *SandboxReconciler) observeStopped(ctx context.Context, sbx *sandboxv1.S
 		return ctrl.Result{}, nil
 	}
 	phase := restingReasons[reason]
-	msg := r.stopMessage(sbx, s, reason)
-	if !persistent {
-		msg += "; spec.persistent is false, so it cannot run again: delete and re-create this Sandbox for a new one"
-	}
-	if st.Phase != phase || prev == nil || prev.Reason != reason {
-		switch reason {
-		case sandboxv1.ReasonSessionStopped:
-			r.Recorder.Eventf(sbx, nil, corev1.EventTypeWarning, reason, "Observe", "%s", msg)
-		case sandboxv1.ReasonIdleTimeout, sandboxv1.ReasonMaxSessionLength:
-			r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, reason, "Observe", "%s", msg)
-		}
-	}
 	st.Phase = phase
 	setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, reason, msg)
 	r.forgetPoll(client.ObjectKeyFromObject(sbx))

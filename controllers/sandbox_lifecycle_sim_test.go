@@ -1,0 +1,310 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/types"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+	"github.com/getsentry/sandbox-controller/internal/emulator"
+	"github.com/getsentry/sandbox-controller/internal/vercel"
+)
+
+// The simulations run the real reconciler against the emulator on a fake
+// clock for a simulated hour, with the Kubernetes side in a fake client. A
+// small event loop stands in for the workqueue: one pending timer per object,
+// the earliest wins (as the delaying queue keeps it), and a heartbeat
+// reconciles at once, as the annotation watch does. Every Vercel request the
+// controller makes is counted through the client's OnRequest hook.
+
+// TestSimulatedHourRequestBudget: 100 running Sandboxes with a 5-minute idle
+// window whose clients heartbeat every 30 s, on a plan whose sessions last at
+// most 45 minutes. The budget the issue sets: at most one poll per Sandbox per
+// interval, plus the extensions the heartbeats require (one per idle window
+// minus the extension margin, not one per heartbeat); the plan maximum ends
+// each session (MaxSessionLength) without a refused extension, and a heartbeat
+// wakes it.
+func TestSimulatedHourRequestBudget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("simulates an hour of 100 sandboxes")
+	}
+	sim := newSimulation(t, 100, 5*time.Minute, 45*time.Minute)
+	sim.run(time.Hour, 30*time.Second)
+
+	margin := extendMargin(sim.idle)
+	resumes := sim.events.get("Normal Resumed")
+	polls := sim.requests["getSandbox"] - resumes
+	extends := sim.requests["extendTimeout"]
+	intervals := int(time.Hour / sim.poll)
+	t.Logf("simulated 1h: %d sandboxes, %d heartbeats; Vercel requests: %d polls (%.2f per sandbox per %s interval), %d extensions (%.1f per sandbox), %d resumes, %d creates; by endpoint and status: %v",
+		sim.n, sim.heartbeats, polls, float64(polls)/float64(sim.n*intervals), sim.poll, extends, float64(extends)/float64(sim.n), resumes, sim.requests["createSandbox"], sim.requests)
+
+	// One poll per interval, plus one look after each session's deadline.
+	if limit := sim.n * (intervals + 2); polls > limit {
+		t.Errorf("polls = %d, want at most %d (one per sandbox per interval, plus one look at each session's end)", polls, limit)
+	}
+	if polls < sim.n*intervals*3/4 {
+		t.Errorf("polls = %d: running sandboxes must still be observed about once per interval", polls)
+	}
+	if limit := sim.n * (int(time.Hour/(sim.idle-margin)) + 2); extends > limit {
+		t.Errorf("extensions = %d, want at most %d (one per idle window minus margin)", extends, limit)
+	}
+	if extends > sim.heartbeats/5 {
+		t.Errorf("extensions = %d for %d heartbeats: heartbeats must be folded into few extensions", extends, sim.heartbeats)
+	}
+	for key, n := range sim.requests {
+		if key == "extendTimeout 400" || key == "getSandbox 410" {
+			t.Errorf("%d requests answered %s", n, key)
+		}
+	}
+	if n := sim.events.get("Warning " + sandboxv1.ReasonMaxSessionLength); n > 0 {
+		t.Errorf("%d extensions were refused at the plan maximum", n)
+	}
+	// Every first session reached the plan maximum, was reported, and a
+	// heartbeat then resumed the sandbox in a second session.
+	if n := sim.events.get("Normal " + sandboxv1.ReasonMaxSessionLength); n != sim.n {
+		t.Errorf("MaxSessionLength events = %d, want %d; events %v", n, sim.n, sim.events.counts)
+	}
+	if n := sim.events.get("Normal " + sandboxv1.ReasonIdleTimeout); n != 0 {
+		t.Errorf("IdleTimeout events = %d, want 0 (heartbeats kept every session busy)", n)
+	}
+	if resumes != sim.n {
+		t.Errorf("resumes = %d, want %d", resumes, sim.n)
+	}
+	sessions := sim.sessions()
+	for _, sbx := range sim.sandboxes() {
+		if sbx.Status.Phase != sandboxv1.SandboxRunning || sbx.Status.ExpiresAt == nil {
+			t.Errorf("%s: phase %s, expiresAt %v; want Running with a deadline", sbx.Name, sbx.Status.Phase, sbx.Status.ExpiresAt)
+			continue
+		}
+		if got := sessions[sbx.Status.VercelName]; got != 2 {
+			t.Errorf("%s: %d sessions, want 2", sbx.Name, got)
+		}
+		if left := sbx.Status.ExpiresAt.Sub(sim.clk.Now()); left <= 0 || left > sim.idle+time.Second {
+			t.Errorf("%s: deadline %s away, want within one idle window", sbx.Name, left)
+		}
+	}
+}
+
+// TestSimulatedHourIdleCostsNothing: 20 Sandboxes whose clients never
+// heartbeat go Idle after their 5-minute window, and from then on cost no
+// Vercel request for the rest of the hour.
+func TestSimulatedHourIdleCostsNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("simulates an hour")
+	}
+	sim := newSimulation(t, 20, 5*time.Minute, 24*time.Hour)
+	sim.run(6*time.Minute, 0)
+	for _, sbx := range sim.sandboxes() {
+		if sbx.Status.Phase != sandboxv1.SandboxIdle || !hasCondition(sbx.Status.Conditions, sandboxv1.ConditionReady, sandboxv1.ReasonIdleTimeout) {
+			t.Fatalf("%s: phase %s, conditions %v; want Idle (IdleTimeout) after the window", sbx.Name, sbx.Status.Phase, sbx.Status.Conditions)
+		}
+		if sbx.Status.ExpiresAt != nil || sbx.Status.StoppedAt == nil {
+			t.Errorf("%s: expiresAt %v, stoppedAt %v; want no deadline and a stop time", sbx.Name, sbx.Status.ExpiresAt, sbx.Status.StoppedAt)
+		}
+	}
+	firstWindow := sim.requests["total"]
+	if limit := sim.n * (6 + 2); sim.requests["getSandbox"] > limit {
+		t.Errorf("polls in the first 6 minutes = %d, want at most %d", sim.requests["getSandbox"], limit)
+	}
+	sim.run(54*time.Minute, 0)
+	t.Logf("simulated 1h: %d sandboxes without heartbeats: %d Vercel requests in the first 6 minutes (%v), %d in the 54 Idle minutes after",
+		sim.n, firstWindow, sim.requests, sim.requests["total"]-firstWindow)
+	if d := sim.requests["total"] - firstWindow; d != 0 {
+		t.Errorf("Idle sandboxes made %d Vercel requests; want 0", d)
+	}
+	if n := sim.events.get("Normal " + sandboxv1.ReasonIdleTimeout); n != sim.n {
+		t.Errorf("IdleTimeout events = %d, want %d", n, sim.n)
+	}
+}
+
+type simulation struct {
+	t          *testing.T
+	n          int
+	idle, poll time.Duration
+	start      time.Time
+	clk        *emulator.FakeClock
+	emu        *emulator.Emulator
+	kube       client.Client
+	r          *SandboxReconciler
+	events     *countingRecorder
+	keys       []types.NamespacedName
+	timers     map[types.NamespacedName]time.Time
+	nextBeat   map[types.NamespacedName]time.Time
+	heartbeats int
+
+	mu       sync.Mutex
+	requests map[string]int // by endpoint, by "endpoint status", and "total"
+}
+
+func newSimulation(t *testing.T, n int, idle, maxSession time.Duration) *simulation {
+	start := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	sim := &simulation{
+		t: t, n: n, idle: idle, poll: time.Minute, start: start, clk: emulator.NewFakeClock(start),
+		events: &countingRecorder{counts: map[string]int{}}, requests: map[string]int{},
+		timers: map[types.NamespacedName]time.Time{}, nextBeat: map[types.NamespacedName]time.Time{},
+	}
+	plan := emulator.PlanPro()
+	plan.MaxSessionDuration = maxSession
+	emu, err := emulator.New(emulator.Options{Clock: sim.clk, Exec: "none", Plan: plan})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url, err := emu.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = emu.Close() })
+	sim.emu = emu
+	vc, err := vercel.New(vercel.Config{
+		BaseURL: url, Token: emu.Token(), TeamID: "team_emulator", ProjectID: "prj_emulator",
+		RequestsPerMinute: -1,
+		OnRequest: func(endpoint string, status int, _ time.Duration) {
+			sim.mu.Lock()
+			defer sim.mu.Unlock()
+			sim.requests[fmt.Sprintf("%s %d", endpoint, status)]++
+			sim.requests[endpoint]++
+			sim.requests["total"]++
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	scheme := runtime.NewScheme()
+	if err := sandboxv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	objs := make([]client.Object, n)
+	for i := range n {
+		key := types.NamespacedName{Namespace: "sim", Name: fmt.Sprintf("box-%03d", i)}
+		sim.keys = append(sim.keys, key)
+		rt := sandboxv1.Runtime("node24")
+		objs[i] = &sandboxv1.Sandbox{
+			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, UID: types.UID(fmt.Sprintf("%08d-0000-0000-0000-000000000000", i)), Generation: 1},
+			// The CRD's defaults, which the fake client does not apply.
+			Spec: sandboxv1.SandboxSpec{
+				Source: sandboxv1.SandboxSource{Runtime: &rt}, TimeoutSeconds: ptr.To(int64(idle / time.Second)), Persistent: ptr.To(true),
+				State: sandboxv1.SandboxStateRunning, ShutdownPolicy: sandboxv1.ShutdownStop, DeletionPolicy: sandboxv1.DeletionPolicyDelete,
+			},
+		}
+	}
+	// A plain object tracker: the default one rebuilds a REST mapper on every
+	// write, which would dominate an hour of 100 sandboxes.
+	sim.kube = fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&sandboxv1.Sandbox{}).WithObjects(objs...).
+		WithObjectTracker(clienttesting.NewObjectTracker(scheme, serializer.NewCodecFactory(scheme).UniversalDecoder())).Build()
+	sim.r = &SandboxReconciler{
+		Client: sim.kube, APIReader: sim.kube, Vercel: vc, Recorder: sim.events,
+		PollInterval: sim.poll, MaxSessionLength: maxSession, Now: sim.clk.Now,
+	}
+	for i, k := range sim.keys {
+		// Clients heartbeat on their own schedules, spread over the period.
+		sim.nextBeat[k] = start.Add(time.Duration(i) * 30 * time.Second / time.Duration(n))
+		sim.timers[k] = start // the object's creation
+	}
+	return sim
+}
+
+// run advances the simulation by d; clients heartbeat every beat (0 = never).
+func (sim *simulation) run(d, beat time.Duration) {
+	ctx := ctrl.LoggerInto(context.Background(), ctrl.Log)
+	end := sim.clk.Now().Add(d)
+	for {
+		next := end
+		for _, k := range sim.keys {
+			if at, ok := sim.timers[k]; ok && at.Before(next) {
+				next = at
+			}
+			if beat > 0 && sim.nextBeat[k].Before(next) {
+				next = sim.nextBeat[k]
+			}
+		}
+		if next.After(sim.clk.Now()) {
+			sim.clk.Set(next)
+		}
+		if !next.Before(end) {
+			return
+		}
+		for _, k := range sim.keys {
+			if beat > 0 && !sim.nextBeat[k].After(next) {
+				body := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, sandboxv1.AnnotationLastActivity, next.Format(time.RFC3339Nano))
+				obj := &sandboxv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}}
+				if err := sim.kube.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(body))); err != nil {
+					sim.t.Fatal(err)
+				}
+				sim.heartbeats++
+				sim.nextBeat[k] = next.Add(beat)
+				sim.reconcile(ctx, k)
+			}
+			if at, ok := sim.timers[k]; ok && !at.After(next) {
+				delete(sim.timers, k)
+				sim.reconcile(ctx, k)
+			}
+		}
+	}
+}
+
+func (sim *simulation) reconcile(ctx context.Context, key types.NamespacedName) {
+	res, err := sim.r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
+	d := res.RequeueAfter
+	if err != nil {
+		sim.t.Errorf("%s at +%s: %v", key.Name, sim.clk.Now().Sub(sim.start), err)
+		d = time.Second
+	}
+	if d > 0 {
+		if at, ok := sim.timers[key]; !ok || sim.clk.Now().Add(d).Before(at) {
+			sim.timers[key] = sim.clk.Now().Add(d)
+		}
+	}
+}
+
+func (sim *simulation) sandboxes() []sandboxv1.Sandbox {
+	out := make([]sandboxv1.Sandbox, 0, len(sim.keys))
+	for _, k := range sim.keys {
+		sbx := sandboxv1.Sandbox{}
+		if err := sim.kube.Get(context.Background(), k, &sbx); err != nil {
+			sim.t.Fatal(err)
+		}
+		out = append(out, sbx)
+	}
+	return out
+}
+
+// sessions counts the sessions of each Vercel sandbox.
+func (sim *simulation) sessions() map[string]int {
+	out := map[string]int{}
+	for _, s := range sim.emu.Sessions() {
+		out[s.SourceSandboxName]++
+	}
+	return out
+}
+
+// countingRecorder counts events by "Type Reason".
+type countingRecorder struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+func (c *countingRecorder) Eventf(_ runtime.Object, _ runtime.Object, eventtype, reason, _, _ string, _ ...interface{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.counts[eventtype+" "+reason]++
+}
+
+func (c *countingRecorder) get(k string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.counts[k]
+}
