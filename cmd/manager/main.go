@@ -21,6 +21,7 @@ import (
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 	"github.com/getsentry/sandbox-controller/controllers"
+	"github.com/getsentry/sandbox-controller/internal/httplimit"
 	"github.com/getsentry/sandbox-controller/internal/metrics"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
@@ -35,6 +36,7 @@ func main() {
 		pollInterval           time.Duration
 		backoffCap             time.Duration
 		concurrency            int
+		vercelInFlight         int
 		maxSessionLength       time.Duration
 		shutdownWarning        time.Duration
 		kubeQPS                float64
@@ -50,7 +52,8 @@ func main() {
 	flag.IntVar(&requestsPerMinute, "vercel-requests-per-minute", 10000, "Client-side budget of Vercel control-plane requests per minute (Vercel Pro allows 10,000).")
 	flag.DurationVar(&pollInterval, "poll-interval", time.Minute, "How often a running sandbox is observed for changes made outside the operator (jittered by up to 10%).")
 	flag.DurationVar(&backoffCap, "backoff-cap", time.Minute, "Longest delay between retries after an error.")
-	flag.IntVar(&concurrency, "max-concurrent-reconciles", 4, "Reconciles of each kind that run in parallel.")
+	flag.IntVar(&concurrency, "max-concurrent-reconciles", 16, "Reconciles of each kind that run in parallel. Beyond --vercel-max-in-flight, the extra ones do their Kubernetes writes while others wait on Vercel.")
+	flag.IntVar(&vercelInFlight, "vercel-max-in-flight", 4, "Vercel requests in flight at once, shared by all kinds (0: no bound); --vercel-requests-per-minute paces them too.")
 	flag.DurationVar(&maxSessionLength, "max-session-length", controllers.DefaultMaxSessionLength, "The Vercel plan's maximum session length: heartbeats never extend a session beyond it (Pro and Enterprise 24h, Hobby 45m).")
 	flag.DurationVar(&shutdownWarning, "shutdown-warning", controllers.DefaultShutdownWarning, "How long before a Sandbox's spec.shutdownTime the ShutdownWarning event is emitted.")
 	flag.Float64Var(&kubeQPS, "kube-api-qps", 0, "Client-side limit of Kubernetes API requests per second; 0 keeps controller-runtime's default of none (the API server's priority and fairness applies), a negative value also disables it.")
@@ -74,6 +77,7 @@ func main() {
 		RequestsPerMinute: requestsPerMinute,
 		UserAgent:         "sandbox-controller",
 	}
+	vcfg.HTTPClient = httplimit.Client(vercelInFlight)
 	metrics.InstrumentVercel(&vcfg)
 	api, err := vercel.New(vcfg)
 	if err != nil {

@@ -39,6 +39,7 @@ import (
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 	"github.com/getsentry/sandbox-controller/controllers"
 	"github.com/getsentry/sandbox-controller/internal/emulator"
+	"github.com/getsentry/sandbox-controller/internal/httplimit"
 	"github.com/getsentry/sandbox-controller/internal/metrics"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
@@ -55,6 +56,7 @@ type config struct {
 	emulatorExec                   string
 	metricsAddr, probeAddr         string
 	requestsPerMinute, concurrency int
+	vercelInFlight                 int
 	pollInterval, backoffCap       time.Duration
 	maxSessionLength               time.Duration
 	shutdownWarning                time.Duration
@@ -73,7 +75,8 @@ func main() {
 	flag.DurationVar(&c.backoffCap, "backoff-cap", time.Minute, "Longest delay between retries after an error.")
 	flag.DurationVar(&c.maxSessionLength, "max-session-length", controllers.DefaultMaxSessionLength, "The Vercel plan's maximum session length: heartbeats never extend a session beyond it (the emulator's Pro plan allows 24h).")
 	flag.DurationVar(&c.shutdownWarning, "shutdown-warning", controllers.DefaultShutdownWarning, "How long before a Sandbox's spec.shutdownTime the ShutdownWarning event is emitted.")
-	flag.IntVar(&c.concurrency, "max-concurrent-reconciles", 4, "Reconciles of each kind that run in parallel.")
+	flag.IntVar(&c.concurrency, "max-concurrent-reconciles", 16, "Reconciles of each kind that run in parallel.")
+	flag.IntVar(&c.vercelInFlight, "vercel-max-in-flight", 4, "Vercel requests in flight at once, shared by all kinds (0: no bound).")
 	c.zap = zap.Options{Development: true}
 	c.zap.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -317,6 +320,7 @@ func newLayout(stateDir string) layout {
 // cmd/manager configures it, until ctx ends. It returns once the controllers
 // have started; the channel then yields the manager's result.
 func startManager(ctx context.Context, c config, cfg *rest.Config, vc vercel.Config) (chan error, error) {
+	vc.HTTPClient = httplimit.Client(c.vercelInFlight)
 	metrics.InstrumentVercel(&vc)
 	api, err := vercel.New(vc)
 	if err != nil {
