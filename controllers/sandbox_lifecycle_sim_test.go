@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
@@ -130,6 +131,68 @@ func TestSimulatedHourIdleCostsNothing(t *testing.T) {
 	}
 }
 
+// TestSimulatedShutdown: the ShutdownWarning event comes --shutdown-warning
+// before spec.shutdownTime and not earlier; at that time policy Stop stops the
+// session for good and policy Delete deletes the Vercel sandbox and the object.
+func TestSimulatedShutdown(t *testing.T) {
+	sim := newSimulation(t, 2, 5*time.Minute, 24*time.Hour)
+	sim.r.ShutdownWarning = 10 * time.Minute
+	ctx := context.Background()
+	shutdown := metav1.NewTime(sim.start.Add(40 * time.Minute))
+	for i, policy := range []sandboxv1.ShutdownPolicy{sandboxv1.ShutdownStop, sandboxv1.ShutdownDelete} {
+		sbx := &sandboxv1.Sandbox{}
+		if err := sim.kube.Get(ctx, sim.keys[i], sbx); err != nil {
+			t.Fatal(err)
+		}
+		sbx.Spec.ShutdownTime, sbx.Spec.ShutdownPolicy = &shutdown, policy
+		if err := sim.kube.Update(ctx, sbx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Heartbeats keep both running until the end.
+	sim.run(29*time.Minute, 30*time.Second)
+	names := []string{}
+	for _, sbx := range sim.sandboxes() {
+		if sbx.Status.Phase != sandboxv1.SandboxRunning {
+			t.Fatalf("%s: phase %s before the shutdown; want Running", sbx.Name, sbx.Status.Phase)
+		}
+		names = append(names, sbx.Status.VercelName)
+	}
+	if n := sim.events.get("Warning ShutdownWarning"); n != 0 {
+		t.Fatalf("%d warnings 11 minutes before the shutdown; want none yet", n)
+	}
+	sim.run(2*time.Minute, 30*time.Second)
+	if n := sim.events.get("Warning ShutdownWarning"); n != 2 {
+		t.Fatalf("%d warnings 9 minutes before the shutdown; want one per Sandbox", n)
+	}
+	sim.run(10*time.Minute, 30*time.Second)
+	if n := sim.events.get("Warning ShutdownWarning"); n != 2 {
+		t.Errorf("%d warnings in all; want exactly one per Sandbox", n)
+	}
+	stopped := &sandboxv1.Sandbox{}
+	if err := sim.kube.Get(ctx, sim.keys[0], stopped); err != nil {
+		t.Fatal(err)
+	}
+	if stopped.Status.Phase != sandboxv1.SandboxStopped || !hasCondition(stopped.Status.Conditions, sandboxv1.ConditionReady, sandboxv1.ReasonShutdownTime) {
+		t.Errorf("policy Stop: phase %s, conditions %v; want Stopped (ShutdownTime)", stopped.Status.Phase, stopped.Status.Conditions)
+	}
+	if remote, ok := sim.emu.Sandbox(stopped.Status.VercelName); !ok || remote.Status != vercel.SessionStopped {
+		t.Errorf("policy Stop: Vercel sandbox %+v; want it kept, stopped", remote)
+	}
+	if got := sim.sessions()[stopped.Status.VercelName]; got != 1 {
+		t.Errorf("policy Stop: %d sessions; heartbeats after the shutdown must not resume it", got)
+	}
+	if err := sim.kube.Get(ctx, sim.keys[1], &sandboxv1.Sandbox{}); !apierrors.IsNotFound(err) {
+		t.Errorf("policy Delete: get the object: %v; want it deleted", err)
+	}
+	if _, ok := sim.emu.Sandbox(names[1]); ok {
+		t.Errorf("policy Delete: the Vercel sandbox still exists")
+	}
+	if sim.events.get("Normal ShutdownStop") != 1 || sim.events.get("Normal ShutdownDelete") != 1 {
+		t.Errorf("events %v; want one ShutdownStop and one ShutdownDelete", sim.events.counts)
+	}
+}
+
 type simulation struct {
 	t          *testing.T
 	n          int
@@ -241,7 +304,10 @@ func (sim *simulation) run(d, beat time.Duration) {
 			if beat > 0 && !sim.nextBeat[k].After(next) {
 				body := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, sandboxv1.AnnotationLastActivity, next.Format(time.RFC3339Nano))
 				obj := &sandboxv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}}
-				if err := sim.kube.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(body))); err != nil {
+				if err := sim.kube.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(body))); apierrors.IsNotFound(err) {
+					sim.nextBeat[k] = end // deleted: its client is gone
+					continue
+				} else if err != nil {
 					sim.t.Fatal(err)
 				}
 				sim.heartbeats++
