@@ -45,6 +45,11 @@ vet: ## Run go vet.
 test: manifests generate fmt vet envtest ## Run all tests against envtest and the emulator.
 	KUBEBUILDER_ASSETS="$$(./hack/envtest.sh)" go test $(GO_TEST_FLAGS) ./... -coverprofile cover.out
 
+.PHONY: bench
+bench: envtest ## Benchmark the operator against direct Vercel calls and a floor controller (report in bin/bench/; ARGS="-n 100,1000 -latency 0,50ms -outage 5m", see -h).
+	go build -o $(LOCALBIN)/bench/manager ./cmd/manager
+	KUBEBUILDER_ASSETS="$$(./hack/envtest.sh)" go run ./test/perf/cmd/bench -manager-bin $(LOCALBIN)/bench/manager -out $(LOCALBIN)/bench $(ARGS)
+
 .PHONY: dev
 dev: ## Run everything locally until Ctrl-C: control plane with the CRDs, Vercel emulator, manager (state in bin/dev/).
 	go build -o $(LOCALBIN)/sandbox-dev ./hack/dev

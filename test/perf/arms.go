@@ -1,0 +1,330 @@
+package perf
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+	"github.com/getsentry/sandbox-controller/internal/vercel"
+)
+
+// Arm names.
+const (
+	ArmOperator = "operator"
+	ArmDirect   = "direct"
+	ArmFloor    = "floor"
+)
+
+// armRun is what one arm measured in one round.
+type armRun struct {
+	latencies []time.Duration // per object: from the arm's start to Ready
+	drain     time.Duration   // from the arm's start to the last Ready
+	failed    int             // objects not Ready within ReadyTimeout
+
+	sandboxWrites, eventWrites int64 // API-server writes by the manager
+	vercelRequests             int64 // requests the emulator received
+	writeTime                  time.Duration
+	writeN                     int64
+	cpu                        map[string]float64 // CPU seconds per process over the arm
+}
+
+// sessionTimeoutSeconds keeps the benchmark's sessions up for the whole run
+// (the emulator would otherwise stop them after the plan's 5 minutes).
+const sessionTimeoutSeconds = 3 * 3600
+
+// benchSandbox is the Sandbox every arm creates: the smallest useful spec.
+// deletionPolicy Retain makes cleanup between rounds cheap (no Vercel
+// deletes, which the plan throttles to 20/s); deletes are not measured.
+func benchSandbox(ns, name, arm string) *sandboxv1.Sandbox {
+	rt := sandboxv1.Runtime("node24")
+	return &sandboxv1.Sandbox{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{armLabel: arm}},
+		Spec: sandboxv1.SandboxSpec{
+			Source:         sandboxv1.SandboxSource{Runtime: &rt},
+			TimeoutSeconds: ptr.To[int64](sessionTimeoutSeconds),
+			DeletionPolicy: sandboxv1.DeletionPolicyRetain,
+		},
+	}
+}
+
+func (h *harness) newNamespace(ctx context.Context, prefix string) (string, error) {
+	ns := fmt.Sprintf("%s-%d", prefix, h.seq.Add(1))
+	return ns, h.kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+}
+
+// runCRArm creates n Sandboxes in a fresh namespace and waits, through a
+// watch, until each is Ready. It serves the operator and the floor arms.
+func (h *harness) runCRArm(ctx context.Context, arm string, n int, m *inProcess) (*armRun, error) {
+	ns, err := h.newNamespace(ctx, "bench-"+arm)
+	if err != nil {
+		return nil, err
+	}
+	w, err := h.kube.Watch(ctx, &sandboxv1.SandboxList{}, client.InNamespace(ns))
+	if err != nil {
+		return nil, err
+	}
+	writes0 := m.writes.snapshot()
+	wt0, wn0 := m.writes.writeLatency()
+	emu0 := h.emu.RequestCount("")
+	cpu0 := h.cpuSnapshot()
+
+	if arm == ArmOperator && h.cfg.APIServerProfile != "" && !h.profiled && n == slices.Max(h.cfg.Sizes) {
+		h.profiled = true
+		go h.profileAPIServer(ctx, h.cfg.APIServerProfile, 10*time.Second)
+	}
+	start := time.Now()
+	createErr := make(chan error, 1)
+	go func() {
+		createErr <- forEach(ctx, n, h.cfg.CreateConcurrency, func(ctx context.Context, i int) error {
+			return h.kube.Create(ctx, benchSandbox(ns, fmt.Sprintf("sbx-%05d", i), arm))
+		})
+	}()
+	ready, err := h.waitReady(ctx, ns, w, n, h.cfg.ReadyTimeout, start)
+	if cerr := <-createErr; cerr != nil {
+		return nil, fmt.Errorf("%s arm: create: %w", arm, cerr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	// Writes made for an object land before the watch shows its result, so
+	// nothing more is expected; a short pause catches any that are not.
+	time.Sleep(200 * time.Millisecond)
+	r := &armRun{latencies: ready, failed: n - len(ready)}
+	if len(ready) > 0 {
+		r.drain = ready[len(ready)-1]
+	}
+	r.sandboxWrites, r.eventWrites = sandboxWrites(writes0, m.writes.snapshot())
+	r.vercelRequests = h.emu.RequestCount("") - emu0
+	r.cpu = cpuDelta(cpu0, h.cpuSnapshot())
+	wt1, wn1 := m.writes.writeLatency()
+	r.writeTime, r.writeN = wt1-wt0, wn1-wn0
+	return r, h.deleteAll(ctx, ns)
+}
+
+// waitReady collects, through a watch on ns, the time after start at which
+// each object's Ready condition was first True, until n are or the timeout
+// passes. A watch the API server closes (it drops watchers that fall behind
+// on a starved machine) is resumed from the last resourceVersion seen, or
+// from a fresh list. The result is sorted.
+func (h *harness) waitReady(ctx context.Context, ns string, w watch.Interface, n int, timeout time.Duration, start time.Time) ([]time.Duration, error) {
+	seen := make(map[string]bool, n)
+	out := make([]time.Duration, 0, n)
+	var lastRV string
+	record := func(s *sandboxv1.Sandbox) {
+		if !seen[s.Name] && meta.IsStatusConditionTrue(s.Status.Conditions, sandboxv1.ConditionReady) {
+			seen[s.Name] = true
+			out = append(out, time.Since(start))
+		}
+	}
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	defer func() { w.Stop() }()
+	for len(out) < n {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if ok && ev.Type != watch.Error {
+				if s, isSbx := ev.Object.(*sandboxv1.Sandbox); isSbx {
+					lastRV = s.ResourceVersion
+					record(s)
+				}
+				continue
+			}
+			w.Stop()
+			var err error
+			if ok || lastRV == "" {
+				// An error (e.g. the resourceVersion is too old): list
+				// what is there now and watch from the list.
+				lastRV, err = h.listReady(ctx, ns, record)
+				if err != nil {
+					return out, err
+				}
+			}
+			if w, err = h.kube.Watch(ctx, &sandboxv1.SandboxList{}, client.InNamespace(ns), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: lastRV}}); err != nil {
+				return out, fmt.Errorf("resume watch: %w", err)
+			}
+		case <-deadline.C:
+			sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+			return out, nil
+		case <-ctx.Done():
+			return out, ctx.Err()
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out, nil
+}
+
+// listReady lists ns, records every object, and returns the list's
+// resourceVersion.
+func (h *harness) listReady(ctx context.Context, ns string, record func(*sandboxv1.Sandbox)) (string, error) {
+	list := &sandboxv1.SandboxList{}
+	if err := h.kube.List(ctx, list, client.InNamespace(ns)); err != nil {
+		return "", err
+	}
+	for i := range list.Items {
+		record(&list.Items[i])
+	}
+	return list.ResourceVersion, nil
+}
+
+// deleteAll removes a round's Sandboxes and waits until they are gone, so
+// that the next arm starts on a quiet API server.
+func (h *harness) deleteAll(ctx context.Context, ns string) error {
+	if err := h.kube.DeleteAllOf(ctx, &sandboxv1.Sandbox{}, client.InNamespace(ns)); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		list := &sandboxv1.SandboxList{}
+		if err := h.kube.List(ctx, list, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		if len(list.Items) == 0 {
+			return nil
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	return fmt.Errorf("sandboxes in %s not deleted within 2 minutes", ns)
+}
+
+// runDirect is what a client would do without the operator: create n named
+// Vercel sandboxes through the same Go client with the operator's
+// concurrency, and poll (at the operator's cadence) any whose session is not
+// running yet.
+func (h *harness) runDirect(ctx context.Context, n int) (*armRun, error) {
+	prefix := fmt.Sprintf("direct-%d", h.seq.Add(1))
+	emu0 := h.emu.RequestCount("")
+	cpu0 := h.cpuSnapshot()
+	var mu sync.Mutex
+	var ready []time.Duration
+	start := time.Now()
+	err := forEach(ctx, n, h.cfg.Concurrency, func(ctx context.Context, i int) error {
+		name := fmt.Sprintf("%s-%05d", prefix, i)
+		persistent := true
+		resp, err := h.direct.CreateSandbox(ctx, vercel.CreateSandboxRequest{
+			Name:       name,
+			Runtime:    "node24",
+			Timeout:    sessionTimeoutSeconds * 1000,
+			Persistent: &persistent,
+			Tags:       map[string]string{"managed-by": "bench-direct"},
+		})
+		for err == nil && (resp.Session == nil || resp.Session.Status != vercel.SessionRunning) {
+			time.Sleep(time.Second)
+			resp, err = h.direct.GetSandbox(ctx, name, false)
+		}
+		if err != nil {
+			return fmt.Errorf("direct arm: %w", err)
+		}
+		mu.Lock()
+		ready = append(ready, time.Since(start))
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(ready, func(i, j int) bool { return ready[i] < ready[j] })
+	r := &armRun{latencies: ready, drain: ready[len(ready)-1], vercelRequests: h.emu.RequestCount("") - emu0, cpu: cpuDelta(cpu0, h.cpuSnapshot())}
+	return r, nil
+}
+
+// forEach runs f for 0..n-1 with at most par calls in flight and returns the
+// first error.
+func forEach(ctx context.Context, n, par int, f func(context.Context, int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	next := make(chan int)
+	errs := make(chan error, par)
+	var wg sync.WaitGroup
+	for w := 0; w < min(par, n); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := f(ctx, i); err != nil {
+					errs <- err
+					cancel()
+					return
+				}
+			}
+		}()
+	}
+	go func() {
+		defer close(next)
+		for i := 0; i < n; i++ {
+			select {
+			case next <- i:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// floorReconciler is the floor arm's controller: one status write per
+// Sandbox, no Vercel call — what any controller pays the API server to turn
+// a created object Ready.
+type floorReconciler struct{ client.Client }
+
+func (r *floorReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	s := &sandboxv1.Sandbox{}
+	if err := r.Get(ctx, req.NamespacedName, s); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if meta.IsStatusConditionTrue(s.Status.Conditions, sandboxv1.ConditionReady) || !s.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	before := s.DeepCopy()
+	s.Status.Phase = sandboxv1.SandboxRunning
+	s.Status.ObservedGeneration = s.Generation
+	meta.SetStatusCondition(&s.Status.Conditions, metav1.Condition{
+		Type: sandboxv1.ConditionReady, Status: metav1.ConditionTrue, Reason: sandboxv1.ReasonRunning,
+		Message: "Marked Ready by the benchmark's floor controller", ObservedGeneration: s.Generation,
+	})
+	return ctrl.Result{}, r.Status().Patch(ctx, s, client.MergeFrom(before))
+}
+
+// startFloor runs the floor controller in a manager of its own that sees only
+// floor objects, with the operator's concurrency.
+func (h *harness) startFloor(ctx context.Context) (*inProcess, error) {
+	w := newWriteCounter()
+	floorOnly := labels.SelectorFromSet(labels.Set{armLabel: armFloor})
+	mgr, err := ctrl.NewManager(h.managerConfig(w), ctrl.Options{
+		Scheme:                 h.scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Cache:                  cache.Options{ByObject: map[client.Object]cache.ByObject{&sandboxv1.Sandbox{}: {Label: floorOnly}}},
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		return nil, err
+	}
+	err = ctrl.NewControllerManagedBy(mgr).
+		For(&sandboxv1.Sandbox{}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: h.cfg.Concurrency}).
+		Named("bench-floor").
+		Complete(&floorReconciler{Client: mgr.GetClient()})
+	if err != nil {
+		return nil, err
+	}
+	return runManager(ctx, mgr, w)
+}

@@ -1,0 +1,138 @@
+// Command bench runs the side-by-side benchmark of test/perf (`make bench`):
+// it prints a markdown table and writes the full report as JSON under
+// bin/bench/.
+//
+//	go run ./test/perf/cmd/bench -n 100,1000 -latency 0,50ms -outage 5m -manager-bin bin/bench/manager
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/getsentry/sandbox-controller/test/perf"
+)
+
+func main() {
+	d := perf.DefaultConfig()
+	var (
+		sizes, latencies string
+		out, cpuProfile  string
+		memProfile       string
+		verbose          bool
+		cfg              = d
+	)
+	flag.StringVar(&sizes, "n", "100,1000", "Comma-separated numbers of Sandboxes per arm.")
+	flag.StringVar(&latencies, "latency", "0,50ms", "Comma-separated emulated Vercel latencies per request.")
+	flag.IntVar(&cfg.Rounds, "rounds", d.Rounds, "Interleaved rounds of the three arms per (N, latency).")
+	flag.IntVar(&cfg.Concurrency, "max-concurrent-reconciles", d.Concurrency, "The manager's --max-concurrent-reconciles; also the number of the direct arm's callers.")
+	flag.IntVar(&cfg.VercelInFlight, "vercel-max-in-flight", d.VercelInFlight, "The manager's (and direct arm's) bound on Vercel requests in flight (negative: none).")
+	flag.IntVar(&cfg.RequestsPerMinute, "vercel-requests-per-minute", d.RequestsPerMinute, "The manager's (and direct arm's) Vercel request budget.")
+	flag.DurationVar(&cfg.PollInterval, "poll-interval", d.PollInterval, "The manager's --poll-interval.")
+	flag.DurationVar(&cfg.BackoffCap, "backoff-cap", d.BackoffCap, "The manager's --backoff-cap.")
+	flag.IntVar(&cfg.CreateConcurrency, "create-concurrency", d.CreateConcurrency, "Sandbox creates the harness keeps in flight.")
+	flag.DurationVar(&cfg.ReadyTimeout, "ready-timeout", d.ReadyTimeout, "Longest wait for one arm's objects.")
+	flag.IntVar(&cfg.IdleN, "idle-n", 0, "Sandboxes kept running for the idle and outage phases (0: the largest -n).")
+	flag.DurationVar(&cfg.IdleWindow, "idle", d.IdleWindow, "How long to observe the steady state (0 skips the idle phase).")
+	flag.DurationVar(&cfg.Outage, "outage", d.Outage, "How long Vercel answers 503 to everything (0 skips the outage phase).")
+	flag.DurationVar(&cfg.RecoveryTimeout, "recovery-timeout", d.RecoveryTimeout, "Longest wait for recovery after the outage.")
+	flag.StringVar(&cfg.ManagerBinary, "manager-bin", "", "A built cmd/manager to run as a child process for the idle and outage phases (its own RSS and CPU); empty: the in-process manager.")
+	flag.StringVar(&out, "out", "bin/bench", "Directory for the JSON report.")
+	flag.StringVar(&cpuProfile, "cpuprofile", "", "Write a CPU profile of the whole harness process (manager included) to this file.")
+	flag.StringVar(&cfg.APIServerProfile, "apiserver-profile", "", "Write a 10 s CPU profile of kube-apiserver, taken during the first operator arm at the largest -n, to this file.")
+	flag.StringVar(&memProfile, "memprofile", "", "Write a heap profile at the end of the run to this file.")
+	flag.BoolVar(&verbose, "v", false, "Show the manager's logs.")
+	flag.Parse()
+
+	var err error
+	if cfg.Sizes, err = parseInts(sizes); err != nil {
+		fail(err)
+	}
+	if cfg.Latencies, err = parseDurations(latencies); err != nil {
+		fail(err)
+	}
+	cfg.Log = os.Stderr
+	if verbose {
+		ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
+	} else {
+		ctrl.SetLogger(logr.Discard())
+	}
+	if cpuProfile != "" {
+		f, err := os.Create(cpuProfile)
+		if err != nil {
+			fail(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fail(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	start := time.Now()
+	rep, err := perf.Run(ctx, cfg)
+	if memProfile != "" {
+		if f, ferr := os.Create(memProfile); ferr == nil {
+			_ = pprof.WriteHeapProfile(f)
+			f.Close()
+		}
+	}
+	if rep != nil {
+		fmt.Printf("\n## sandbox-controller bench (%s, %s)\n\n", start.UTC().Format(time.RFC3339), time.Since(start).Round(time.Second))
+		fmt.Printf("Command: %s\n\n", strings.Join(os.Args, " "))
+		rep.Markdown(os.Stdout)
+		if p, jerr := rep.WriteJSON(out); jerr == nil {
+			fmt.Printf("\nJSON: %s\n", p)
+		} else {
+			fmt.Fprintln(os.Stderr, "write JSON:", jerr)
+		}
+	}
+	if err != nil {
+		pprof.StopCPUProfile()
+		fail(err)
+	}
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("-n: %q is not a positive number", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func parseDurations(s string) ([]time.Duration, error) {
+	var out []time.Duration
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "0" {
+			out = append(out, 0)
+			continue
+		}
+		d, err := time.ParseDuration(f)
+		if err != nil {
+			return nil, fmt.Errorf("-latency: %w", err)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "bench:", err)
+	os.Exit(1)
+}

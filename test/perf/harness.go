@@ -1,0 +1,587 @@
+// Package perf is the side-by-side benchmark harness of the operator (issue
+// 9). In one process tree it starts an envtest control plane, the Vercel
+// emulator in its execute-nothing mode with a configurable per-request
+// latency, and the manager with production settings, then measures three
+// arms on the same emulator, interleaved round by round so that machine
+// noise hits all alike:
+//
+//   - operator: create N Sandboxes and wait, through a watch, until each is
+//     Ready;
+//   - direct: create N Vercel sandboxes with the same Go client, request
+//     budget and concurrency, and wait until each session runs;
+//   - floor: a trivial controller (its own manager, over objects the operator
+//     does not see) that marks each Sandbox Ready without calling Vercel —
+//     the cost of the API server alone.
+//
+// It then keeps N Sandboxes running to measure a no-op resync, the
+// steady-state Vercel request rate, the manager's memory and CPU, and the
+// recovery from an emulated Vercel outage. Run it with `make bench`
+// (cmd/bench); perf_test.go runs a short variant as an ordinary test.
+package perf
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+	"github.com/getsentry/sandbox-controller/controllers"
+	"github.com/getsentry/sandbox-controller/internal/emulator"
+	"github.com/getsentry/sandbox-controller/internal/httplimit"
+	"github.com/getsentry/sandbox-controller/internal/metrics"
+	"github.com/getsentry/sandbox-controller/internal/vercel"
+)
+
+// Config says what to measure. Zero fields take the defaults of
+// DefaultConfig.
+type Config struct {
+	// Sizes and Latencies span the grid of arm runs: every N at every
+	// emulated per-request latency.
+	Sizes     []int
+	Latencies []time.Duration
+	// Rounds is how many interleaved rounds of the three arms each grid
+	// point runs.
+	Rounds int
+
+	// The manager's knobs, as its flags name them. The direct arm uses the
+	// same concurrency and request budget.
+	Concurrency       int           // --max-concurrent-reconciles
+	VercelInFlight    int           // --vercel-max-in-flight
+	RequestsPerMinute int           // --vercel-requests-per-minute
+	PollInterval      time.Duration // --poll-interval
+	BackoffCap        time.Duration // --backoff-cap
+
+	// CreateConcurrency is how many Sandbox creates the harness (the client
+	// of the operator) keeps in flight.
+	CreateConcurrency int
+	// ReadyTimeout bounds the wait for one arm's N objects.
+	ReadyTimeout time.Duration
+
+	// IdleN Sandboxes (0: the largest size) stay running for the idle and
+	// outage phases. IdleWindow is how long the steady state is observed
+	// (0 skips the idle phase); Outage is how long Vercel answers 503 to
+	// everything (0 skips the outage phase); RecoveryTimeout bounds the wait
+	// for every object to be Synced again.
+	IdleN           int
+	IdleWindow      time.Duration
+	Outage          time.Duration
+	RecoveryTimeout time.Duration
+
+	// ManagerBinary, when set, is a built cmd/manager: the idle and outage
+	// phases then run it as a child process, so its RSS and CPU are its own.
+	// Otherwise they run the in-process manager and report the whole
+	// harness process (which also holds the emulator and the watches).
+	ManagerBinary string
+
+	// APIServerProfile, when set, is where a CPU profile of kube-apiserver
+	// during the first operator arm at the largest N is written (pprof).
+	APIServerProfile string
+
+	// AssetsDir holds kube-apiserver and etcd (KUBEBUILDER_ASSETS).
+	AssetsDir string
+	// RepoRoot is where config/crd/bases is found; "" searches upwards from
+	// the working directory for go.mod.
+	RepoRoot string
+	// Log receives progress lines; nil discards them.
+	Log io.Writer
+}
+
+// DefaultConfig is the production settings of cmd/manager and the full grid
+// of the issue's targets.
+func DefaultConfig() Config {
+	return Config{
+		Sizes:             []int{100, 1000},
+		Latencies:         []time.Duration{0, 50 * time.Millisecond},
+		Rounds:            3,
+		Concurrency:       16,
+		VercelInFlight:    4,
+		RequestsPerMinute: vercel.DefaultRequestsPerMinute,
+		PollInterval:      time.Minute,
+		BackoffCap:        time.Minute,
+		CreateConcurrency: 16,
+		ReadyTimeout:      3 * time.Minute,
+		IdleWindow:        time.Minute,
+		Outage:            5 * time.Minute,
+		RecoveryTimeout:   5 * time.Minute,
+	}
+}
+
+func (c *Config) defaults() {
+	d := DefaultConfig()
+	if len(c.Sizes) == 0 {
+		c.Sizes = d.Sizes
+	}
+	if len(c.Latencies) == 0 {
+		c.Latencies = []time.Duration{0}
+	}
+	if c.Rounds <= 0 {
+		c.Rounds = d.Rounds
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = d.Concurrency
+	}
+	if c.VercelInFlight == 0 {
+		c.VercelInFlight = d.VercelInFlight
+	}
+	if c.RequestsPerMinute == 0 {
+		c.RequestsPerMinute = d.RequestsPerMinute
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = d.PollInterval
+	}
+	if c.BackoffCap <= 0 {
+		c.BackoffCap = d.BackoffCap
+	}
+	if c.CreateConcurrency <= 0 {
+		c.CreateConcurrency = d.CreateConcurrency
+	}
+	if c.ReadyTimeout <= 0 {
+		c.ReadyTimeout = d.ReadyTimeout
+	}
+	if c.RecoveryTimeout <= 0 {
+		c.RecoveryTimeout = d.RecoveryTimeout
+	}
+	if c.IdleN <= 0 {
+		for _, n := range c.Sizes {
+			c.IdleN = max(c.IdleN, n)
+		}
+	}
+	if c.Log == nil {
+		c.Log = io.Discard
+	}
+}
+
+// Labels that keep the arms apart: the operator's manager never sees floor
+// objects and the floor's manager sees nothing else.
+const (
+	armLabel = "bench.sandbox.sentry.io/arm"
+	armFloor = "floor"
+)
+
+// harness is one run's environment.
+type harness struct {
+	cfg    Config
+	env    *envtest.Environment
+	rest   *rest.Config
+	scheme *runtime.Scheme
+	kube   client.WithWatch
+	emu    *emulator.Emulator
+	// vercelURL serves the emulator through rec.
+	vercelURL string
+	rec       *requestRecorder
+	emuSrv    *http.Server
+	vcfg      vercel.Config // the operator's Vercel client configuration
+	direct    *vercel.Client
+
+	kubeconfig string            // admin kubeconfig file, for the child manager
+	cpPIDs     map[string]string // kube-apiserver and etcd process ids
+
+	operator *inProcess // nil while the child manager runs, or none
+	child    *childManager
+	floor    *inProcess
+
+	seq atomic.Int64 // namespace sequence
+
+	profiled bool
+}
+
+// Run performs every phase cfg asks for and returns the report.
+func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
+	cfg.defaults()
+	h := &harness{cfg: cfg}
+	rep := &Report{Started: time.Now().UTC(), Config: reportConfig(cfg), Host: hostInfo()}
+	if err := h.start(ctx); err != nil {
+		h.stop()
+		return nil, err
+	}
+	defer h.stop()
+
+	// A small untimed round first: the first reconciles, connections and
+	// informers of a process are slower than any later ones.
+	h.logf("warm-up round (N=20, not reported)")
+	if _, err := h.runGrid(ctx, 20, 0, 1); err != nil {
+		return rep, fmt.Errorf("warm-up: %w", err)
+	}
+	for _, n := range cfg.Sizes {
+		for _, lat := range cfg.Latencies {
+			r, err := h.runGrid(ctx, n, lat, cfg.Rounds)
+			if err != nil {
+				return rep, err
+			}
+			rep.Runs = append(rep.Runs, r)
+		}
+	}
+	if cfg.IdleWindow > 0 || cfg.Outage > 0 {
+		idle, outage, err := h.runIdleAndOutage(ctx)
+		rep.Idle, rep.Outage = idle, outage
+		if err != nil {
+			return rep, err
+		}
+	}
+	rep.ManagerMetrics = h.scrapeManagerMetrics(ctx)
+	rep.Finished = time.Now().UTC()
+	return rep, nil
+}
+
+func (h *harness) logf(format string, args ...any) {
+	fmt.Fprintf(h.cfg.Log, "%s bench: %s\n", time.Now().UTC().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+}
+
+func (h *harness) start(ctx context.Context) error {
+	root := h.cfg.RepoRoot
+	if root == "" {
+		var err error
+		if root, err = findRepoRoot(); err != nil {
+			return err
+		}
+	}
+	assets := h.cfg.AssetsDir
+	if assets == "" {
+		assets = os.Getenv("KUBEBUILDER_ASSETS")
+	}
+	if assets == "" {
+		return errors.New("no envtest binaries: set KUBEBUILDER_ASSETS (make bench does, via hack/envtest.sh)")
+	}
+	h.env = &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+		BinaryAssetsDirectory: assets,
+	}
+	h.logf("starting envtest control plane (%s)", assets)
+	var err error
+	if h.rest, err = h.env.Start(); err != nil {
+		return fmt.Errorf("envtest: %w", err)
+	}
+	h.cpPIDs = controlPlanePIDs()
+	h.logf("control plane processes: %v", h.cpPIDs)
+	h.scheme = runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(h.scheme); err != nil {
+		return err
+	}
+	if err := sandboxv1.AddToScheme(h.scheme); err != nil {
+		return err
+	}
+	// The harness is the operator's client: it gets the same unthrottled
+	// configuration as the manager, so its own pacing does not count against
+	// the operator.
+	hc := rest.CopyConfig(h.rest)
+	hc.QPS, hc.Burst = -1, 0
+	if h.kube, err = client.NewWithWatch(hc, client.Options{Scheme: h.scheme}); err != nil {
+		return err
+	}
+	admin, err := h.env.AddUser(envtest.User{Name: "bench-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return err
+	}
+	kc, err := admin.KubeConfig()
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "sandbox-bench-")
+	if err != nil {
+		return err
+	}
+	h.kubeconfig = filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(h.kubeconfig, kc, 0o600); err != nil {
+		return err
+	}
+
+	plan := emulator.PlanPro()
+	// Rounds leave their sandboxes running (see deleteAll); the plan's
+	// concurrency limit is not what is measured.
+	plan.MaxRunning = 0
+	h.emu, err = emulator.New(emulator.Options{Exec: "none", Plan: plan, DataDir: filepath.Join(dir, "emulator")})
+	if err != nil {
+		return err
+	}
+	if _, err = h.emu.Start("127.0.0.1:0"); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	h.rec = newRequestRecorder()
+	h.emuSrv = &http.Server{Handler: h.rec.wrap(h.emu.Handler()), ReadHeaderTimeout: 30 * time.Second}
+	go func() { _ = h.emuSrv.Serve(ln) }()
+	h.vercelURL = "http://" + ln.Addr().String()
+	h.vcfg = vercel.Config{
+		BaseURL: h.vercelURL, Token: h.emu.Token(), TeamID: "team_emulator", ProjectID: "prj_emulator",
+		RequestsPerMinute: h.cfg.RequestsPerMinute, UserAgent: "sandbox-controller",
+		HTTPClient: httplimit.Client(h.cfg.VercelInFlight),
+	}
+	metrics.InstrumentVercel(&h.vcfg)
+	// The direct arm's client: same configuration, hence the same shared
+	// request budget, without the operator's metrics hooks.
+	dcfg := h.vcfg
+	dcfg.OnRequest, dcfg.OnLimiterWait = nil, nil
+	dcfg.HTTPClient = httplimit.Client(h.cfg.VercelInFlight)
+	if h.direct, err = vercel.New(dcfg); err != nil {
+		return err
+	}
+	if h.operator, err = h.startOperator(ctx); err != nil {
+		return err
+	}
+	if h.floor, err = h.startFloor(ctx); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (h *harness) stop() {
+	if h.child != nil {
+		h.child.stop()
+	}
+	if h.operator != nil {
+		h.operator.stop()
+	}
+	if h.floor != nil {
+		h.floor.stop()
+	}
+	if h.emuSrv != nil {
+		_ = h.emuSrv.Close()
+	}
+	if h.emu != nil {
+		_ = h.emu.Close()
+	}
+	if h.env != nil {
+		_ = h.env.Stop()
+	}
+	if h.kubeconfig != "" {
+		_ = os.RemoveAll(filepath.Dir(h.kubeconfig))
+	}
+}
+
+// inProcess is a manager running in this process, with its API-server
+// requests counted.
+type inProcess struct {
+	cancel      context.CancelFunc
+	done        chan error
+	writes      *writeCounter
+	metricsAddr string
+}
+
+func (m *inProcess) stop() {
+	m.cancel()
+	<-m.done
+}
+
+// managerConfig is the manager's REST configuration: controller-runtime's
+// GetConfig default (no client-side rate limit), with a transport that
+// counts writes.
+func (h *harness) managerConfig(w *writeCounter) *rest.Config {
+	c := rest.CopyConfig(h.rest)
+	c.QPS, c.Burst = -1, 0
+	c.Wrap(w.wrap)
+	return c
+}
+
+// startOperator starts the production manager in this process: the Sandbox
+// reconciler with cmd/manager's settings and the metrics.
+func (h *harness) startOperator(ctx context.Context) (*inProcess, error) {
+	w := newWriteCounter()
+	notFloor, err := labels.Parse(armLabel + " notin (" + armFloor + ")")
+	if err != nil {
+		return nil, err
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	mgr, err := ctrl.NewManager(h.managerConfig(w), ctrl.Options{
+		Scheme:                 h.scheme,
+		Metrics:                metricsserver.Options{BindAddress: addr},
+		HealthProbeBindAddress: "0",
+		// The one difference from production: floor objects are invisible.
+		Cache:      cache.Options{ByObject: map[client.Object]cache.ByObject{&sandboxv1.Sandbox{}: {Label: notFloor}}},
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		return nil, err
+	}
+	api, err := vercel.New(h.vcfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := metrics.SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	if err := (&controllers.SandboxReconciler{
+		Client:                  mgr.GetClient(),
+		APIReader:               mgr.GetAPIReader(),
+		Vercel:                  api,
+		Recorder:                mgr.GetEventRecorder("sandbox-controller"),
+		PollInterval:            h.cfg.PollInterval,
+		MaxConcurrentReconciles: h.cfg.Concurrency,
+		BackoffCap:              h.cfg.BackoffCap,
+	}).SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	m, err := runManager(ctx, mgr, w)
+	if err != nil {
+		return nil, err
+	}
+	m.metricsAddr = addr
+	return m, nil
+}
+
+// runManager starts mgr and returns once its controllers run.
+func runManager(ctx context.Context, mgr manager.Manager, w *writeCounter) (*inProcess, error) {
+	started := make(chan struct{})
+	if err := mgr.Add(manager.RunnableFunc(func(context.Context) error { close(started); return nil })); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	select {
+	case <-started:
+		return &inProcess{cancel: cancel, done: done, writes: w}, nil
+	case err := <-done:
+		cancel()
+		if err == nil {
+			err = errors.New("manager stopped during start-up")
+		}
+		return nil, err
+	case <-time.After(time.Minute):
+		cancel()
+		return nil, errors.New("manager did not start within a minute")
+	}
+}
+
+// writeCounter counts the write requests a manager sends to the API server,
+// by what they write.
+type writeCounter struct {
+	mu     sync.Mutex
+	counts map[string]int64 // "PUT sandboxes", "PATCH sandboxes/status", "POST events", ...
+	// Sandbox writes' summed round-trip time, for the mean write latency.
+	sandboxNanos, sandboxN int64
+}
+
+func newWriteCounter() *writeCounter { return &writeCounter{counts: map[string]int64{}} }
+
+func (w *writeCounter) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		switch r.Method {
+		case http.MethodGet, http.MethodHead, http.MethodOptions:
+			return rt.RoundTrip(r)
+		}
+		res := resourceOf(r.URL.Path)
+		start := time.Now()
+		resp, err := rt.RoundTrip(r)
+		d := time.Since(start)
+		w.mu.Lock()
+		w.counts[r.Method+" "+res]++
+		if strings.HasPrefix(res, "sandboxes") {
+			w.sandboxNanos += int64(d)
+			w.sandboxN++
+		}
+		w.mu.Unlock()
+		return resp, err
+	})
+}
+
+// writeLatency returns the summed time and number of Sandbox writes so far.
+func (w *writeCounter) writeLatency() (time.Duration, int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return time.Duration(w.sandboxNanos), w.sandboxN
+}
+
+func (w *writeCounter) snapshot() map[string]int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[string]int64, len(w.counts))
+	for k, v := range w.counts {
+		out[k] = v
+	}
+	return out
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// resourceOf names the resource (and subresource) of an API path such as
+// /apis/sandbox.sentry.io/v1alpha1/namespaces/ns/sandboxes/x/status.
+func resourceOf(path string) string {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	for i, p := range parts {
+		if p == "namespaces" && i+2 < len(parts) {
+			rest := parts[i+2:]
+			switch len(rest) {
+			case 1, 2:
+				return rest[0]
+			default:
+				return rest[0] + "/" + rest[2]
+			}
+		}
+	}
+	if len(parts) > 0 {
+		return parts[len(parts)-1]
+	}
+	return path
+}
+
+// sandboxWrites sums the writes to Sandboxes (the object and its status)
+// between two snapshots; events are counted apart.
+func sandboxWrites(before, after map[string]int64) (sandboxes, events int64) {
+	for k, v := range after {
+		d := v - before[k]
+		switch {
+		case strings.HasSuffix(k, " sandboxes"), strings.HasSuffix(k, " sandboxes/status"):
+			sandboxes += d
+		case strings.HasSuffix(k, " events"):
+			events += d
+		}
+	}
+	return sandboxes, events
+}
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+func findRepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("go.mod not found above the working directory; set RepoRoot")
+		}
+		dir = parent
+	}
+}
