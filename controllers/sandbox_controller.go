@@ -74,7 +74,7 @@ type SandboxReconciler struct {
 	warned sync.Map // types.NamespacedName -> time.Time
 }
 
-// +kubebuilder:rbac:groups=sandbox.sentry.io,resources=sandboxes,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=sandbox.sentry.io,resources=sandboxes,verbs=get;list;watch;update;patch;delete
 // +kubebuilder:rbac:groups=sandbox.sentry.io,resources=sandboxes/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=sandbox.sentry.io,resources=sandboxes/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
