@@ -20,8 +20,8 @@ import (
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
 
-// These specs run in real time with short idle windows (6 s, so the controller
-// extends 2 s before a deadline) against the suite's 2 s poll interval.
+// These specs run in real time with short idle windows (9 s, so the controller
+// extends 3 s before a deadline) against the suite's 2 s poll interval.
 var _ = Describe("Sandbox lifecycle", func() {
 	ctx := context.Background()
 	var ns string
@@ -94,28 +94,28 @@ var _ = Describe("Sandbox lifecycle", func() {
 	Context("idle window and heartbeat", func() {
 		It("keeps a sandbox alive across several idle windows with heartbeats, lets it go Idle without them, and wakes it with a newer one", func() {
 			key := types.NamespacedName{Namespace: ns, Name: "chatty"}
-			newSandbox(ns, "chatty", sandboxv1.SandboxSpec{Source: runtimeSource("node24"), TimeoutSeconds: ptr.To[int64](6)})
+			newSandbox(ns, "chatty", sandboxv1.SandboxSpec{Source: runtimeSource("node24"), TimeoutSeconds: ptr.To[int64](9)})
 			sbx := waitReady(key)
 			first, name := sbx.Status.SessionID, sbx.Status.VercelName
 
 			By("heartbeating every second for more than three idle windows")
 			start := time.Now()
-			for time.Since(start) < 20*time.Second {
+			for time.Since(start) < 28*time.Second {
 				heartbeat(key, time.Now())
 				time.Sleep(time.Second)
 				Expect(getSandbox(key).Status).To(And(HaveField("Phase", sandboxv1.SandboxRunning), HaveField("SessionID", first)))
 			}
 			sbx = getSandbox(key)
-			Expect(sbx.Status.ExpiresAt.Time).To(BeTemporally(">", time.Now().Add(2*time.Second)), "status.expiresAt shows the extended deadline")
+			Expect(sbx.Status.ExpiresAt.Time).To(BeTemporally(">", sbx.Status.StartedAt.Add(28*time.Second)), "status.expiresAt shows the extended deadline")
 			remote, _ := emu.Sandbox(name)
 			Expect(remote.ExpiresAt).To(BeNumerically("~", sbx.Status.ExpiresAt.UnixMilli(), 1000))
 			extends := len(recorder.requests(http.MethodPost, first+"/extend-timeout"))
-			// 20 s of heartbeats need about 20/(6-2) extensions, not one per heartbeat.
+			// 28 s of heartbeats need about 28/(9-3) extensions, not one per heartbeat.
 			Expect(extends).To(And(BeNumerically(">=", 3), BeNumerically("<=", 8)))
 			Expect(eventsFor(key)).To(ContainElement(ContainSubstring("Normal Extended")))
 
 			By("going Idle once the heartbeats stop")
-			Eventually(readyCondition(key), 4*6*time.Second).Should(HaveField("Reason", sandboxv1.ReasonIdleTimeout))
+			Eventually(readyCondition(key), 4*9*time.Second).Should(HaveField("Reason", sandboxv1.ReasonIdleTimeout))
 			sbx = getSandbox(key)
 			Expect(sbx.Status.Phase).To(Equal(sandboxv1.SandboxIdle))
 			Expect(sbx.Status.ExpiresAt).To(BeNil())
@@ -254,7 +254,7 @@ var _ = Describe("Sandbox lifecycle", func() {
 	Context("Vercel request budget", func() {
 		It("makes at most one poll per running sandbox per interval, plus the extensions its heartbeats need", func() {
 			const n = 8
-			const window = 6 * time.Second // idle window; extensions come 2 s before a deadline
+			const window = 9 * time.Second // idle window; extensions come 3 s before a deadline
 			keys := make([]types.NamespacedName, n)
 			for i := range keys {
 				keys[i] = types.NamespacedName{Namespace: ns, Name: fmt.Sprintf("busy-%d", i)}
@@ -290,7 +290,7 @@ var _ = Describe("Sandbox lifecycle", func() {
 			elapsed := time.Since(start)
 
 			intervals := int(elapsed / pollInterval)
-			maxExtends := int(elapsed/(window-2*time.Second)) + 1
+			maxExtends := int(elapsed/(window-3*time.Second)) + 1
 			var totalGets, totalExtends, heartbeats int
 			for _, k := range keys {
 				sbx := getSandbox(k)
