@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -228,12 +229,8 @@ func (r *SandboxReconciler) adopt(ctx context.Context, sbx *sandboxv1.Sandbox) (
 
 func (r *SandboxReconciler) create(ctx context.Context, sbx *sandboxv1.Sandbox) (ctrl.Result, error) {
 	st := &sbx.Status
-	if ref := sbx.Spec.Source.SnapshotRef; ref != nil {
-		// SandboxSnapshot is not served yet; report the wait instead of guessing.
-		st.Phase = sandboxv1.SandboxPending
-		setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonWaitingForSnapshot,
-			fmt.Sprintf("Waiting for SandboxSnapshot %q to be ready to use", ref.Name))
-		return ctrl.Result{RequeueAfter: snapshotRefPoll}, nil
+	if sbx.Spec.Source.SnapshotRef != nil {
+		return r.createFromSnapshotRef(ctx, sbx)
 	}
 	secrets := &secretReader{reader: r.APIReader, namespace: sbx.Namespace}
 	cfg, err := buildConfig(ctx, secrets, &sbx.Spec)
@@ -889,6 +886,7 @@ func (r *SandboxReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			predicate.LabelChangedPredicate{},
 			predicate.AnnotationChangedPredicate{},
 		))).
+		Watches(&sandboxv1.SandboxSnapshot{}, handler.EnqueueRequestsFromMapFunc(r.snapshotRefRequests)).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles),
 			RateLimiter:             workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, backoffCap),

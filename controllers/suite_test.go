@@ -138,6 +138,15 @@ func startManager(scheme *runtime.Scheme) {
 		MaxConcurrentReconciles: 4,
 	}).SetupWithManager(mgr)
 	Expect(err).NotTo(HaveOccurred())
+	err = (&controllers.SandboxSnapshotReconciler{
+		Client:                  countingClient{Client: mgr.GetClient(), w: writes},
+		APIReader:               mgr.GetAPIReader(),
+		Vercel:                  vc,
+		Recorder:                mgr.GetEventRecorder("sandboxsnapshot-controller"),
+		PollInterval:            pollInterval,
+		MaxConcurrentReconciles: 4,
+	}).SetupWithManager(mgr)
+	Expect(err).NotTo(HaveOccurred())
 	err = (&controllers.SandboxForkReconciler{
 		Client:                  mgr.GetClient(),
 		Recorder:                mgr.GetEventRecorder("sandbox-controller"),

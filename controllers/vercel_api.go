@@ -23,4 +23,10 @@ type SandboxAPI interface {
 	GetCommand(ctx context.Context, sessionID, cmdID string, wait bool) (*vercel.Command, error)
 	ListCommands(ctx context.Context, sessionID string) ([]vercel.Command, error)
 	CommandLogs(ctx context.Context, sessionID, cmdID string) (*vercel.LogStream, error)
+
+	// Snapshots (SandboxSnapshot controller).
+	CreateSnapshot(ctx context.Context, sessionID string, expiration *time.Duration) (*vercel.SnapshotResponse, error)
+	GetSnapshot(ctx context.Context, id string) (*vercel.Snapshot, error)
+	DeleteSnapshot(ctx context.Context, id string) (*vercel.Snapshot, error)
+	ListAllSnapshots(ctx context.Context, opts vercel.ListSnapshotsOptions) ([]vercel.Snapshot, error)
 }

@@ -234,7 +234,7 @@ type SandboxSnapshotSpec struct {
 	// maxAgeSeconds rebuilds a recipe snapshot once it is older; the old
 	// snapshot is served until the new one is ready, then retired.
 	// +optional
-	// +kubebuilder:validation:Minimum=60
+	// +kubebuilder:validation:Minimum=1
 	MaxAgeSeconds *int64 `json:"maxAgeSeconds,omitempty"`
 	// deletionPolicy: Delete (default) deletes the Vercel snapshot with this
 	// object, unless another SandboxSnapshot still uses it; Retain leaves it.
@@ -305,6 +305,10 @@ type SnapshotBuildStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	SharedWith string `json:"sharedWith,omitempty"`
+	// failed is true when the build in builderName failed; it is not retried
+	// until the recipe, and so the content hash, changes (rebuildEpoch forces it).
+	// +optional
+	Failed bool `json:"failed,omitempty"`
 	// durationSeconds of the last finished build.
 	// +optional
 	DurationSeconds *int64 `json:"durationSeconds,omitempty"`

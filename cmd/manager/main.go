@@ -120,6 +120,18 @@ func main() {
 		log.Error(err, "Failed to set up the Sandbox controller")
 		os.Exit(1)
 	}
+	if err := (&controllers.SandboxSnapshotReconciler{
+		Client:                  mgr.GetClient(),
+		APIReader:               mgr.GetAPIReader(),
+		Vercel:                  api,
+		Recorder:                mgr.GetEventRecorder("sandboxsnapshot-controller"),
+		PollInterval:            pollInterval,
+		MaxConcurrentReconciles: concurrency,
+		BackoffCap:              backoffCap,
+	}).SetupWithManager(mgr); err != nil {
+		log.Error(err, "Failed to set up the SandboxSnapshot controller")
+		os.Exit(1)
+	}
 	if err := (&controllers.SandboxForkReconciler{
 		Client:                  mgr.GetClient(),
 		Recorder:                mgr.GetEventRecorder("sandbox-controller"),

@@ -350,6 +350,17 @@ func startManager(ctx context.Context, c config, cfg *rest.Config, vc vercel.Con
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up the Sandbox controller: %w", err)
 	}
+	if err := (&controllers.SandboxSnapshotReconciler{
+		Client:                  mgr.GetClient(),
+		APIReader:               mgr.GetAPIReader(),
+		Vercel:                  api,
+		Recorder:                mgr.GetEventRecorder("sandboxsnapshot-controller"),
+		PollInterval:            c.pollInterval,
+		MaxConcurrentReconciles: c.concurrency,
+		BackoffCap:              c.backoffCap,
+	}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("set up the SandboxSnapshot controller: %w", err)
+	}
 	if err := (&controllers.SandboxForkReconciler{
 		Client:                  mgr.GetClient(),
 		Recorder:                mgr.GetEventRecorder("sandbox-controller"),

@@ -46,8 +46,10 @@ func TestEqualRecipesWrittenDifferentlyHashEqual(t *testing.T) {
 			r.TimeoutSeconds = ptr.To[int32](99)
 			r.Setup[0].TimeoutSeconds = ptr.To[int32](5)
 		},
-		"resources":   func(r *sandboxv1.SnapshotRecipe) { r.Resources = &sandboxv1.SandboxResources{VCPUs: ptr.To[int32](4)} },
-		"credentials": func(r *sandboxv1.SnapshotRecipe) { r.Repositories[0].Credentials = &sandboxv1.GitCredentials{SecretName: "s"} },
+		"resources": func(r *sandboxv1.SnapshotRecipe) { r.Resources = &sandboxv1.SandboxResources{VCPUs: ptr.To[int32](4)} },
+		"credentials": func(r *sandboxv1.SnapshotRecipe) {
+			r.Repositories[0].Credentials = &sandboxv1.GitCredentials{SecretName: "s"}
+		},
 		"empty args as empty list": func(r *sandboxv1.SnapshotRecipe) {
 			r.Setup = append(r.Setup, sandboxv1.RecipeCommand{Command: "true", Args: []string{}})
 		},
@@ -72,13 +74,18 @@ func TestEqualRecipesWrittenDifferentlyHashEqual(t *testing.T) {
 func TestMeaningfulChangesChangeTheHash(t *testing.T) {
 	want := Hash(base(), "")
 	cases := map[string]func(r *sandboxv1.SnapshotRecipe){
-		"runtime":           func(r *sandboxv1.SnapshotRecipe) { r.Runtime = rt("node22") },
-		"base snapshot":     func(r *sandboxv1.SnapshotRecipe) { r.Runtime = nil; r.BaseSnapshotRef = &sandboxv1.LocalObjectReference{Name: "b"} },
-		"repository url":    func(r *sandboxv1.SnapshotRecipe) { r.Repositories[0].URL += "2" },
-		"repository path":   func(r *sandboxv1.SnapshotRecipe) { r.Repositories[0].Path = "app2" },
-		"revision":          func(r *sandboxv1.SnapshotRecipe) { r.Repositories[0].Revision = "v2" },
-		"depth":             func(r *sandboxv1.SnapshotRecipe) { r.Repositories[0].Depth = ptr.To[int32](1) },
-		"repository added":  func(r *sandboxv1.SnapshotRecipe) { r.Repositories = append(r.Repositories, sandboxv1.RecipeRepository{URL: "https://x/y", Path: "y"}) },
+		"runtime": func(r *sandboxv1.SnapshotRecipe) { r.Runtime = rt("node22") },
+		"base snapshot": func(r *sandboxv1.SnapshotRecipe) {
+			r.Runtime = nil
+			r.BaseSnapshotRef = &sandboxv1.LocalObjectReference{Name: "b"}
+		},
+		"repository url":  func(r *sandboxv1.SnapshotRecipe) { r.Repositories[0].URL += "2" },
+		"repository path": func(r *sandboxv1.SnapshotRecipe) { r.Repositories[0].Path = "app2" },
+		"revision":        func(r *sandboxv1.SnapshotRecipe) { r.Repositories[0].Revision = "v2" },
+		"depth":           func(r *sandboxv1.SnapshotRecipe) { r.Repositories[0].Depth = ptr.To[int32](1) },
+		"repository added": func(r *sandboxv1.SnapshotRecipe) {
+			r.Repositories = append(r.Repositories, sandboxv1.RecipeRepository{URL: "https://x/y", Path: "y"})
+		},
 		"steps reordered":   func(r *sandboxv1.SnapshotRecipe) { r.Setup[0], r.Setup[1] = r.Setup[1], r.Setup[0] },
 		"args reordered":    func(r *sandboxv1.SnapshotRecipe) { r.Setup[1].Args = []string{"-j2", "build"} },
 		"arg changed":       func(r *sandboxv1.SnapshotRecipe) { r.Setup[0].Args[0] = "install" },

@@ -1,0 +1,676 @@
+package controllers
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+	"github.com/getsentry/sandbox-controller/internal/metrics"
+	"github.com/getsentry/sandbox-controller/internal/recipe"
+	"github.com/getsentry/sandbox-controller/internal/vercel"
+)
+
+// Build budgets when the recipe names none.
+const (
+	defaultBuildTimeout = 30 * time.Minute
+	defaultStepTimeout  = 10 * time.Minute
+)
+
+// tagContentHash marks a builder sandbox with the short content hash it builds.
+const tagContentHash = "k8s-content-hash"
+
+// buildStep is one clone or setup step of a recipe, in run order.
+type buildStep struct {
+	label string
+	repo  *sandboxv1.RecipeRepository
+	setup *sandboxv1.RecipeCommand
+}
+
+func buildSteps(r *sandboxv1.SnapshotRecipe) []buildStep {
+	var steps []buildStep
+	for i := range r.Repositories {
+		repo := &r.Repositories[i]
+		steps = append(steps, buildStep{label: "clone " + recipe.CleanPath(repo.Path), repo: repo})
+	}
+	for i := range r.Setup {
+		s := &r.Setup[i]
+		name := s.Name
+		if name == "" {
+			name = s.Command
+		}
+		steps = append(steps, buildStep{label: fmt.Sprintf("setup %d/%d (%s)", i+1, len(r.Setup), name), setup: s})
+	}
+	return steps
+}
+
+// builderName is the Vercel sandbox a build runs in: derived from the
+// namespace, the content hash and the snapshot the build replaces, so every
+// user of the hash (and a restarted controller) finds the same builder.
+func builderName(ns, hash, replaces string) string {
+	gen := "0"
+	if replaces != "" {
+		sum := sha256.Sum256([]byte(replaces))
+		gen = hex.EncodeToString(sum[:])[:8]
+	}
+	if len(ns) > 63 {
+		ns = ns[:63]
+	}
+	h := hash
+	if len(h) > 16 {
+		h = h[:16]
+	}
+	return sanitizeName(ns + "-build-" + h + "-" + gen)
+}
+
+// contentHash computes the recipe's content hash. It returns a message
+// instead when the base snapshot is needed but not ready; an object that
+// already has a hash keeps it meanwhile.
+func (r *SandboxSnapshotReconciler) contentHash(ctx context.Context, snap *sandboxv1.SandboxSnapshot) (string, string) {
+	rcp := snap.Spec.Source.Recipe
+	if rcp == nil {
+		return "", ""
+	}
+	if rcp.BaseSnapshotRef == nil {
+		return recipe.Hash(rcp, ""), ""
+	}
+	base, msg := r.readyBase(ctx, snap)
+	if base == nil {
+		if snap.Status.ContentHash != "" {
+			return snap.Status.ContentHash, ""
+		}
+		return "", msg
+	}
+	id := base.Status.ContentHash
+	if id == "" {
+		id = base.Status.SnapshotID
+	}
+	return recipe.Hash(rcp, id), ""
+}
+
+// readyBase returns the recipe's base SandboxSnapshot when it is ready to use,
+// else a message saying why not.
+func (r *SandboxSnapshotReconciler) readyBase(ctx context.Context, snap *sandboxv1.SandboxSnapshot) (*sandboxv1.SandboxSnapshot, string) {
+	ref := snap.Spec.Source.Recipe.BaseSnapshotRef
+	base := &sandboxv1.SandboxSnapshot{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: snap.Namespace, Name: ref.Name}, base); err != nil {
+		return nil, fmt.Sprintf("Waiting for base SandboxSnapshot %q: %v", ref.Name, err)
+	}
+	if !base.Status.ReadyToUse || base.Status.SnapshotID == "" {
+		return nil, fmt.Sprintf("Waiting for base SandboxSnapshot %q to be ready to use", ref.Name)
+	}
+	return base, ""
+}
+
+func (r *SandboxSnapshotReconciler) waitForBase(snap *sandboxv1.SandboxSnapshot, msg string) ctrl.Result {
+	st := &snap.Status
+	st.Phase = sandboxv1.SnapshotPending
+	setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonWaitingForBase, msg)
+	return ctrl.Result{RequeueAfter: snapshotWaitPoll}
+}
+
+// reconcileRecipe serves the recipe's snapshot, sharing one build and one
+// Vercel snapshot among the SandboxSnapshots of the namespace with the same
+// content hash. It rebuilds when the snapshot expired or is older than
+// maxAgeSeconds (serving the old one meanwhile), and retires the old one once
+// no SandboxSnapshot uses it.
+func (r *SandboxSnapshotReconciler) reconcileRecipe(ctx context.Context, snap *sandboxv1.SandboxSnapshot, hash string) (ctrl.Result, error) {
+	st := &snap.Status
+	if st.ContentHash != hash {
+		// A new hash (a new base) is a new artifact; the old one is retired.
+		if st.SnapshotID != "" {
+			r.setReplaces(snap, st.SnapshotID)
+		}
+		st.ContentHash, st.SnapshotID, st.ReadyToUse, st.SizeBytes, st.CreatedAt, st.ExpiresAt = hash, "", false, 0, nil, nil
+	}
+	all, err := r.namespaceSnapshots(ctx, snap.Namespace)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	var peers []*sandboxv1.SandboxSnapshot
+	for i := range all {
+		o := &all[i]
+		if o.UID != snap.UID && o.Status.ContentHash == hash && o.Labels[sandboxv1.LabelContentHash] == recipe.Short(hash) {
+			peers = append(peers, o)
+		}
+	}
+
+	// What this object serves now.
+	var current *vercel.Snapshot
+	if st.SnapshotID != "" {
+		remote, err := r.Vercel.GetSnapshot(ctx, st.SnapshotID)
+		switch {
+		case err == nil && !r.expired(remote) && remote.Status == vercel.SnapshotCreated:
+			current = remote
+		case err == nil, vercel.IsNotFound(err), vercel.IsGone(err):
+			r.markExpired(snap, st.SnapshotID)
+		default:
+			return ctrl.Result{}, fmt.Errorf("get snapshot %s: %w", st.SnapshotID, err)
+		}
+	}
+	if current != nil {
+		r.markReady(snap, current)
+	}
+
+	// A newer snapshot of the same hash built for another user is adopted.
+	if p := newestReadyPeer(peers); p != nil && p.Status.SnapshotID != st.SnapshotID &&
+		(current == nil || (p.Status.CreatedAt != nil && st.CreatedAt != nil && p.Status.CreatedAt.After(st.CreatedAt.Time))) {
+		remote, err := r.Vercel.GetSnapshot(ctx, p.Status.SnapshotID)
+		if err == nil && !r.expired(remote) && remote.Status == vercel.SnapshotCreated {
+			if st.SnapshotID != "" {
+				r.setReplaces(snap, st.SnapshotID)
+			}
+			r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Shared", "Observe",
+				"Uses Vercel snapshot %s built for SandboxSnapshot %s (same content hash)", remote.ID, p.Name)
+			st.SnapshotID = remote.ID
+			current = remote
+			r.markReady(snap, remote)
+		} else if err != nil && !vercel.IsNotFound(err) && !vercel.IsGone(err) {
+			return ctrl.Result{}, fmt.Errorf("get snapshot %s: %w", p.Status.SnapshotID, err)
+		}
+	}
+
+	if current != nil {
+		if res, err := r.retire(ctx, snap, all); err != nil || !res.IsZero() {
+			return res, err
+		}
+		maxAge := effectiveMaxAge(snap, peers)
+		age := r.now().Sub(st.CreatedAt.Time)
+		if maxAge == 0 || age < maxAge {
+			// Fresh: a builder still recorded is left over from a finished build.
+			if err := r.cleanupBuilder(ctx, snap); err != nil {
+				return ctrl.Result{}, err
+			}
+			next := r.nextObservation(current)
+			if maxAge > 0 && maxAge-age < next {
+				next = max(maxAge-age, time.Second)
+			}
+			if st.Build != nil {
+				st.Build.SharedWith = ""
+			}
+			return ctrl.Result{RequeueAfter: next}, nil
+		}
+	}
+
+	// A build is needed: none yet, the snapshot expired, or it is too old.
+	replaces := st.SnapshotID
+	if driver := buildDriver(snap, peers); driver != nil {
+		return r.follow(snap, driver, current != nil, replaces), nil
+	}
+	return r.drive(ctx, snap, hash, replaces, current != nil)
+}
+
+func (r *SandboxSnapshotReconciler) setReplaces(snap *sandboxv1.SandboxSnapshot, id string) {
+	if snap.Status.Build == nil {
+		snap.Status.Build = &sandboxv1.SnapshotBuildStatus{}
+	}
+	snap.Status.Build.Replaces = id
+}
+
+// effectiveMaxAge is the smallest maxAgeSeconds among the users of a shared
+// build, so each user's limit is honoured.
+func effectiveMaxAge(snap *sandboxv1.SandboxSnapshot, peers []*sandboxv1.SandboxSnapshot) time.Duration {
+	var m int64
+	for _, o := range append([]*sandboxv1.SandboxSnapshot{snap}, peers...) {
+		if v := o.Spec.MaxAgeSeconds; v != nil && *v > 0 && (m == 0 || *v < m) {
+			m = *v
+		}
+	}
+	return time.Duration(m) * time.Second
+}
+
+func newestReadyPeer(peers []*sandboxv1.SandboxSnapshot) *sandboxv1.SandboxSnapshot {
+	var best *sandboxv1.SandboxSnapshot
+	for _, p := range peers {
+		if !p.Status.ReadyToUse || p.Status.SnapshotID == "" || p.Status.CreatedAt == nil {
+			continue
+		}
+		if best == nil || p.Status.CreatedAt.After(best.Status.CreatedAt.Time) {
+			best = p
+		}
+	}
+	return best
+}
+
+// buildDriver returns the SandboxSnapshot that runs the shared build when it
+// is not snap: the oldest user of the hash that is not being deleted. Only it
+// calls Vercel for the build, so one build per hash runs at a time.
+func buildDriver(snap *sandboxv1.SandboxSnapshot, peers []*sandboxv1.SandboxSnapshot) *sandboxv1.SandboxSnapshot {
+	for _, p := range peers {
+		if p.DeletionTimestamp.IsZero() && olderFirst(p, snap) {
+			return p
+		}
+	}
+	return nil
+}
+
+// follow reports the build another SandboxSnapshot runs for this one.
+func (r *SandboxSnapshotReconciler) follow(snap, driver *sandboxv1.SandboxSnapshot, serving bool, replaces string) ctrl.Result {
+	st := &snap.Status
+	if st.Build == nil {
+		st.Build = &sandboxv1.SnapshotBuildStatus{}
+	}
+	st.Build.SharedWith = driver.Name
+	if db := driver.Status.Build; db != nil {
+		st.Build.Step, st.Build.CompletedSteps, st.Build.TotalSteps = db.Step, db.CompletedSteps, db.TotalSteps
+		if db.Failed && !serving {
+			st.Phase, st.ReadyToUse = sandboxv1.SnapshotFailed, false
+			msg := "the build failed"
+			if c := meta.FindStatusCondition(driver.Status.Conditions, sandboxv1.ConditionReady); c != nil {
+				msg = c.Message
+			}
+			setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonBuildFailed,
+				fmt.Sprintf("The build shared with SandboxSnapshot %s failed: %s", driver.Name, msg))
+			return ctrl.Result{}
+		}
+	}
+	msg := fmt.Sprintf("Waiting for the build run by SandboxSnapshot %s (same content hash)", driver.Name)
+	if serving {
+		setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionTrue, sandboxv1.ReasonRebuilding,
+			fmt.Sprintf("Serving %s while it is rebuilt. %s", st.SnapshotID, msg))
+	} else {
+		st.Phase = sandboxv1.SnapshotBuilding
+		setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonBuilding, msg)
+	}
+	return ctrl.Result{RequeueAfter: snapshotWaitPoll}
+}
+
+// drive advances this object's build by at most one step: create the
+// builder, start the next clone or setup command (detached, polled), or
+// capture. Progress is read back from Vercel (the builder's command list), so
+// a restarted controller continues from the last finished step and never
+// starts a step twice.
+func (r *SandboxSnapshotReconciler) drive(ctx context.Context, snap *sandboxv1.SandboxSnapshot, hash, replaces string, serving bool) (ctrl.Result, error) {
+	st := &snap.Status
+	rcp := snap.Spec.Source.Recipe
+	steps := buildSteps(rcp)
+	name := builderName(snap.Namespace, hash, replaces)
+	if st.Build == nil {
+		st.Build = &sandboxv1.SnapshotBuildStatus{}
+	}
+	b := st.Build
+	b.SharedWith = ""
+	if b.BuilderName != name {
+		now := metav1.NewTime(r.now().Truncate(time.Second))
+		b.BuilderName, b.SessionID, b.CommandID, b.Step, b.Failed = name, "", "", "boot", false
+		b.Attempts++
+		b.StartedAt, b.StepStartedAt = &now, &now
+		b.CompletedSteps, b.TotalSteps = 0, int32(len(steps))
+		if replaces != "" {
+			b.Replaces = replaces
+		}
+	}
+	if b.Failed {
+		// Reported already; retried only when the recipe changes.
+		return ctrl.Result{}, nil
+	}
+	if !serving {
+		st.Phase = sandboxv1.SnapshotBuilding
+	}
+	budget := defaultBuildTimeout
+	if rcp.TimeoutSeconds != nil {
+		budget = time.Duration(*rcp.TimeoutSeconds) * time.Second
+	}
+	if b.StartedAt != nil && r.now().Sub(b.StartedAt.Time) > budget {
+		return r.buildFailed(ctx, snap, serving, fmt.Sprintf("The build exceeded its total time budget of %s during %s", budget, b.Step))
+	}
+
+	resp, err := r.Vercel.GetSandbox(ctx, name, false)
+	switch {
+	case vercel.IsNotFound(err):
+		if b.SessionID != "" {
+			// The builder was deleted after its capture, before the result
+			// was recorded.
+			if s, err := r.builderSnapshot(ctx, name); err != nil || s != nil {
+				if err != nil {
+					return ctrl.Result{}, err
+				}
+				return r.built(ctx, snap, s, serving)
+			}
+		}
+		return r.createBuilder(ctx, snap, name, hash, budget, serving)
+	case err != nil:
+		return ctrl.Result{}, fmt.Errorf("get builder sandbox %s: %w", name, err)
+	}
+	if resp.Sandbox.Tags[tagManagedBy] != tagManagedByValue || resp.Sandbox.Tags[tagContentHash] != recipe.Short(hash) {
+		return r.buildFailed(ctx, snap, serving, fmt.Sprintf("A Vercel sandbox named %s exists but was not created for this build; it is left alone", name))
+	}
+	if id := resp.Sandbox.CurrentSnapshotID; id != "" {
+		s, err := r.Vercel.GetSnapshot(ctx, id)
+		if err != nil {
+			return ctrl.Result{}, fmt.Errorf("get snapshot %s: %w", id, err)
+		}
+		return r.built(ctx, snap, s, serving)
+	}
+	s := resp.Session
+	if s == nil || s.Status == vercel.SessionPending {
+		r.building(snap, serving, "Waiting for the builder session to start")
+		return ctrl.Result{RequeueAfter: sessionStartPoll}, nil
+	}
+	if s.Status != vercel.SessionRunning {
+		return r.buildFailed(ctx, snap, serving, fmt.Sprintf("The builder session %s %s during %s", s.ID, s.Status, b.Step))
+	}
+	b.SessionID = s.ID
+	return r.advance(ctx, snap, steps, s.ID, serving)
+}
+
+func (r *SandboxSnapshotReconciler) createBuilder(ctx context.Context, snap *sandboxv1.SandboxSnapshot, name, hash string, budget time.Duration, serving bool) (ctrl.Result, error) {
+	rcp := snap.Spec.Source.Recipe
+	req := vercel.CreateSandboxRequest{
+		Name:       name,
+		Timeout:    budget.Milliseconds(),
+		Persistent: new(bool),
+		Tags:       map[string]string{tagManagedBy: tagManagedByValue, tagContentHash: recipe.Short(hash)},
+	}
+	if rcp.Resources != nil && rcp.Resources.VCPUs != nil {
+		v := int64(*rcp.Resources.VCPUs)
+		req.Resources = &vercel.Resources{VCPUs: v, Memory: v * 2048}
+	}
+	if rcp.Runtime != nil {
+		req.Runtime = string(*rcp.Runtime)
+	} else {
+		base, msg := r.readyBase(ctx, snap)
+		if base == nil {
+			return r.waitForBase(snap, msg), nil
+		}
+		req.Source = &vercel.Source{Type: vercel.SourceSnapshot, SnapshotID: base.Status.SnapshotID}
+	}
+	resp, err := r.Vercel.CreateSandbox(ctx, req)
+	switch {
+	case vercel.IsConflict(err):
+		// Created meanwhile (a lost answer, or another user): found next time.
+		return ctrl.Result{RequeueAfter: sessionStartPoll}, nil
+	case err != nil:
+		return ctrl.Result{}, fmt.Errorf("create builder sandbox %s: %w", name, err)
+	}
+	snap.Status.Build.SessionID = sessionID(resp)
+	logf.FromContext(ctx).Info("Created builder sandbox", "vercelName", name, "session", snap.Status.Build.SessionID)
+	r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "BuildStarted", "Build", "Created builder sandbox %s for content hash %s", name, recipe.Short(hash))
+	r.building(snap, serving, "Booting the builder sandbox "+name)
+	return ctrl.Result{RequeueAfter: sessionStartPoll}, nil
+}
+
+// advance reads the builder's commands (one per step, oldest first) and
+// starts the next step, waits for the running one, or captures.
+func (r *SandboxSnapshotReconciler) advance(ctx context.Context, snap *sandboxv1.SandboxSnapshot, steps []buildStep, sessionID string, serving bool) (ctrl.Result, error) {
+	b := snap.Status.Build
+	cmds, err := r.Vercel.ListCommands(ctx, sessionID)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("list commands of builder session %s: %w", sessionID, err)
+	}
+	for i, j := 0, len(cmds)-1; i < j; i, j = i+1, j-1 {
+		cmds[i], cmds[j] = cmds[j], cmds[i]
+	}
+	for i := 0; i < len(cmds) && i < len(steps); i++ {
+		c := cmds[i]
+		if c.ExitCode == nil {
+			b.CompletedSteps = int32(i)
+			if b.CommandID != c.ID {
+				b.CommandID, b.StepStartedAt = c.ID, msTime(c.StartedAt)
+			}
+			b.Step = steps[i].label
+			r.building(snap, serving, fmt.Sprintf("Running build step %d of %d (%s)", i+1, len(steps), steps[i].label))
+			return ctrl.Result{RequeueAfter: snapshotBuildPoll}, nil
+		}
+		if *c.ExitCode != 0 {
+			return r.stepFailed(ctx, snap, serving, steps[i], i, len(steps), sessionID, &c)
+		}
+	}
+	b.CompletedSteps = int32(min(len(cmds), len(steps)))
+	if len(cmds) < len(steps) {
+		i := len(cmds)
+		req, secrets, err := r.stepRequest(ctx, snap, steps[i])
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		cmd, err := r.Vercel.RunCommand(ctx, sessionID, req)
+		if err != nil {
+			return ctrl.Result{}, redact(fmt.Errorf("start build step %s: %w", steps[i].label, err), secrets)
+		}
+		now := metav1.NewTime(r.now().Truncate(time.Second))
+		b.CommandID, b.Step, b.StepStartedAt = cmd.ID, steps[i].label, &now
+		r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "StepStarted", "Build", "Started build step %d of %d (%s)", i+1, len(steps), steps[i].label)
+		r.building(snap, serving, fmt.Sprintf("Running build step %d of %d (%s)", i+1, len(steps), steps[i].label))
+		return ctrl.Result{RequeueAfter: snapshotBuildPoll}, nil
+	}
+
+	// Every step succeeded: capture. The intent is written first; a restart
+	// finds the snapshot as the builder's currentSnapshotId.
+	if err := r.patchStatusNow(ctx, snap, func(st *sandboxv1.SandboxSnapshotStatus) {
+		st.Build.Step, st.Build.CommandID = "capture", ""
+		if !serving {
+			st.Phase = sandboxv1.SnapshotCapturing
+		}
+	}); err != nil {
+		return ctrl.Result{}, err
+	}
+	resp, err := r.Vercel.CreateSnapshot(ctx, sessionID, snapshotExpiration(snap))
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("capture builder session %s: %w", sessionID, err)
+	}
+	r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "SnapshotCreated", "CreateSnapshot", "Captured builder %s as snapshot %s", b.BuilderName, resp.Snapshot.ID)
+	return r.built(ctx, snap, &resp.Snapshot, serving)
+}
+
+// stepRequest is the command of one build step. Clone credentials go into the
+// clone command's environment only, through a credential helper given on the
+// command line, so they are neither in the repository's config nor in any
+// later step's environment.
+func (r *SandboxSnapshotReconciler) stepRequest(ctx context.Context, snap *sandboxv1.SandboxSnapshot, step buildStep) (vercel.RunCommandRequest, []string, error) {
+	rcp := snap.Spec.Source.Recipe
+	if s := step.setup; s != nil {
+		req := vercel.RunCommandRequest{Command: s.Command, Args: s.Args, Cwd: s.Cwd, Env: recipe.StepEnv(rcp, *s), Sudo: s.Sudo, Timeout: defaultStepTimeout.Milliseconds()}
+		if req.Args == nil {
+			req.Args = []string{}
+		}
+		if s.TimeoutSeconds != nil {
+			req.Timeout = int64(*s.TimeoutSeconds) * 1000
+		}
+		return req, nil, nil
+	}
+	repo := step.repo
+	env := map[string]string{
+		"GIT_TERMINAL_PROMPT": "0",
+		"CLONE_URL":           repo.URL,
+		"CLONE_DEST":          recipe.DefaultCwd + "/" + recipe.CleanPath(repo.Path),
+		"CLONE_REVISION":      repo.Revision,
+	}
+	secrets := &secretReader{reader: r.APIReader, namespace: snap.Namespace}
+	if c := repo.Credentials; c != nil {
+		u, err := secrets.value(ctx, c.SecretName, "username")
+		if err != nil {
+			return vercel.RunCommandRequest{}, nil, err
+		}
+		p, err := secrets.value(ctx, c.SecretName, "password")
+		if err != nil {
+			return vercel.RunCommandRequest{}, nil, err
+		}
+		env["GIT_USERNAME"], env["GIT_PASSWORD"] = u, p
+	}
+	clone := "git -c credential.helper= -c 'credential.helper=!f() { test \"$1\" = get || exit 0; echo \"username=${GIT_USERNAME:-}\"; echo \"password=${GIT_PASSWORD:-}\"; }; f' clone --quiet"
+	if repo.Depth != nil {
+		clone += fmt.Sprintf(" --depth %d --no-single-branch", *repo.Depth)
+	}
+	script := strings.Join([]string{
+		"set -eu",
+		`mkdir -p "$(dirname "$CLONE_DEST")"`,
+		clone + ` -- "$CLONE_URL" "$CLONE_DEST"`,
+		`if [ -n "$CLONE_REVISION" ]; then git -C "$CLONE_DEST" checkout --quiet "$CLONE_REVISION"; fi`,
+	}, "\n")
+	return vercel.RunCommandRequest{Command: "sh", Args: []string{"-c", script}, Env: env, Timeout: defaultStepTimeout.Milliseconds()}, secrets.values, nil
+}
+
+// building reports a build in progress: Ready=False, or still True with
+// reason Rebuilding while the old snapshot is served.
+func (r *SandboxSnapshotReconciler) building(snap *sandboxv1.SandboxSnapshot, serving bool, msg string) {
+	st := &snap.Status
+	if serving {
+		setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionTrue, sandboxv1.ReasonRebuilding,
+			fmt.Sprintf("Serving %s while it is rebuilt: %s", st.SnapshotID, msg))
+		return
+	}
+	st.Phase = sandboxv1.SnapshotBuilding
+	setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonBuilding, msg)
+}
+
+// stepFailed reports the failed step with its exit code and output tail.
+func (r *SandboxSnapshotReconciler) stepFailed(ctx context.Context, snap *sandboxv1.SandboxSnapshot, serving bool, step buildStep, i, n int, sessionID string, c *vercel.Command) (ctrl.Result, error) {
+	_, secrets, _ := r.stepRequest(ctx, snap, step)
+	tail, err := commandOutputTail(ctx, r.Vercel, sessionID, c.ID)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("read output of build step %s: %w", step.label, err)
+	}
+	msg := fmt.Sprintf("Build step %d of %d (%s) exited with code %d", i+1, n, step.label, *c.ExitCode)
+	if *c.ExitCode == exitKilledByTimeout {
+		msg += " (killed: its time budget ran out)"
+	}
+	if tail != "" {
+		msg += ": " + tail
+	}
+	return r.buildFailed(ctx, snap, serving, scrub(msg, secrets))
+}
+
+// buildOutputTail bounds how much of a failed step's output status carries.
+const buildOutputTail = 2048
+
+// exitKilledByTimeout is the exit code of a command Vercel killed (SIGKILL).
+const exitKilledByTimeout = 137
+
+// buildFailed records a failed build, deletes the builder and does not retry
+// until the recipe changes. A rebuild that fails keeps serving the old snapshot.
+func (r *SandboxSnapshotReconciler) buildFailed(ctx context.Context, snap *sandboxv1.SandboxSnapshot, serving bool, msg string) (ctrl.Result, error) {
+	st := &snap.Status
+	b := st.Build
+	if _, err := r.Vercel.DeleteSandbox(ctx, b.BuilderName, false); err != nil && !vercel.IsNotFound(err) {
+		return ctrl.Result{}, fmt.Errorf("delete builder sandbox %s: %w", b.BuilderName, err)
+	}
+	b.Failed, b.CommandID = true, ""
+	if b.StartedAt != nil {
+		metrics.ObserveSnapshotBuild(metrics.BuildFailed, r.now().Sub(b.StartedAt.Time))
+	}
+	r.Recorder.Eventf(snap, nil, corev1.EventTypeWarning, sandboxv1.ReasonBuildFailed, "Build", "%s", truncate(msg, 1024))
+	if serving {
+		setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionTrue, sandboxv1.ReasonBuildFailed,
+			fmt.Sprintf("Serving %s; its rebuild failed: %s", st.SnapshotID, msg))
+		return ctrl.Result{}, nil
+	}
+	st.Phase, st.ReadyToUse = sandboxv1.SnapshotFailed, false
+	setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonBuildFailed, msg)
+	return ctrl.Result{}, nil
+}
+
+// built records the captured snapshot and deletes the builder.
+func (r *SandboxSnapshotReconciler) built(ctx context.Context, snap *sandboxv1.SandboxSnapshot, s *vercel.Snapshot, serving bool) (ctrl.Result, error) {
+	st := &snap.Status
+	b := st.Build
+	if st.SnapshotID != "" && st.SnapshotID != s.ID {
+		b.Replaces = st.SnapshotID
+	}
+	st.SnapshotID = s.ID
+	r.markReady(snap, s)
+	now := r.now()
+	if b.StartedAt != nil {
+		d := now.Sub(b.StartedAt.Time)
+		secs := int64(d.Round(time.Second) / time.Second)
+		b.DurationSeconds = &secs
+		metrics.ObserveSnapshotBuild(metrics.BuildSucceeded, d)
+	}
+	done := metav1.NewTime(now.Truncate(time.Second))
+	b.CompletedAt = &done
+	b.Step, b.CommandID, b.CompletedSteps = "", "", b.TotalSteps
+	r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Built", "Build", "Built snapshot %s in builder %s", s.ID, b.BuilderName)
+	if err := r.cleanupBuilder(ctx, snap); err != nil {
+		return ctrl.Result{}, err
+	}
+	// Retire the replaced snapshot on the next reconcile, once status says
+	// which one is served now.
+	return ctrl.Result{RequeueAfter: time.Second}, nil
+}
+
+// cleanupBuilder deletes the builder of a finished build.
+func (r *SandboxSnapshotReconciler) cleanupBuilder(ctx context.Context, snap *sandboxv1.SandboxSnapshot) error {
+	b := snap.Status.Build
+	if b == nil || b.BuilderName == "" || b.Failed {
+		return nil
+	}
+	if _, err := r.Vercel.DeleteSandbox(ctx, b.BuilderName, false); err != nil && !vercel.IsNotFound(err) {
+		return fmt.Errorf("delete builder sandbox %s: %w", b.BuilderName, err)
+	}
+	r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Deleted", "Build", "Deleted builder sandbox %s", b.BuilderName)
+	b.BuilderName, b.SessionID = "", ""
+	return nil
+}
+
+// retire deletes the snapshot a rebuild replaced once no other
+// SandboxSnapshot holds it.
+func (r *SandboxSnapshotReconciler) retire(ctx context.Context, snap *sandboxv1.SandboxSnapshot, all []sandboxv1.SandboxSnapshot) (ctrl.Result, error) {
+	b := snap.Status.Build
+	if b == nil || b.Replaces == "" || b.Replaces == snap.Status.SnapshotID {
+		return ctrl.Result{}, nil
+	}
+	old := b.Replaces
+	switch {
+	case snap.Spec.DeletionPolicy == sandboxv1.DeletionPolicyRetain:
+	case holdsSnapshot(snap, all, old):
+		// Another user still serves it; it switches on its next reconcile.
+		return ctrl.Result{RequeueAfter: snapshotWaitPoll}, nil
+	default:
+		if _, err := r.Vercel.DeleteSnapshot(ctx, old); err != nil && !vercel.IsNotFound(err) && !vercel.IsGone(err) {
+			return ctrl.Result{}, fmt.Errorf("retire snapshot %s: %w", old, err)
+		}
+		r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Retired", "Delete", "Deleted Vercel snapshot %s, replaced by %s", old, snap.Status.SnapshotID)
+	}
+	b.Replaces = ""
+	return ctrl.Result{}, nil
+}
+
+// builderSnapshot finds the snapshot taken of a (since deleted) builder.
+func (r *SandboxSnapshotReconciler) builderSnapshot(ctx context.Context, name string) (*vercel.Snapshot, error) {
+	snaps, err := r.Vercel.ListAllSnapshots(ctx, vercel.ListSnapshotsOptions{Name: name})
+	if err != nil {
+		return nil, fmt.Errorf("list snapshots of %s: %w", name, err)
+	}
+	for i := range snaps {
+		if snaps[i].Status == vercel.SnapshotCreated {
+			return &snaps[i], nil
+		}
+	}
+	return nil, nil
+}
+
+// commandOutputTail returns the last lines of a finished command's output.
+func commandOutputTail(ctx context.Context, api SandboxAPI, sessionID, cmdID string) (string, error) {
+	stream, err := api.CommandLogs(ctx, sessionID, cmdID)
+	if err != nil {
+		return "", err
+	}
+	defer stream.Close()
+	var out strings.Builder
+	for {
+		rec, err := stream.Next()
+		if err != nil {
+			break
+		}
+		out.WriteString(rec.Data)
+		if out.Len() > 64*buildOutputTail {
+			s := out.String()
+			out.Reset()
+			out.WriteString(s[len(s)-buildOutputTail:])
+		}
+	}
+	s := strings.TrimSpace(out.String())
+	if len(s) > buildOutputTail {
+		s = "..." + s[len(s)-buildOutputTail:]
+	}
+	return s, nil
+}

@@ -1,0 +1,174 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+	"github.com/getsentry/sandbox-controller/internal/vercel"
+)
+
+// reconcileCapture takes the snapshot of spec.source.sandboxRef once, as soon
+// as that Sandbox runs, and afterwards only observes the snapshot. The
+// session to capture is recorded in status before Vercel is asked; after a
+// restart the snapshot is looked up by that session instead of being taken
+// again.
+func (r *SandboxSnapshotReconciler) reconcileCapture(ctx context.Context, snap *sandboxv1.SandboxSnapshot) (ctrl.Result, error) {
+	st := &snap.Status
+	ref := snap.Spec.Source.SandboxRef
+	if st.SnapshotID != "" {
+		if err := r.resumeSource(ctx, snap); err != nil {
+			return ctrl.Result{}, err
+		}
+		return r.observe(ctx, snap, st.SnapshotID)
+	}
+	sbx, err := r.getSandbox(ctx, snap.Namespace, ref.Name)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if c := st.Capture; c != nil && c.SessionID != "" {
+		found, err := r.findCapture(ctx, c)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if found != nil {
+			return r.captured(ctx, snap, sbx, found)
+		}
+		// The intent was recorded but Vercel never took the snapshot: ask
+		// again if that session still runs, else wait for the next one.
+		resp, err := r.Vercel.GetSandbox(ctx, c.VercelName, false)
+		if err != nil && !vercel.IsNotFound(err) {
+			return ctrl.Result{}, fmt.Errorf("get sandbox %s: %w", c.VercelName, err)
+		}
+		if err == nil && resp.Session != nil && resp.Session.ID == c.SessionID && resp.Session.Status == vercel.SessionRunning {
+			return r.capture(ctx, snap, sbx, c.VercelName, c.SessionID)
+		}
+		st.Capture = nil
+	}
+	switch {
+	case sbx == nil:
+		st.Phase = sandboxv1.SnapshotPending
+		setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonSourceNotFound,
+			fmt.Sprintf("Sandbox %q does not exist; the capture starts once it runs", ref.Name))
+		return ctrl.Result{RequeueAfter: snapshotWaitPoll}, nil
+	case sbx.Status.Phase != sandboxv1.SandboxRunning || sbx.Status.SessionID == "" || sbx.Status.VercelName == "":
+		phase := string(sbx.Status.Phase)
+		if phase == "" {
+			phase = "not started"
+		}
+		st.Phase = sandboxv1.SnapshotPending
+		setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonSourceNotRunning,
+			fmt.Sprintf("Waiting for Sandbox %q to be running (phase %s) before capturing it", ref.Name, phase))
+		return ctrl.Result{RequeueAfter: snapshotWaitPoll}, nil
+	}
+	return r.capture(ctx, snap, sbx, sbx.Status.VercelName, sbx.Status.SessionID)
+}
+
+// capture records the intent, then asks Vercel to snapshot the session.
+func (r *SandboxSnapshotReconciler) capture(ctx context.Context, snap *sandboxv1.SandboxSnapshot, sbx *sandboxv1.Sandbox, vercelName, sessionID string) (ctrl.Result, error) {
+	now := metav1.NewTime(r.now().Truncate(time.Second))
+	if err := r.patchStatusNow(ctx, snap, func(st *sandboxv1.SandboxSnapshotStatus) {
+		if st.Capture == nil || st.Capture.SessionID != sessionID {
+			st.Capture = &sandboxv1.SnapshotCaptureStatus{VercelName: vercelName, SessionID: sessionID, RequestedAt: &now}
+		}
+		st.Phase = sandboxv1.SnapshotCapturing
+		setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonCapturing,
+			fmt.Sprintf("Capturing session %s of Vercel sandbox %s", sessionID, vercelName))
+	}); err != nil {
+		return ctrl.Result{}, err
+	}
+	resp, err := r.Vercel.CreateSnapshot(ctx, sessionID, snapshotExpiration(snap))
+	switch {
+	case vercel.IsSnapshotting(err) || vercel.IsStopping(err):
+		return ctrl.Result{RequeueAfter: snapshotBuildPoll}, nil
+	case vercel.IsGone(err) || vercel.IsSessionStopped(err):
+		// The session stopped before the snapshot was taken; wait for the
+		// Sandbox to run again.
+		snap.Status.Capture = nil
+		snap.Status.Phase = sandboxv1.SnapshotPending
+		setCondition(&snap.Status.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonSourceNotRunning,
+			fmt.Sprintf("Session %s stopped before it could be captured; waiting for Sandbox %q to run again", sessionID, snap.Spec.Source.SandboxRef.Name))
+		return ctrl.Result{RequeueAfter: snapshotWaitPoll}, nil
+	case err != nil:
+		return ctrl.Result{}, fmt.Errorf("snapshot session %s: %w", sessionID, err)
+	}
+	logf.FromContext(ctx).Info("Created Vercel snapshot", "snapshot", resp.Snapshot.ID, "session", sessionID)
+	r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "SnapshotCreated", "CreateSnapshot",
+		"Captured session %s of Vercel sandbox %s as snapshot %s; Vercel stopped the session", sessionID, vercelName, resp.Snapshot.ID)
+	return r.captured(ctx, snap, sbx, &resp.Snapshot)
+}
+
+// captured records the snapshot, resumes the source when asked, and makes the
+// Sandbox look at Vercel again (its session stopped, maybe resumed).
+func (r *SandboxSnapshotReconciler) captured(ctx context.Context, snap *sandboxv1.SandboxSnapshot, sbx *sandboxv1.Sandbox, s *vercel.Snapshot) (ctrl.Result, error) {
+	snap.Status.SnapshotID = s.ID
+	r.markReady(snap, s)
+	if err := r.resumeSource(ctx, snap); err != nil {
+		return ctrl.Result{}, err
+	}
+	if sbx != nil {
+		if err := r.requestSandboxReconcile(ctx, sbx); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	return ctrl.Result{RequeueAfter: r.nextObservation(s)}, nil
+}
+
+// resumeSource starts a new session of the captured sandbox once, with
+// spec.keepSourceRunning. A resume of a sandbox that already runs returns its
+// session, so a repeat after a restart is harmless.
+func (r *SandboxSnapshotReconciler) resumeSource(ctx context.Context, snap *sandboxv1.SandboxSnapshot) error {
+	c := snap.Status.Capture
+	if !snap.Spec.KeepSourceRunning || c == nil || c.VercelName == "" || c.ResumedSessionID != "" {
+		return nil
+	}
+	resp, err := r.Vercel.GetSandbox(ctx, c.VercelName, true)
+	if err != nil {
+		return fmt.Errorf("resume sandbox %s after the capture: %w", c.VercelName, err)
+	}
+	c.ResumedSessionID = sessionID(resp)
+	r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Resumed", "Resume",
+		"Resumed Vercel sandbox %s in session %s after the capture (keepSourceRunning)", c.VercelName, c.ResumedSessionID)
+	if sbx, err := r.getSandbox(ctx, snap.Namespace, snap.Spec.Source.SandboxRef.Name); err == nil && sbx != nil {
+		return r.requestSandboxReconcile(ctx, sbx)
+	}
+	return nil
+}
+
+// findCapture looks for the snapshot taken of the recorded session.
+func (r *SandboxSnapshotReconciler) findCapture(ctx context.Context, c *sandboxv1.SnapshotCaptureStatus) (*vercel.Snapshot, error) {
+	snaps, err := r.Vercel.ListAllSnapshots(ctx, vercel.ListSnapshotsOptions{Name: c.VercelName})
+	if err != nil {
+		return nil, fmt.Errorf("list snapshots of %s: %w", c.VercelName, err)
+	}
+	for i := range snaps {
+		s := &snaps[i]
+		// A stop of a persistent sandbox also snapshots the session
+		// ("automatic"); only a manual one is the capture.
+		if s.SourceSessionID == c.SessionID && s.CreationMethod != "automatic" {
+			return s, nil
+		}
+	}
+	return nil, nil
+}
+
+// requestSandboxReconcile sets the Sandbox's reconcile-requested-at
+// annotation, which makes its controller observe Vercel again at once.
+func (r *SandboxSnapshotReconciler) requestSandboxReconcile(ctx context.Context, sbx *sandboxv1.Sandbox) error {
+	patch := client.MergeFrom(sbx.DeepCopy())
+	if sbx.Annotations == nil {
+		sbx.Annotations = map[string]string{}
+	}
+	sbx.Annotations[sandboxv1.AnnotationReconcileRequestedAt] = r.now().UTC().Format(time.RFC3339Nano)
+	if err := r.Patch(ctx, sbx, patch); err != nil {
+		return fmt.Errorf("annotate Sandbox %s: %w", sbx.Name, client.IgnoreNotFound(err))
+	}
+	return nil
+}

@@ -1,0 +1,439 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+	"github.com/getsentry/sandbox-controller/internal/metrics"
+	"github.com/getsentry/sandbox-controller/internal/recipe"
+	"github.com/getsentry/sandbox-controller/internal/vercel"
+)
+
+// SandboxSnapshotFinalizer keeps a SandboxSnapshot until its Vercel snapshot
+// is deleted (or retained, or handed over to another SandboxSnapshot that
+// still uses it).
+const SandboxSnapshotFinalizer = "sandbox.sentry.io/snapshot-finalizer"
+
+// Poll delays of the SandboxSnapshot controller.
+const (
+	snapshotWaitPoll  = 5 * time.Second
+	snapshotBuildPoll = 2 * time.Second
+)
+
+// SandboxSnapshotReconciler makes each SandboxSnapshot one Vercel snapshot:
+// captured from a Sandbox, imported by id, or built from a recipe.
+type SandboxSnapshotReconciler struct {
+	client.Client
+	// APIReader reads Secrets (clone credentials) uncached.
+	APIReader client.Reader
+	Vercel    SandboxAPI
+	Recorder  events.EventRecorder
+	// PollInterval is how often a ready snapshot is observed for expiry.
+	PollInterval time.Duration
+	// MaxConcurrentReconciles bounds parallel reconciles (default 1).
+	MaxConcurrentReconciles int
+	// BackoffCap caps the retry delay after errors (default one minute).
+	BackoffCap time.Duration
+	// Now is the clock (tests); time.Now when nil.
+	Now func() time.Time
+}
+
+// +kubebuilder:rbac:groups=sandbox.sentry.io,resources=sandboxsnapshots,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=sandbox.sentry.io,resources=sandboxsnapshots/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=sandbox.sentry.io,resources=sandboxsnapshots/finalizers,verbs=update
+// +kubebuilder:rbac:groups=sandbox.sentry.io,resources=sandboxes,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile observes the Vercel snapshot of one SandboxSnapshot (or the
+// capture or build that makes it), acts at most once, and records what it
+// saw in status.
+func (r *SandboxSnapshotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	snap := &sandboxv1.SandboxSnapshot{}
+	if err := r.Get(ctx, req.NamespacedName, snap); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !snap.DeletionTimestamp.IsZero() {
+		return r.reconcileDelete(ctx, snap)
+	}
+	// The content hash needs the base's own hash, so a recipe layered on a
+	// snapshot that is not ready yet has none.
+	hash, baseWait := r.contentHash(ctx, snap)
+	if err := r.ensureMetadata(ctx, snap, hash); err != nil {
+		return ctrl.Result{}, err
+	}
+	before := snap.DeepCopy()
+	var res ctrl.Result
+	var err error
+	switch src := snap.Spec.Source; {
+	case src.SnapshotID != nil:
+		res, err = r.observe(ctx, snap, *src.SnapshotID)
+	case src.SandboxRef != nil:
+		res, err = r.reconcileCapture(ctx, snap)
+	case src.Recipe != nil:
+		if baseWait != "" {
+			res = r.waitForBase(snap, baseWait)
+		} else {
+			res, err = r.reconcileRecipe(ctx, snap, hash)
+		}
+	}
+	if err == nil {
+		snap.Status.ObservedGeneration = snap.Generation
+	}
+	return r.finish(ctx, before, snap, res, err)
+}
+
+// ensureMetadata adds the finalizer and, on recipes, the content-hash label
+// that lets every user of a shared build find the others (and survives
+// restarts), in one update.
+func (r *SandboxSnapshotReconciler) ensureMetadata(ctx context.Context, snap *sandboxv1.SandboxSnapshot, hash string) error {
+	changed := controllerutil.AddFinalizer(snap, SandboxSnapshotFinalizer)
+	if hash != "" && snap.Labels[sandboxv1.LabelContentHash] != recipe.Short(hash) {
+		if snap.Labels == nil {
+			snap.Labels = map[string]string{}
+		}
+		snap.Labels[sandboxv1.LabelContentHash] = recipe.Short(hash)
+		changed = true
+	}
+	if !changed {
+		return nil
+	}
+	return r.Update(ctx, snap)
+}
+
+// finish records the outcome of a reconcile in Synced and status.error,
+// emits a warning event for a new error, writes status only when it changed,
+// and turns the error into the right retry.
+func (r *SandboxSnapshotReconciler) finish(ctx context.Context, before, snap *sandboxv1.SandboxSnapshot, res ctrl.Result, err error) (ctrl.Result, error) {
+	st := &snap.Status
+	if err == nil {
+		setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionSynced, metav1.ConditionTrue, sandboxv1.ReasonReconciled, "")
+		st.Error = nil
+	} else {
+		class := classify(err)
+		msg := err.Error()
+		setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionSynced, metav1.ConditionFalse, class.reason, msg)
+		if st.Error == nil || st.Error.Reason != class.reason || st.Error.Message != msg {
+			st.Error = &sandboxv1.ErrorStatus{Time: metav1.Now(), Reason: class.reason, Message: truncate(msg, 4096)}
+			r.Recorder.Eventf(snap, nil, corev1.EventTypeWarning, class.reason, "Reconcile", "%s", truncate(msg, 1024))
+		}
+		switch {
+		case class.retryAfter > 0:
+			res, err = ctrl.Result{RequeueAfter: class.retryAfter}, nil
+		case class.terminal:
+			err = reconcile.TerminalError(err)
+		}
+	}
+	if !apiequality.Semantic.DeepEqual(before.Status, snap.Status) {
+		if perr := r.Status().Patch(ctx, snap, client.MergeFrom(before)); perr != nil {
+			return ctrl.Result{}, perr
+		}
+	}
+	return res, err
+}
+
+// patchStatusNow writes status in the middle of a reconcile: an intent
+// (capture requested, build step started) must be durable before Vercel is
+// asked, so a restart finds it instead of asking twice.
+func (r *SandboxSnapshotReconciler) patchStatusNow(ctx context.Context, snap *sandboxv1.SandboxSnapshot, mutate func(st *sandboxv1.SandboxSnapshotStatus)) error {
+	before := snap.DeepCopy()
+	mutate(&snap.Status)
+	if apiequality.Semantic.DeepEqual(before.Status, snap.Status) {
+		return nil
+	}
+	return r.Status().Patch(ctx, snap, client.MergeFrom(before))
+}
+
+// observe reads the Vercel snapshot id and reports it: Ready with size and
+// expiry while it exists, Expired once Vercel expired or deleted it.
+func (r *SandboxSnapshotReconciler) observe(ctx context.Context, snap *sandboxv1.SandboxSnapshot, id string) (ctrl.Result, error) {
+	remote, err := r.Vercel.GetSnapshot(ctx, id)
+	switch {
+	case vercel.IsNotFound(err) || vercel.IsGone(err):
+		r.markExpired(snap, id)
+		return ctrl.Result{}, nil
+	case err != nil:
+		return ctrl.Result{}, fmt.Errorf("get snapshot %s: %w", id, err)
+	}
+	if r.expired(remote) {
+		r.markExpired(snap, id)
+		return ctrl.Result{}, nil
+	}
+	if remote.Status == vercel.SnapshotFailed {
+		st := &snap.Status
+		st.Phase, st.ReadyToUse, st.SnapshotID = sandboxv1.SnapshotFailed, false, id
+		setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonCaptureFailed,
+			fmt.Sprintf("Vercel reports snapshot %s as failed", id))
+		return ctrl.Result{}, nil
+	}
+	r.markReady(snap, remote)
+	return ctrl.Result{RequeueAfter: r.nextObservation(remote)}, nil
+}
+
+// expired reports a snapshot Vercel no longer serves.
+func (r *SandboxSnapshotReconciler) expired(s *vercel.Snapshot) bool {
+	return s.Status == vercel.SnapshotDeleted || (s.ExpiresAt > 0 && s.ExpiresAt <= r.now().UnixMilli())
+}
+
+// nextObservation polls at the usual interval, or right after the snapshot
+// expires, whichever comes first.
+func (r *SandboxSnapshotReconciler) nextObservation(s *vercel.Snapshot) time.Duration {
+	d := r.pollInterval()
+	if s.ExpiresAt > 0 {
+		if until := time.Until(time.UnixMilli(s.ExpiresAt)) + time.Second; until < d {
+			d = max(until, time.Second)
+		}
+	}
+	return d
+}
+
+func (r *SandboxSnapshotReconciler) markReady(snap *sandboxv1.SandboxSnapshot, remote *vercel.Snapshot) {
+	st := &snap.Status
+	wasReady := st.ReadyToUse && st.SnapshotID == remote.ID
+	st.Phase = sandboxv1.SnapshotReady
+	st.ReadyToUse = true
+	st.SnapshotID = remote.ID
+	st.SizeBytes = remote.SizeBytes
+	st.CreatedAt = msTime(remote.CreatedAt)
+	st.ExpiresAt = msTime(remote.ExpiresAt)
+	setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionTrue, sandboxv1.ReasonSnapshotReady,
+		fmt.Sprintf("Vercel snapshot %s is ready to use", remote.ID))
+	if !wasReady {
+		r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Ready", "Observe", "Vercel snapshot %s (%d bytes) is ready to use", remote.ID, remote.SizeBytes)
+	}
+}
+
+func (r *SandboxSnapshotReconciler) markExpired(snap *sandboxv1.SandboxSnapshot, id string) {
+	st := &snap.Status
+	if st.Phase != sandboxv1.SnapshotExpired {
+		r.Recorder.Eventf(snap, nil, corev1.EventTypeWarning, sandboxv1.ReasonExpired, "Observe",
+			"Vercel snapshot %s expired or was deleted outside the operator", id)
+	}
+	st.Phase = sandboxv1.SnapshotExpired
+	st.ReadyToUse = false
+	st.SnapshotID = id
+	st.ExpiresAt = nil
+	setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonExpired,
+		fmt.Sprintf("Vercel snapshot %s expired or was deleted; sandboxes can no longer boot from it", id))
+}
+
+// reconcileDelete deletes the Vercel snapshot (and any builder this object
+// drives) unless the policy retains it or another SandboxSnapshot still uses
+// it, then removes the finalizer.
+func (r *SandboxSnapshotReconciler) reconcileDelete(ctx context.Context, snap *sandboxv1.SandboxSnapshot) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(snap, SandboxSnapshotFinalizer) {
+		return ctrl.Result{}, nil
+	}
+	log := logf.FromContext(ctx)
+	st := &snap.Status
+	peers, err := r.namespaceSnapshots(ctx, snap.Namespace)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	before := snap.DeepCopy()
+	fail := func(err error) (ctrl.Result, error) {
+		st.Phase, st.ReadyToUse = sandboxv1.SnapshotDeleting, false
+		return r.finish(ctx, before, snap, ctrl.Result{}, err)
+	}
+
+	if b := st.Build; b != nil && b.BuilderName != "" && !waitsForHash(snap, peers) {
+		// Nobody else will finish this build.
+		if _, err := r.Vercel.DeleteSandbox(ctx, b.BuilderName, false); err != nil && !vercel.IsNotFound(err) {
+			return fail(fmt.Errorf("delete builder sandbox %s: %w", b.BuilderName, err))
+		}
+		r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Deleted", "Delete", "Deleted builder sandbox %s", b.BuilderName)
+		if !b.Failed && b.StartedAt != nil {
+			metrics.ObserveSnapshotBuild(metrics.BuildAbandoned, r.now().Sub(b.StartedAt.Time))
+		}
+	}
+	ids := []string{st.SnapshotID}
+	if st.Build != nil && st.Build.Replaces != "" && st.Build.Replaces != st.SnapshotID {
+		ids = append(ids, st.Build.Replaces)
+	}
+	for i, id := range ids {
+		if id == "" {
+			continue
+		}
+		switch {
+		case snap.Spec.DeletionPolicy == sandboxv1.DeletionPolicyRetain:
+			r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Retained", "Delete", "Left Vercel snapshot %s in place (deletionPolicy Retain)", id)
+		case holdsSnapshot(snap, peers, id) || (i == 0 && waitsForHash(snap, peers)):
+			r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Kept", "Delete", "Kept Vercel snapshot %s: another SandboxSnapshot still uses it", id)
+		default:
+			if _, err := r.Vercel.DeleteSnapshot(ctx, id); err != nil && !vercel.IsNotFound(err) && !vercel.IsGone(err) {
+				return fail(fmt.Errorf("delete snapshot %s: %w", id, err))
+			}
+			log.Info("Deleted Vercel snapshot", "snapshot", id)
+			r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Deleted", "Delete", "Deleted Vercel snapshot %s", id)
+		}
+	}
+	controllerutil.RemoveFinalizer(snap, SandboxSnapshotFinalizer)
+	return ctrl.Result{}, r.Update(ctx, snap)
+}
+
+// holdsSnapshot reports whether another SandboxSnapshot of the namespace
+// serves the Vercel snapshot id. Of holders that are all being deleted, the
+// one with the smallest name does the deleting, so users deleted together
+// still delete the artifact exactly once.
+func holdsSnapshot(self *sandboxv1.SandboxSnapshot, all []sandboxv1.SandboxSnapshot, id string) bool {
+	return anyOther(self, all, func(o *sandboxv1.SandboxSnapshot) bool { return o.Status.SnapshotID == id })
+}
+
+// waitsForHash reports whether another SandboxSnapshot with the same content
+// hash has no snapshot yet: it waits for the shared build.
+func waitsForHash(self *sandboxv1.SandboxSnapshot, all []sandboxv1.SandboxSnapshot) bool {
+	hash := self.Status.ContentHash
+	return hash != "" && anyOther(self, all, func(o *sandboxv1.SandboxSnapshot) bool {
+		return o.Status.ContentHash == hash && o.Status.SnapshotID == ""
+	})
+}
+
+func anyOther(self *sandboxv1.SandboxSnapshot, all []sandboxv1.SandboxSnapshot, uses func(o *sandboxv1.SandboxSnapshot) bool) bool {
+	for i := range all {
+		o := &all[i]
+		if o.UID == self.UID || !uses(o) {
+			continue
+		}
+		if o.DeletionTimestamp.IsZero() || o.Name < self.Name {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *SandboxSnapshotReconciler) namespaceSnapshots(ctx context.Context, ns string) ([]sandboxv1.SandboxSnapshot, error) {
+	list := &sandboxv1.SandboxSnapshotList{}
+	if err := r.List(ctx, list, client.InNamespace(ns)); err != nil {
+		return nil, fmt.Errorf("list SandboxSnapshots: %w", err)
+	}
+	sort.Slice(list.Items, func(i, j int) bool { return olderFirst(&list.Items[i], &list.Items[j]) })
+	return list.Items, nil
+}
+
+// olderFirst orders objects by creation, then name: the first is the one
+// that drives a shared build.
+func olderFirst(a, b *sandboxv1.SandboxSnapshot) bool {
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return a.CreationTimestamp.Before(&b.CreationTimestamp)
+	}
+	return a.Name < b.Name
+}
+
+// snapshotExpiration is spec.expirationSeconds for CreateSnapshot: nil keeps
+// Vercel's default, 0 never expires.
+func snapshotExpiration(snap *sandboxv1.SandboxSnapshot) *time.Duration {
+	if snap.Spec.ExpirationSeconds == nil {
+		return nil
+	}
+	d := time.Duration(*snap.Spec.ExpirationSeconds) * time.Second
+	return &d
+}
+
+func (r *SandboxSnapshotReconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+func (r *SandboxSnapshotReconciler) pollInterval() time.Duration {
+	if r.PollInterval <= 0 {
+		return time.Minute
+	}
+	return r.PollInterval
+}
+
+// SetupWithManager registers the reconciler. Besides its own objects'
+// spec, label and annotation changes, it is woken by: other SandboxSnapshots
+// sharing a content hash (a shared build finishing or its driver going away),
+// a base snapshot changing (its layers wait for it), and a Sandbox changing
+// (a capture waits for it to run).
+func (r *SandboxSnapshotReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	backoffCap := r.BackoffCap
+	if backoffCap <= 0 {
+		backoffCap = time.Minute
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&sandboxv1.SandboxSnapshot{}, builder.WithPredicates(predicate.Or(
+			predicate.GenerationChangedPredicate{},
+			predicate.LabelChangedPredicate{},
+			predicate.AnnotationChangedPredicate{},
+		))).
+		Watches(&sandboxv1.SandboxSnapshot{}, handler.EnqueueRequestsFromMapFunc(r.relatedSnapshots)).
+		Watches(&sandboxv1.Sandbox{}, handler.EnqueueRequestsFromMapFunc(r.capturesOf)).
+		WithOptions(controller.Options{
+			MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles),
+			RateLimiter:             workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, backoffCap),
+		}).
+		Named("sandboxsnapshot").
+		Complete(r)
+}
+
+// relatedSnapshots maps a SandboxSnapshot to the others that depend on it:
+// those with the same content-hash label, and recipes layered on it.
+func (r *SandboxSnapshotReconciler) relatedSnapshots(ctx context.Context, obj client.Object) []reconcile.Request {
+	list := &sandboxv1.SandboxSnapshotList{}
+	if err := r.List(ctx, list, client.InNamespace(obj.GetNamespace())); err != nil {
+		return nil
+	}
+	label := obj.GetLabels()[sandboxv1.LabelContentHash]
+	var out []reconcile.Request
+	for _, o := range list.Items {
+		if o.Name == obj.GetName() {
+			continue
+		}
+		rcp := o.Spec.Source.Recipe
+		if (label != "" && o.Labels[sandboxv1.LabelContentHash] == label) ||
+			(rcp != nil && rcp.BaseSnapshotRef != nil && rcp.BaseSnapshotRef.Name == obj.GetName()) {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.Namespace, Name: o.Name}})
+		}
+	}
+	return out
+}
+
+// capturesOf maps a Sandbox to the SandboxSnapshots that capture it.
+func (r *SandboxSnapshotReconciler) capturesOf(ctx context.Context, obj client.Object) []reconcile.Request {
+	list := &sandboxv1.SandboxSnapshotList{}
+	if err := r.List(ctx, list, client.InNamespace(obj.GetNamespace())); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for _, o := range list.Items {
+		if ref := o.Spec.Source.SandboxRef; ref != nil && ref.Name == obj.GetName() && o.Status.SnapshotID == "" {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.Namespace, Name: o.Name}})
+		}
+	}
+	return out
+}
+
+// getSandbox reads a Sandbox of the namespace; nil when it does not exist.
+func (r *SandboxSnapshotReconciler) getSandbox(ctx context.Context, ns, name string) (*sandboxv1.Sandbox, error) {
+	sbx := &sandboxv1.Sandbox{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, sbx); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	return sbx, nil
+}

@@ -1,0 +1,587 @@
+package controllers_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+	"github.com/getsentry/sandbox-controller/internal/vercel"
+)
+
+var _ = Describe("SandboxSnapshot", func() {
+	ctx := context.Background()
+	var ns string
+	BeforeEach(func() { ns = newNamespace() })
+
+	Context("validation", func() {
+		It("refuses a source with two fields and a change of source", func() {
+			id := "snap_" + strings.Repeat("a", 28)
+			bad := &sandboxv1.SandboxSnapshot{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "two"},
+				Spec: sandboxv1.SandboxSnapshotSpec{Source: sandboxv1.SandboxSnapshotSource{
+					SnapshotID: &id, SandboxRef: &sandboxv1.LocalObjectReference{Name: "x"},
+				}},
+			}
+			err := k8sClient.Create(ctx, bad)
+			Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+			Expect(err.Error()).To(ContainSubstring("exactly one of sandboxRef, snapshotID or recipe"))
+
+			snap := newSnapshot(ns, "one", sandboxv1.SandboxSnapshotSpec{Source: sandboxv1.SandboxSnapshotSource{SnapshotID: &id}})
+			other := "snap_" + strings.Repeat("b", 28)
+			patch := client.MergeFrom(snap.DeepCopy())
+			snap.Spec.Source.SnapshotID = &other
+			err = k8sClient.Patch(ctx, snap, patch)
+			Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+			Expect(err.Error()).To(ContainSubstring("spec.source is immutable"))
+		})
+	})
+
+	Context("importing a snapshot id", func() {
+		It("reports size and expiry, turns Expired when Vercel deletes it, and deletes or retains it with the object", func() {
+			id := vercelSnapshot(ctx, ns+"-imp", nil)
+			key := types.NamespacedName{Namespace: ns, Name: "imported"}
+			newSnapshot(ns, key.Name, sandboxv1.SandboxSnapshotSpec{Source: sandboxv1.SandboxSnapshotSource{SnapshotID: &id}})
+			snap := waitSnapshotReady(key)
+			Expect(snap.Status.Phase).To(Equal(sandboxv1.SnapshotReady))
+			Expect(snap.Status.SnapshotID).To(Equal(id))
+			Expect(snap.Status.SizeBytes).To(BeNumerically(">", 0))
+			Expect(snap.Status.CreatedAt).NotTo(BeNil())
+			Expect(snap.Status.ExpiresAt).NotTo(BeNil())
+			Expect(snap.Status.ExpiresAt.Time).To(BeTemporally(">", time.Now().Add(24*time.Hour)))
+			Expect(snap.Finalizers).To(ContainElement("sandbox.sentry.io/snapshot-finalizer"))
+
+			out, err := kubectl("get", "sbxsnap", "-n", ns)
+			Expect(err).NotTo(HaveOccurred(), out)
+			Expect(out).To(ContainSubstring("PHASE"))
+			Expect(out).To(ContainSubstring("SNAPSHOTID"))
+			Expect(out).To(MatchRegexp(`imported\s+Ready\s+true\s+` + id))
+
+			By("turning Expired when Vercel deleted it outside the operator")
+			_, err = vc.DeleteSnapshot(ctx, id)
+			Expect(err).NotTo(HaveOccurred())
+			Eventually(func(g Gomega) {
+				s := getSnapshotObj(key)
+				g.Expect(s.Status.Phase).To(Equal(sandboxv1.SnapshotExpired))
+				g.Expect(s.Status.ReadyToUse).To(BeFalse())
+				c := meta.FindStatusCondition(s.Status.Conditions, sandboxv1.ConditionReady)
+				g.Expect(c).NotTo(BeNil())
+				g.Expect(c.Reason).To(Equal(sandboxv1.ReasonExpired))
+			}, 3*pollInterval+10*time.Second).Should(Succeed())
+			Expect(eventsFor(key)).To(ContainElement(ContainSubstring("Warning Expired")))
+			deleteAndWait(key)
+
+			By("deleting the Vercel snapshot with the object (deletionPolicy Delete)")
+			id2 := vercelSnapshot(ctx, ns+"-del", nil)
+			del := types.NamespacedName{Namespace: ns, Name: "delete-me"}
+			newSnapshot(ns, del.Name, sandboxv1.SandboxSnapshotSpec{Source: sandboxv1.SandboxSnapshotSource{SnapshotID: &id2}})
+			waitSnapshotReady(del)
+			deleteAndWait(del)
+			Expect(emuSnapshot(id2).Status).To(Equal(vercel.SnapshotDeleted))
+
+			By("leaving it in Vercel with deletionPolicy Retain")
+			id3 := vercelSnapshot(ctx, ns+"-ret", nil)
+			ret := types.NamespacedName{Namespace: ns, Name: "retain-me"}
+			newSnapshot(ns, ret.Name, sandboxv1.SandboxSnapshotSpec{
+				Source: sandboxv1.SandboxSnapshotSource{SnapshotID: &id3}, DeletionPolicy: sandboxv1.DeletionPolicyRetain,
+			})
+			waitSnapshotReady(ret)
+			deleteAndWait(ret)
+			Expect(emuSnapshot(id3).Status).To(Equal(vercel.SnapshotCreated))
+			Expect(eventsFor(ret)).To(ContainElement(ContainSubstring("Normal Retained")))
+		})
+
+		It("keeps a Vercel snapshot another SandboxSnapshot still uses", func() {
+			id := vercelSnapshot(ctx, ns+"-shared", nil)
+			a := types.NamespacedName{Namespace: ns, Name: "a"}
+			b := types.NamespacedName{Namespace: ns, Name: "b"}
+			newSnapshot(ns, a.Name, sandboxv1.SandboxSnapshotSpec{Source: sandboxv1.SandboxSnapshotSource{SnapshotID: &id}})
+			newSnapshot(ns, b.Name, sandboxv1.SandboxSnapshotSpec{Source: sandboxv1.SandboxSnapshotSource{SnapshotID: &id}})
+			waitSnapshotReady(a)
+			waitSnapshotReady(b)
+			deleteAndWait(a)
+			Expect(emuSnapshot(id).Status).To(Equal(vercel.SnapshotCreated))
+			Expect(eventsFor(a)).To(ContainElement(ContainSubstring("Normal Kept")))
+			deleteAndWait(b)
+			Expect(emuSnapshot(id).Status).To(Equal(vercel.SnapshotDeleted))
+		})
+	})
+
+	Context("capturing a Sandbox", func() {
+		It("waits for the Sandbox, captures it once (Vercel stops it), and a Sandbox boots from it with the files", func() {
+			snapKey := types.NamespacedName{Namespace: ns, Name: "cap"}
+			newSnapshot(ns, snapKey.Name, sandboxv1.SandboxSnapshotSpec{
+				Source: sandboxv1.SandboxSnapshotSource{SandboxRef: &sandboxv1.LocalObjectReference{Name: "src"}},
+			})
+			Eventually(snapshotReason(snapKey)).Should(Equal(sandboxv1.ReasonSourceNotFound))
+
+			By("making a Sandbox that boots from the snapshot wait for it")
+			childKey := types.NamespacedName{Namespace: ns, Name: "child"}
+			newSandbox(ns, childKey.Name, sandboxv1.SandboxSpec{Source: sandboxv1.SandboxSource{SnapshotRef: &sandboxv1.LocalObjectReference{Name: snapKey.Name}}})
+			Eventually(readyCondition(childKey)).Should(And(Not(BeNil()), HaveField("Reason", sandboxv1.ReasonWaitingForSnapshot)))
+
+			By("capturing the source once it runs")
+			srcKey := types.NamespacedName{Namespace: ns, Name: "src"}
+			newSandbox(ns, srcKey.Name, sandboxv1.SandboxSpec{Source: runtimeSource("node24"), Setup: []sandboxv1.SetupCommand{{
+				Command: "sh", Args: []string{"-c", "echo captured > /vercel/sandbox/hello.txt && sleep 3"},
+			}}})
+			Eventually(snapshotReason(snapKey)).Should(Equal(sandboxv1.ReasonSourceNotRunning))
+			Expect(meta.FindStatusCondition(getSnapshotObj(snapKey).Status.Conditions, sandboxv1.ConditionReady).Message).To(ContainSubstring(`Waiting for Sandbox "src" to be running`))
+
+			snap := waitSnapshotReady(snapKey)
+			oldSession := snap.Status.Capture.SessionID
+			Expect(getSandbox(srcKey).Status.Setup.Completed).To(Equal(int32(1)), "captured only after setup finished")
+			id := snap.Status.SnapshotID
+			Expect(snap.Status.Capture).NotTo(BeNil())
+			Expect(snap.Status.Capture.SessionID).To(Equal(oldSession))
+			Expect(snap.Status.Capture.ResumedSessionID).To(BeEmpty())
+			remote := emuSnapshot(id)
+			Expect(remote.SourceSessionID).To(Equal(oldSession))
+			Expect(remote.CreationMethod).To(Equal("manual"))
+			Expect(recorder.requests("POST", "/sessions/"+oldSession+"/snapshot")).To(HaveLen(1))
+			Expect(eventsFor(snapKey)).To(ContainElement(ContainSubstring("Normal SnapshotCreated")))
+
+			By("the source Sandbox re-observing Vercel: its session stopped and it resumes from the snapshot")
+			Eventually(func(g Gomega) {
+				s := getSandbox(srcKey)
+				g.Expect(s.Annotations).To(HaveKey(sandboxv1.AnnotationReconcileRequestedAt))
+				g.Expect(s.Status.CurrentSnapshotID).To(Equal(id))
+			}).Should(Succeed())
+			Expect(sessionStatus(oldSession)).To(Equal(vercel.SessionStopped))
+
+			By("booting the waiting Sandbox from the snapshot, with the captured file")
+			Eventually(func(g Gomega) {
+				c := getSandbox(childKey)
+				g.Expect(meta.IsStatusConditionTrue(c.Status.Conditions, sandboxv1.ConditionReady)).To(BeTrue(), "%s", mustJSON(c.Status))
+			}).Should(Succeed())
+			child := getSandbox(childKey)
+			Expect(child.Status.BootedFrom).To(Equal(&sandboxv1.BootedFrom{SnapshotName: snapKey.Name, SnapshotID: id}))
+			data, err := vc.ReadFile(ctx, child.Status.SessionID, "/vercel/sandbox/hello.txt", "")
+			Expect(err).NotTo(HaveOccurred())
+			Expect(string(data)).To(Equal("captured\n"))
+
+			By("never capturing again")
+			Consistently(func() int { return len(recorder.requests("POST", "/snapshot")) }, 2*pollInterval).Should(Equal(countSnapshotPosts()))
+			Expect(recorder.requests("POST", "/sessions/"+oldSession+"/snapshot")).To(HaveLen(1))
+		})
+
+		It("with keepSourceRunning resumes the source and both report the new session", func() {
+			srcKey := types.NamespacedName{Namespace: ns, Name: "live"}
+			newSandbox(ns, srcKey.Name, sandboxv1.SandboxSpec{Source: runtimeSource("node22")})
+			oldSession := waitReady(srcKey).Status.SessionID
+
+			snapKey := types.NamespacedName{Namespace: ns, Name: "live-snap"}
+			newSnapshot(ns, snapKey.Name, sandboxv1.SandboxSnapshotSpec{
+				Source:            sandboxv1.SandboxSnapshotSource{SandboxRef: &sandboxv1.LocalObjectReference{Name: srcKey.Name}},
+				KeepSourceRunning: true,
+				ExpirationSeconds: ptr.To[int64](0),
+			})
+			snap := waitSnapshotReady(snapKey)
+			Expect(snap.Status.Capture.ResumedSessionID).To(MatchRegexp(`^sbx_`))
+			Expect(snap.Status.Capture.ResumedSessionID).NotTo(Equal(oldSession))
+			Expect(snap.Status.ExpiresAt).To(BeNil(), "expirationSeconds 0 never expires")
+			Expect(emuSnapshot(snap.Status.SnapshotID).ExpiresAt).To(BeZero())
+			Expect(eventsFor(snapKey)).To(ContainElement(ContainSubstring("Normal Resumed")))
+			Expect(sessionStatus(snap.Status.Capture.ResumedSessionID)).To(Equal(vercel.SessionRunning))
+
+			Eventually(func(g Gomega) {
+				s := getSandbox(srcKey)
+				g.Expect(s.Status.SessionID).To(Equal(snap.Status.Capture.ResumedSessionID))
+				g.Expect(s.Status.Phase).To(Equal(sandboxv1.SandboxRunning))
+			}).Should(Succeed())
+		})
+	})
+})
+
+func newSnapshot(ns, name string, spec sandboxv1.SandboxSnapshotSpec) *sandboxv1.SandboxSnapshot {
+	s := &sandboxv1.SandboxSnapshot{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: spec}
+	Expect(k8sClient.Create(context.Background(), s)).To(Succeed())
+	return s
+}
+
+func getSnapshotObj(key types.NamespacedName) *sandboxv1.SandboxSnapshot {
+	s := &sandboxv1.SandboxSnapshot{}
+	Expect(k8sClient.Get(context.Background(), key, s)).To(Succeed())
+	return s
+}
+
+func waitSnapshotReady(key types.NamespacedName, timeout ...time.Duration) *sandboxv1.SandboxSnapshot {
+	t := 60 * time.Second
+	if len(timeout) > 0 {
+		t = timeout[0]
+	}
+	Eventually(func(g Gomega) {
+		s := &sandboxv1.SandboxSnapshot{}
+		g.Expect(k8sClient.Get(context.Background(), key, s)).To(Succeed())
+		g.Expect(s.Status.ReadyToUse).To(BeTrue(), "status: %+v", s.Status)
+	}, t).Should(Succeed())
+	return getSnapshotObj(key)
+}
+
+// snapshotReason returns the reason of the SandboxSnapshot's Ready condition.
+func snapshotReason(key types.NamespacedName) func() string {
+	return func() string {
+		s := &sandboxv1.SandboxSnapshot{}
+		if err := k8sClient.Get(context.Background(), key, s); err != nil {
+			return err.Error()
+		}
+		if c := meta.FindStatusCondition(s.Status.Conditions, sandboxv1.ConditionReady); c != nil {
+			return c.Reason
+		}
+		return ""
+	}
+}
+
+func deleteAndWait(key types.NamespacedName) {
+	s := &sandboxv1.SandboxSnapshot{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+	Expect(k8sClient.Delete(context.Background(), s)).To(Succeed())
+	Eventually(func() bool {
+		return apierrors.IsNotFound(k8sClient.Get(context.Background(), key, &sandboxv1.SandboxSnapshot{}))
+	}).Should(BeTrue())
+}
+
+// vercelSnapshot makes a Vercel snapshot outside the operator: a sandbox,
+// optionally with files, captured and deleted.
+func vercelSnapshot(ctx context.Context, name string, files []vercel.File) string {
+	resp, err := vc.CreateSandbox(ctx, vercel.CreateSandboxRequest{Name: name, Runtime: "node24"})
+	Expect(err).NotTo(HaveOccurred())
+	if files != nil {
+		Expect(vc.WriteFiles(ctx, resp.Session.ID, files)).To(Succeed())
+	}
+	snap, err := vc.CreateSnapshot(ctx, resp.Session.ID, nil)
+	Expect(err).NotTo(HaveOccurred())
+	_, err = vc.DeleteSandbox(ctx, name, false)
+	Expect(err).NotTo(HaveOccurred())
+	return snap.Snapshot.ID
+}
+
+func emuSnapshot(id string) vercel.Snapshot {
+	for _, s := range emu.Snapshots() {
+		if s.ID == id {
+			return s
+		}
+	}
+	Fail("no emulator snapshot " + id)
+	return vercel.Snapshot{}
+}
+
+func sessionStatus(id string) vercel.SessionStatus {
+	for _, s := range emu.Sessions() {
+		if s.ID == id {
+			return s.Status
+		}
+	}
+	return ""
+}
+
+func countSnapshotPosts() int { return len(recorder.requests("POST", "/snapshot")) }
+
+// runIn runs a shell script (with positional args) in a session and returns
+// its stdout.
+func runIn(ctx context.Context, session, script string, args ...string) string {
+	cmd, err := vc.RunCommand(ctx, session, vercel.RunCommandRequest{Command: "sh", Args: append([]string{"-c", script, "sh"}, args...), Env: map[string]string{}})
+	Expect(err).NotTo(HaveOccurred())
+	stdout, stderr, err := vc.ReadAllLogs(ctx, session, cmd.ID)
+	Expect(err).NotTo(HaveOccurred(), stderr)
+	return stdout
+}
+
+// gitHTTPRepo serves a bare copy of a new repository over git's dumb HTTP
+// protocol, requiring basic auth with user and password.
+func gitHTTPRepo(files map[string]string, user, password string) string {
+	work := gitRepo(files)
+	bare := filepath.Join(GinkgoT().TempDir(), "repo.git")
+	for _, args := range [][]string{{"clone", "-q", "--bare", work, bare}, {"--git-dir", bare, "update-server-info"}} {
+		out, err := exec.Command("git", args...).CombinedOutput()
+		Expect(err).NotTo(HaveOccurred(), string(out))
+	}
+	fs := http.StripPrefix("/repo.git/", http.FileServer(http.Dir(bare)))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u, p, ok := r.BasicAuth()
+		if !ok || u != user || p != password {
+			w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		fs.ServeHTTP(w, r)
+	}))
+	DeferCleanup(srv.Close)
+	return srv.URL + "/repo.git"
+}
+
+func mustJSON(v any) string {
+	b, err := json.Marshal(v)
+	Expect(err).NotTo(HaveOccurred())
+	return string(b)
+}
+
+var _ = Describe("SandboxSnapshot recipes", func() {
+	ctx := context.Background()
+	var ns string
+	BeforeEach(func() { ns = newNamespace() })
+
+	node := func(rt string) *sandboxv1.Runtime { r := sandboxv1.Runtime(rt); return &r }
+	sh := func(name, script string) sandboxv1.RecipeCommand {
+		return sandboxv1.RecipeCommand{Name: name, Command: "sh", Args: []string{"-c", script}}
+	}
+	recipeSpec := func(r sandboxv1.SnapshotRecipe) sandboxv1.SandboxSnapshotSpec {
+		return sandboxv1.SandboxSnapshotSpec{Source: sandboxv1.SandboxSnapshotSource{Recipe: &r}}
+	}
+	// bootFrom creates a Sandbox from the SandboxSnapshot and returns its session.
+	bootFrom := func(name, snapName string) string {
+		key := types.NamespacedName{Namespace: ns, Name: name}
+		newSandbox(ns, name, sandboxv1.SandboxSpec{Source: sandboxv1.SandboxSource{SnapshotRef: &sandboxv1.LocalObjectReference{Name: snapName}}})
+		return waitReady(key).Status.SessionID
+	}
+	builderCreates := func() int {
+		n := 0
+		for _, r := range recorder.requests("POST", "/sandboxes") {
+			if strings.Contains(string(r.Body), `"name":"`+ns+`-build-`) {
+				n++
+			}
+		}
+		return n
+	}
+	liveBuilders := func() []string {
+		var out []string
+		for _, sb := range emu.LiveSandboxes() {
+			if strings.HasPrefix(sb.Name, ns+"-build-") {
+				out = append(out, sb.Name)
+			}
+		}
+		return out
+	}
+
+	It("clones a private repository and runs setup in a builder; a Sandbox booted from the snapshot has the files and no credential", func() {
+		const user, password = "builder-bot", "gh-token-4f9a2c7e1b"
+		url := gitHTTPRepo(map[string]string{"README.md": "hello from the recipe repo\n"}, user, password)
+		Expect(k8sClient.Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "git-creds"},
+			StringData: map[string]string{"username": user, "password": password},
+		})).To(Succeed())
+		key := types.NamespacedName{Namespace: ns, Name: "workspace"}
+		newSnapshot(ns, key.Name, recipeSpec(sandboxv1.SnapshotRecipe{
+			Runtime:      node("node24"),
+			Repositories: []sandboxv1.RecipeRepository{{URL: url, Path: "app", Credentials: &sandboxv1.GitCredentials{SecretName: "git-creds"}}},
+			Env:          []sandboxv1.RecipeEnvVar{{Name: "GREETING", Value: "hi"}},
+			Setup: []sandboxv1.RecipeCommand{sh("build",
+				`echo "$GREETING built from $(cat /vercel/sandbox/app/README.md)" > /vercel/sandbox/out.txt && env > /vercel/sandbox/setup-env.txt`)},
+		}))
+		snap := waitSnapshotReady(key, 90*time.Second)
+		st := snap.Status
+		Expect(st.Phase).To(Equal(sandboxv1.SnapshotReady))
+		Expect(st.ContentHash).To(MatchRegexp(`^[0-9a-f]{64}$`))
+		Expect(snap.Labels).To(HaveKeyWithValue(sandboxv1.LabelContentHash, st.ContentHash[:12]))
+		Expect(st.Build).NotTo(BeNil())
+		Expect(st.Build.CompletedSteps).To(Equal(int32(2)))
+		Expect(st.Build.TotalSteps).To(Equal(int32(2)))
+		Expect(st.Build.DurationSeconds).NotTo(BeNil())
+		Expect(st.Build.BuilderName).To(BeEmpty(), "the builder is deleted")
+		Expect(liveBuilders()).To(BeEmpty())
+		Expect(builderCreates()).To(Equal(1))
+		Expect(strings.Join(eventsFor(key), "\n")).To(And(
+			ContainSubstring("Normal BuildStarted"), ContainSubstring("Normal StepStarted"),
+			ContainSubstring("Normal SnapshotCreated"), ContainSubstring("Normal Built")))
+
+		By("booting a Sandbox from it: the clone and the setup output are there")
+		session := bootFrom("dev", key.Name)
+		readme, err := vc.ReadFile(ctx, session, "/vercel/sandbox/app/README.md", "")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(readme)).To(Equal("hello from the recipe repo\n"))
+		out, err := vc.ReadFile(ctx, session, "/vercel/sandbox/out.txt", "")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(out)).To(Equal("hi built from hello from the recipe repo\n"))
+
+		By("finding the credentials in neither the setup environment nor the captured filesystem")
+		env, err := vc.ReadFile(ctx, session, "/vercel/sandbox/setup-env.txt", "")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(env)).To(ContainSubstring("GREETING=hi"))
+		Expect(string(env)).NotTo(Or(ContainSubstring(password), ContainSubstring(user), ContainSubstring("GIT_PASSWORD")))
+		gitConfig, err := vc.ReadFile(ctx, session, "/vercel/sandbox/app/.git/config", "")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(gitConfig)).To(ContainSubstring(url))
+		Expect(string(gitConfig)).NotTo(ContainSubstring(password))
+		Expect(runIn(ctx, session, `grep -rlF -e "$1" -e "$2" /vercel /tmp /home /root /var 2>/dev/null; echo scanned`, password, user)).To(Equal("scanned\n"))
+		Expect(runIn(ctx, session, `env`)).NotTo(ContainSubstring(password))
+		Expect(mustJSON(getSnapshotObj(key).Status)).NotTo(ContainSubstring(password))
+		Expect(strings.Join(eventsFor(key), "\n")).NotTo(ContainSubstring(password))
+		Expect(logs.String()).NotTo(ContainSubstring(password))
+	})
+
+	It("shares one build and one Vercel snapshot between equal recipes, and deletes it with its last user", func() {
+		a := types.NamespacedName{Namespace: ns, Name: "a"}
+		b := types.NamespacedName{Namespace: ns, Name: "b"}
+		posts := countSnapshotPosts()
+		newSnapshot(ns, a.Name, recipeSpec(sandboxv1.SnapshotRecipe{
+			Runtime: node("node22"),
+			Env:     []sandboxv1.RecipeEnvVar{{Name: "X", Value: "1"}, {Name: "Y", Value: "2"}},
+			Setup:   []sandboxv1.RecipeCommand{sh("one", `echo shared > /vercel/sandbox/s.txt; sleep 1`)},
+		}))
+		// Written differently, equal in content.
+		newSnapshot(ns, b.Name, recipeSpec(sandboxv1.SnapshotRecipe{
+			Runtime: node("node22"),
+			Env:     []sandboxv1.RecipeEnvVar{{Name: "Y", Value: "2"}, {Name: "X", Value: "1"}},
+			Setup:   []sandboxv1.RecipeCommand{{Name: "another name", Command: "sh", Args: []string{"-c", `echo shared > /vercel/sandbox/s.txt; sleep 1`}, Cwd: "/vercel/sandbox/", TimeoutSeconds: ptr.To[int32](60)}},
+		}))
+		sa, sb := waitSnapshotReady(a, 90*time.Second), waitSnapshotReady(b, 90*time.Second)
+		Expect(sa.Status.ContentHash).To(Equal(sb.Status.ContentHash))
+		Expect(sa.Status.SnapshotID).To(Equal(sb.Status.SnapshotID))
+		id := sa.Status.SnapshotID
+		Expect(builderCreates()).To(Equal(1), "one build")
+		Expect(countSnapshotPosts()-posts).To(Equal(1), "one Vercel snapshot")
+		Expect(eventsFor(b)).To(ContainElement(ContainSubstring("Normal Shared")))
+
+		By("deleting one user: the artifact stays for the other")
+		deleteAndWait(a)
+		Expect(emuSnapshot(id).Status).To(Equal(vercel.SnapshotCreated))
+		Consistently(func() bool { return getSnapshotObj(b).Status.ReadyToUse }, pollInterval+time.Second).Should(BeTrue())
+
+		By("deleting the last user: the artifact is deleted")
+		deleteAndWait(b)
+		Expect(emuSnapshot(id).Status).To(Equal(vercel.SnapshotDeleted))
+	})
+
+	It("continues a build after a manager restart from its last finished step, with no second builder", func() {
+		key := types.NamespacedName{Namespace: ns, Name: "restart"}
+		newSnapshot(ns, key.Name, recipeSpec(sandboxv1.SnapshotRecipe{
+			Runtime: node("node24"),
+			Setup: []sandboxv1.RecipeCommand{
+				sh("first", `echo one >> /vercel/sandbox/log.txt; sleep 3`),
+				sh("second", `echo two >> /vercel/sandbox/log.txt`),
+			},
+		}))
+		var session string
+		Eventually(func(g Gomega) {
+			b := getSnapshotObj(key).Status.Build
+			g.Expect(b).NotTo(BeNil())
+			g.Expect(b.Step).To(HavePrefix("setup 1/2"))
+			session = b.SessionID
+		}).Should(Succeed())
+		Expect(session).NotTo(BeEmpty())
+		restartManager()
+		waitSnapshotReady(key, 90*time.Second)
+		Expect(builderCreates()).To(Equal(1), "no second builder")
+		Expect(recorder.requests("POST", "/sessions/"+session+"/cmd")).To(HaveLen(2), "each step started once")
+		log, err := vc.ReadFile(ctx, bootFrom("after-restart", key.Name), "/vercel/sandbox/log.txt", "")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(log)).To(Equal("one\ntwo\n"))
+	})
+
+	It("layers a recipe on another SandboxSnapshot: waits for it, boots the builder from it, and hashes its base", func() {
+		layer := types.NamespacedName{Namespace: ns, Name: "layer"}
+		newSnapshot(ns, layer.Name, recipeSpec(sandboxv1.SnapshotRecipe{
+			BaseSnapshotRef: &sandboxv1.LocalObjectReference{Name: "base"},
+			Setup:           []sandboxv1.RecipeCommand{sh("layer", "cat /vercel/sandbox/base.txt > /vercel/sandbox/layer.txt; echo layer >> /vercel/sandbox/layer.txt")},
+		}))
+		Eventually(snapshotReason(layer)).Should(Equal(sandboxv1.ReasonWaitingForBase))
+
+		base := types.NamespacedName{Namespace: ns, Name: "base"}
+		newSnapshot(ns, base.Name, recipeSpec(sandboxv1.SnapshotRecipe{
+			Runtime: node("node24"),
+			Setup:   []sandboxv1.RecipeCommand{sh("base", "echo base > /vercel/sandbox/base.txt")},
+		}))
+		baseSt := waitSnapshotReady(base, 90*time.Second).Status
+		layerSt := waitSnapshotReady(layer, 90*time.Second).Status
+		Expect(layerSt.ContentHash).NotTo(Equal(baseSt.ContentHash))
+		Expect(layerSt.SnapshotID).NotTo(Equal(baseSt.SnapshotID))
+		var sent vercel.CreateSandboxRequest
+		for _, r := range recorder.requests("POST", "/sandboxes") {
+			if strings.Contains(string(r.Body), `"name":"`+ns+`-build-`+layerSt.ContentHash[:16]) {
+				Expect(json.Unmarshal(r.Body, &sent)).To(Succeed())
+			}
+		}
+		Expect(sent.Source).NotTo(BeNil())
+		Expect(sent.Source.SnapshotID).To(Equal(baseSt.SnapshotID))
+
+		out, err := vc.ReadFile(ctx, bootFrom("layered", layer.Name), "/vercel/sandbox/layer.txt", "")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(out)).To(Equal("base\nlayer\n"))
+	})
+
+	It("reports a failed step with its exit code and output, deletes the builder and does not retry", func() {
+		key := types.NamespacedName{Namespace: ns, Name: "broken"}
+		newSnapshot(ns, key.Name, recipeSpec(sandboxv1.SnapshotRecipe{
+			Runtime: node("node24"),
+			Setup:   []sandboxv1.RecipeCommand{sh("ok", "true"), sh("compile", `echo "error: missing semicolon"; exit 3`)},
+		}))
+		Eventually(func(g Gomega) {
+			s := getSnapshotObj(key)
+			g.Expect(s.Status.Phase).To(Equal(sandboxv1.SnapshotFailed))
+			c := meta.FindStatusCondition(s.Status.Conditions, sandboxv1.ConditionReady)
+			g.Expect(c.Reason).To(Equal(sandboxv1.ReasonBuildFailed))
+			g.Expect(c.Message).To(And(ContainSubstring("setup 2/2 (compile)"), ContainSubstring("exited with code 3"), ContainSubstring("error: missing semicolon")))
+		}, 60*time.Second).Should(Succeed())
+		Expect(eventsFor(key)).To(ContainElement(ContainSubstring("Warning BuildFailed")))
+		Expect(liveBuilders()).To(BeEmpty())
+		Consistently(builderCreates, 2*pollInterval).Should(Equal(1))
+	})
+
+	It("turns Expired when Vercel expires the snapshot, then rebuilds it", func() {
+		key := types.NamespacedName{Namespace: ns, Name: "short-lived"}
+		spec := recipeSpec(sandboxv1.SnapshotRecipe{Runtime: node("node24"), Setup: []sandboxv1.RecipeCommand{sh("mark", "date > /vercel/sandbox/built-at")}})
+		spec.ExpirationSeconds = ptr.To[int64](4)
+		newSnapshot(ns, key.Name, spec)
+		first := waitSnapshotReady(key, 90*time.Second).Status
+		Expect(first.ExpiresAt).NotTo(BeNil())
+		Expect(emuSnapshot(first.SnapshotID).ExpiresAt).To(BeNumerically(">", 0))
+		Eventually(func(g Gomega) {
+			st := getSnapshotObj(key).Status
+			g.Expect(st.SnapshotID).NotTo(Equal(first.SnapshotID))
+			g.Expect(st.ReadyToUse).To(BeTrue())
+		}, 60*time.Second).Should(Succeed())
+		Expect(emuSnapshot(first.SnapshotID).Status).To(Equal(vercel.SnapshotDeleted))
+		Expect(eventsFor(key)).To(ContainElement(ContainSubstring("Warning Expired")))
+		Expect(builderCreates()).To(BeNumerically(">=", 2))
+		deleteAndWait(key)
+	})
+
+	It("rebuilds a snapshot older than maxAgeSeconds with no gap in readiness, then retires the old one", func() {
+		key := types.NamespacedName{Namespace: ns, Name: "fresh"}
+		spec := recipeSpec(sandboxv1.SnapshotRecipe{Runtime: node("node24"), Setup: []sandboxv1.RecipeCommand{sh("slow", "sleep 2; date > /vercel/sandbox/built-at")}})
+		spec.MaxAgeSeconds = ptr.To[int64](5)
+		newSnapshot(ns, key.Name, spec)
+		first := waitSnapshotReady(key, 90*time.Second).Status.SnapshotID
+		sawRebuilding := false
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			s := getSnapshotObj(key)
+			Expect(s.Status.ReadyToUse).To(BeTrue(), "readiness gap: %s", mustJSON(s.Status))
+			if c := meta.FindStatusCondition(s.Status.Conditions, sandboxv1.ConditionReady); c != nil && c.Reason == sandboxv1.ReasonRebuilding {
+				sawRebuilding = true
+			}
+			if s.Status.SnapshotID != first {
+				break
+			}
+			Expect(time.Now()).To(BeTemporally("<", deadline), "no rebuild")
+			time.Sleep(50 * time.Millisecond)
+		}
+		Expect(sawRebuilding).To(BeTrue())
+		Eventually(func() vercel.SnapshotStatus { return emuSnapshot(first).Status }).Should(Equal(vercel.SnapshotDeleted))
+		Expect(eventsFor(key)).To(ContainElement(ContainSubstring("Normal Retired")))
+		deleteAndWait(key)
+	})
+})
+
+var _ = Describe("SandboxSnapshot samples", func() {
+	It("are accepted by the API server", func() {
+		ns := newNamespace()
+		out, err := kubectl("apply", "--dry-run=server", "-n", ns, "-f", "config/samples/snapshots/")
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(out).To(ContainSubstring("sandboxsnapshot.sandbox.sentry.io/workspace created (server dry run)"))
+	})
+})
