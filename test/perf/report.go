@@ -134,7 +134,7 @@ func summarizeGrid(n int, latency time.Duration, runs map[string][]*armRun) *Gri
 		if len(all) > 0 {
 			a.MaxMs = ms(all[len(all)-1])
 		}
-		a.DrainMs = ms(pct(drains, 50))
+		a.DrainMs = ms(median(drains))
 		total := float64(n * len(rs))
 		a.SandboxWritesPerObject = float64(sw) / total
 		a.EventWritesPerObject = float64(ew) / total
@@ -291,6 +291,18 @@ func pct(sorted []time.Duration, p float64) time.Duration {
 	}
 	i := int(float64(len(sorted))*p/100+0.5) - 1
 	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// median of sorted values; the mean of the middle two for an even count.
+func median(sorted []time.Duration) time.Duration {
+	n := len(sorted)
+	switch {
+	case n == 0:
+		return 0
+	case n%2 == 1:
+		return sorted[n/2]
+	}
+	return (sorted[n/2-1] + sorted[n/2]) / 2
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
