@@ -21,6 +21,9 @@ import (
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
 
+// snapshotBootPoll is how often a booting builder is polled.
+const snapshotBootPoll = time.Second
+
 // Build budgets when the recipe names none.
 const (
 	defaultBuildTimeout = 30 * time.Minute
@@ -140,7 +143,13 @@ func (r *SandboxSnapshotReconciler) reconcileRecipe(ctx context.Context, snap *s
 	var peers []*sandboxv1.SandboxSnapshot
 	for i := range all {
 		o := &all[i]
-		if o.UID != snap.UID && o.Status.ContentHash == hash && o.Labels[sandboxv1.LabelContentHash] == recipe.Short(hash) {
+		if o.UID == snap.UID || o.Spec.Source.Recipe == nil {
+			continue
+		}
+		// The hash is computed from the peer's spec, not read from its
+		// status, so a peer created a moment ago counts before its first
+		// reconcile.
+		if h, _ := r.contentHash(ctx, o); h == hash {
 			peers = append(peers, o)
 		}
 	}
@@ -207,7 +216,7 @@ func (r *SandboxSnapshotReconciler) reconcileRecipe(ctx context.Context, snap *s
 	if driver := buildDriver(snap, peers); driver != nil {
 		return r.follow(snap, driver, current != nil, replaces), nil
 	}
-	return r.drive(ctx, snap, hash, replaces, current != nil)
+	return r.drive(ctx, snap, peers, hash, replaces, current != nil)
 }
 
 func (r *SandboxSnapshotReconciler) setReplaces(snap *sandboxv1.SandboxSnapshot, id string) {
@@ -254,6 +263,17 @@ func buildDriver(snap *sandboxv1.SandboxSnapshot, peers []*sandboxv1.SandboxSnap
 	return nil
 }
 
+// liveOwner returns the peer with the uid when it exists and is not being
+// deleted; a builder whose owner is gone is taken over.
+func liveOwner(uid string, peers []*sandboxv1.SandboxSnapshot) *sandboxv1.SandboxSnapshot {
+	for _, p := range peers {
+		if string(p.UID) == uid && p.DeletionTimestamp.IsZero() {
+			return p
+		}
+	}
+	return nil
+}
+
 // follow reports the build another SandboxSnapshot runs for this one.
 func (r *SandboxSnapshotReconciler) follow(snap, driver *sandboxv1.SandboxSnapshot, serving bool, replaces string) ctrl.Result {
 	st := &snap.Status
@@ -290,7 +310,7 @@ func (r *SandboxSnapshotReconciler) follow(snap, driver *sandboxv1.SandboxSnapsh
 // capture. Progress is read back from Vercel (the builder's command list), so
 // a restarted controller continues from the last finished step and never
 // starts a step twice.
-func (r *SandboxSnapshotReconciler) drive(ctx context.Context, snap *sandboxv1.SandboxSnapshot, hash, replaces string, serving bool) (ctrl.Result, error) {
+func (r *SandboxSnapshotReconciler) drive(ctx context.Context, snap *sandboxv1.SandboxSnapshot, peers []*sandboxv1.SandboxSnapshot, hash, replaces string, serving bool) (ctrl.Result, error) {
 	st := &snap.Status
 	rcp := snap.Spec.Source.Recipe
 	steps := buildSteps(rcp)
@@ -299,6 +319,29 @@ func (r *SandboxSnapshotReconciler) drive(ctx context.Context, snap *sandboxv1.S
 		st.Build = &sandboxv1.SnapshotBuildStatus{}
 	}
 	b := st.Build
+	if b.BuilderName == name && b.Failed {
+		// Reported already; retried only when the recipe changes.
+		return ctrl.Result{}, nil
+	}
+	resp, err := r.Vercel.GetSandbox(ctx, name, false)
+	if err != nil && !vercel.IsNotFound(err) {
+		return ctrl.Result{}, fmt.Errorf("get builder sandbox %s: %w", name, err)
+	}
+	if err == nil {
+		tags := resp.Sandbox.Tags
+		if tags[tagManagedBy] != tagManagedByValue || tags[tagContentHash] != recipe.Short(hash) {
+			b.BuilderName = name
+			return r.buildFailed(ctx, snap, serving, fmt.Sprintf("A Vercel sandbox named %s exists but was not created for this build; it is left alone", name))
+		}
+		// Vercel's unique names make the builder a lock: whoever created it
+		// drives the build while it exists, so two users of a hash that both
+		// thought themselves first still never run a step twice.
+		if owner := tags[tagOwnerUID]; owner != string(snap.UID) {
+			if p := liveOwner(owner, peers); p != nil {
+				return r.follow(snap, p, serving, replaces), nil
+			}
+		}
+	}
 	b.SharedWith = ""
 	if b.BuilderName != name {
 		now := metav1.NewTime(r.now().Truncate(time.Second))
@@ -310,10 +353,6 @@ func (r *SandboxSnapshotReconciler) drive(ctx context.Context, snap *sandboxv1.S
 			b.Replaces = replaces
 		}
 	}
-	if b.Failed {
-		// Reported already; retried only when the recipe changes.
-		return ctrl.Result{}, nil
-	}
 	if !serving {
 		st.Phase = sandboxv1.SnapshotBuilding
 	}
@@ -324,10 +363,7 @@ func (r *SandboxSnapshotReconciler) drive(ctx context.Context, snap *sandboxv1.S
 	if b.StartedAt != nil && r.now().Sub(b.StartedAt.Time) > budget {
 		return r.buildFailed(ctx, snap, serving, fmt.Sprintf("The build exceeded its total time budget of %s during %s", budget, b.Step))
 	}
-
-	resp, err := r.Vercel.GetSandbox(ctx, name, false)
-	switch {
-	case vercel.IsNotFound(err):
+	if vercel.IsNotFound(err) {
 		if b.SessionID != "" {
 			// The builder was deleted after its capture, before the result
 			// was recorded.
@@ -339,11 +375,6 @@ func (r *SandboxSnapshotReconciler) drive(ctx context.Context, snap *sandboxv1.S
 			}
 		}
 		return r.createBuilder(ctx, snap, name, hash, budget, serving)
-	case err != nil:
-		return ctrl.Result{}, fmt.Errorf("get builder sandbox %s: %w", name, err)
-	}
-	if resp.Sandbox.Tags[tagManagedBy] != tagManagedByValue || resp.Sandbox.Tags[tagContentHash] != recipe.Short(hash) {
-		return r.buildFailed(ctx, snap, serving, fmt.Sprintf("A Vercel sandbox named %s exists but was not created for this build; it is left alone", name))
 	}
 	if id := resp.Sandbox.CurrentSnapshotID; id != "" {
 		s, err := r.Vercel.GetSnapshot(ctx, id)
@@ -355,7 +386,7 @@ func (r *SandboxSnapshotReconciler) drive(ctx context.Context, snap *sandboxv1.S
 	s := resp.Session
 	if s == nil || s.Status == vercel.SessionPending {
 		r.building(snap, serving, "Waiting for the builder session to start")
-		return ctrl.Result{RequeueAfter: sessionStartPoll}, nil
+		return ctrl.Result{RequeueAfter: snapshotBootPoll}, nil
 	}
 	if s.Status != vercel.SessionRunning {
 		return r.buildFailed(ctx, snap, serving, fmt.Sprintf("The builder session %s %s during %s", s.ID, s.Status, b.Step))
@@ -370,7 +401,7 @@ func (r *SandboxSnapshotReconciler) createBuilder(ctx context.Context, snap *san
 		Name:       name,
 		Timeout:    budget.Milliseconds(),
 		Persistent: new(bool),
-		Tags:       map[string]string{tagManagedBy: tagManagedByValue, tagContentHash: recipe.Short(hash)},
+		Tags:       map[string]string{tagManagedBy: tagManagedByValue, tagContentHash: recipe.Short(hash), tagOwnerUID: string(snap.UID)},
 	}
 	if rcp.Resources != nil && rcp.Resources.VCPUs != nil {
 		v := int64(*rcp.Resources.VCPUs)
@@ -389,7 +420,7 @@ func (r *SandboxSnapshotReconciler) createBuilder(ctx context.Context, snap *san
 	switch {
 	case vercel.IsConflict(err):
 		// Created meanwhile (a lost answer, or another user): found next time.
-		return ctrl.Result{RequeueAfter: sessionStartPoll}, nil
+		return ctrl.Result{RequeueAfter: snapshotBootPoll}, nil
 	case err != nil:
 		return ctrl.Result{}, fmt.Errorf("create builder sandbox %s: %w", name, err)
 	}
@@ -397,7 +428,7 @@ func (r *SandboxSnapshotReconciler) createBuilder(ctx context.Context, snap *san
 	logf.FromContext(ctx).Info("Created builder sandbox", "vercelName", name, "session", snap.Status.Build.SessionID)
 	r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "BuildStarted", "Build", "Created builder sandbox %s for content hash %s", name, recipe.Short(hash))
 	r.building(snap, serving, "Booting the builder sandbox "+name)
-	return ctrl.Result{RequeueAfter: sessionStartPoll}, nil
+	return ctrl.Result{RequeueAfter: snapshotBootPoll}, nil
 }
 
 // advance reads the builder's commands (one per step, oldest first) and

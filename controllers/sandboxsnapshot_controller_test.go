@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+	"github.com/getsentry/sandbox-controller/internal/emulator"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
 
@@ -178,6 +179,30 @@ var _ = Describe("SandboxSnapshot", func() {
 			By("never capturing again")
 			Consistently(func() int { return len(recorder.requests("POST", "/snapshot")) }, 2*pollInterval).Should(Equal(countSnapshotPosts()))
 			Expect(recorder.requests("POST", "/sessions/"+oldSession+"/snapshot")).To(HaveLen(1))
+		})
+
+		It("finds its snapshot after the capture's answer was lost, instead of capturing twice", func() {
+			srcKey := types.NamespacedName{Namespace: ns, Name: "lossy"}
+			newSandbox(ns, srcKey.Name, sandboxv1.SandboxSpec{Source: runtimeSource("node24")})
+			session := waitReady(srcKey).Status.SessionID
+			// Vercel takes the snapshot, but the answer never arrives.
+			emu.Faults().CommitThenFail("createSnapshot", 1, emulator.FailWith500)
+			DeferCleanup(emu.Faults().Reset)
+
+			snapKey := types.NamespacedName{Namespace: ns, Name: "lossy-snap"}
+			newSnapshot(ns, snapKey.Name, sandboxv1.SandboxSnapshotSpec{
+				Source: sandboxv1.SandboxSnapshotSource{SandboxRef: &sandboxv1.LocalObjectReference{Name: srcKey.Name}},
+			})
+			snap := waitSnapshotReady(snapKey)
+			Expect(recorder.requests("POST", "/sessions/"+session+"/snapshot")).To(HaveLen(1), "captured once")
+			var manual []string
+			for _, s := range emu.Snapshots() {
+				if s.SourceSessionID == session && s.CreationMethod == "manual" {
+					manual = append(manual, s.ID)
+				}
+			}
+			Expect(manual).To(Equal([]string{snap.Status.SnapshotID}))
+			Expect(eventsFor(snapKey)).To(ContainElement(ContainSubstring("Warning Transient")))
 		})
 
 		It("with keepSourceRunning resumes the source and both report the new session", func() {

@@ -1,0 +1,123 @@
+package controllers
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+)
+
+func TestBuilderName(t *testing.T) {
+	hash := strings.Repeat("ab12", 16)
+	valid := regexp.MustCompile(`^[a-zA-Z0-9_-]{1,128}$`)
+	first := builderName("team-a", hash, "")
+	if first != "team-a-build-ab12ab12ab12ab12-0" {
+		t.Fatalf("first build %q", first)
+	}
+	if builderName("team-a", hash, "") != first {
+		t.Fatal("not deterministic")
+	}
+	rebuild := builderName("team-a", hash, "snap_x")
+	if rebuild == first || builderName("team-a", hash, "snap_y") == rebuild {
+		t.Fatal("a rebuild (replacing a snapshot) must get its own builder")
+	}
+	if builderName("team-b", hash, "") == first {
+		t.Fatal("namespaces must not share builders")
+	}
+	for _, n := range []string{first, rebuild, builderName(strings.Repeat("n", 63), hash, "snap_x"), builderName("a.b", "short", "")} {
+		if !valid.MatchString(n) {
+			t.Errorf("invalid Vercel name %q", n)
+		}
+	}
+}
+
+func snapWith(name, uid, id, hash string, deleting bool) sandboxv1.SandboxSnapshot {
+	s := sandboxv1.SandboxSnapshot{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(uid)}}
+	s.Status.SnapshotID, s.Status.ContentHash = id, hash
+	if deleting {
+		now := metav1.Now()
+		s.DeletionTimestamp = &now
+	}
+	return s
+}
+
+func TestReferenceTracking(t *testing.T) {
+	self := snapWith("b", "1", "snap_1", "h", true)
+	for _, tc := range []struct {
+		name        string
+		others      []sandboxv1.SandboxSnapshot
+		holds, wait bool
+	}{
+		{"alone", nil, false, false},
+		{"another live holder", []sandboxv1.SandboxSnapshot{snapWith("c", "2", "snap_1", "h", false)}, true, false},
+		{"a holder of another id", []sandboxv1.SandboxSnapshot{snapWith("c", "2", "snap_2", "h", false)}, false, false},
+		// Deleted together: the smallest name deletes the artifact.
+		{"deleting holder with a larger name", []sandboxv1.SandboxSnapshot{snapWith("c", "2", "snap_1", "h", true)}, false, false},
+		{"deleting holder with a smaller name", []sandboxv1.SandboxSnapshot{snapWith("a", "2", "snap_1", "h", true)}, true, false},
+		{"a user still waiting for the shared build", []sandboxv1.SandboxSnapshot{snapWith("c", "2", "", "h", false)}, false, true},
+		{"a waiting user of another hash", []sandboxv1.SandboxSnapshot{snapWith("c", "2", "", "other", false)}, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			all := append([]sandboxv1.SandboxSnapshot{self}, tc.others...)
+			if got := holdsSnapshot(&self, all, "snap_1"); got != tc.holds {
+				t.Errorf("holdsSnapshot = %v, want %v", got, tc.holds)
+			}
+			if got := waitsForHash(&self, all); got != tc.wait {
+				t.Errorf("waitsForHash = %v, want %v", got, tc.wait)
+			}
+		})
+	}
+}
+
+func TestBuildDriverIsTheOldestLiveUser(t *testing.T) {
+	t1 := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	t2 := metav1.NewTime(t1.Add(time.Second))
+	mk := func(name string, created metav1.Time, deleting bool) *sandboxv1.SandboxSnapshot {
+		s := snapWith(name, name, "", "h", deleting)
+		s.CreationTimestamp = created
+		return &s
+	}
+	self := mk("m", t2, false)
+	if d := buildDriver(self, []*sandboxv1.SandboxSnapshot{mk("z", t1, false)}); d == nil || d.Name != "z" {
+		t.Errorf("older peer should drive, got %v", d)
+	}
+	if d := buildDriver(self, []*sandboxv1.SandboxSnapshot{mk("a", t2, false)}); d == nil || d.Name != "a" {
+		t.Errorf("same second: the smaller name drives, got %v", d)
+	}
+	if d := buildDriver(self, []*sandboxv1.SandboxSnapshot{mk("z", t2, false), mk("a", t1, true)}); d != nil {
+		t.Errorf("younger and deleting peers do not drive, got %v", d.Name)
+	}
+}
+
+func TestEffectiveMaxAgeIsTheSmallest(t *testing.T) {
+	mk := func(v *int64) *sandboxv1.SandboxSnapshot {
+		return &sandboxv1.SandboxSnapshot{Spec: sandboxv1.SandboxSnapshotSpec{MaxAgeSeconds: v}}
+	}
+	if got := effectiveMaxAge(mk(nil), nil); got != 0 {
+		t.Errorf("no maxAge: %v", got)
+	}
+	if got := effectiveMaxAge(mk(ptr.To[int64](600)), []*sandboxv1.SandboxSnapshot{mk(nil), mk(ptr.To[int64](60))}); got != time.Minute {
+		t.Errorf("smallest of the users: %v", got)
+	}
+}
+
+func TestBuildStepsCloneFirstThenSetupInOrder(t *testing.T) {
+	r := &sandboxv1.SnapshotRecipe{
+		Repositories: []sandboxv1.RecipeRepository{{URL: "https://x/a", Path: "./a"}, {URL: "https://x/b", Path: "b/c"}},
+		Setup:        []sandboxv1.RecipeCommand{{Name: "install", Command: "npm"}, {Command: "make"}},
+	}
+	var got []string
+	for _, s := range buildSteps(r) {
+		got = append(got, s.label)
+	}
+	want := []string{"clone a", "clone b/c", "setup 1/2 (install)", "setup 2/2 (make)"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("steps %q, want %q", got, want)
+	}
+}
