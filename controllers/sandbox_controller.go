@@ -626,7 +626,7 @@ func (r *SandboxReconciler) observeStopped(ctx context.Context, sbx *sandboxv1.S
 		switch reason {
 		case sandboxv1.ReasonSessionStopped:
 			r.Recorder.Eventf(sbx, nil, corev1.EventTypeWarning, reason, "Observe", "%s", msg)
-		case sandboxv1.ReasonIdleTimeout, sandboxv1.ReasonMaxSessionLength:
+		case sandboxv1.ReasonIdleTimeout, sandboxv1.ReasonMaxSessionLength, sandboxv1.ReasonSnapshotted:
 			r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, reason, "Observe", "%s", msg)
 		}
 	}
@@ -658,6 +658,8 @@ func (r *SandboxReconciler) stopMessage(sbx *sandboxv1.Sandbox, s *vercel.Sessio
 	case sandboxv1.ReasonMaxSessionLength:
 		return fmt.Sprintf("Session %s stopped at the plan's maximum session length (%s); a newer %s heartbeat resumes it in a new session",
 			s.ID, r.maxSessionLength(), sandboxv1.AnnotationLastActivity)
+	case sandboxv1.ReasonSnapshotted:
+		return fmt.Sprintf("Session %s stopped when a snapshot was taken of it; a newer %s heartbeat resumes it", s.ID, sandboxv1.AnnotationLastActivity)
 	default:
 		return fmt.Sprintf("Session %s was stopped outside the operator; a newer %s heartbeat resumes it", s.ID, sandboxv1.AnnotationLastActivity)
 	}

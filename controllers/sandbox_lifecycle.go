@@ -158,8 +158,8 @@ func wantRunning(sbx *sandboxv1.Sandbox, sd shutdownState) bool {
 
 // stopCause classifies a session that stopped without the controller asking:
 // at its deadline (IdleTimeout, or MaxSessionLength when the deadline was the
-// plan maximum) or before it, which only someone else can have done
-// (SessionStopped).
+// plan maximum) or before it, which only someone else can have done: by
+// taking a snapshot of it (Snapshotted) or by stopping it (SessionStopped).
 func stopCause(s *vercel.Session, maxSession time.Duration) string {
 	start := s.StartedAt
 	if start == 0 {
@@ -170,6 +170,9 @@ func stopCause(s *vercel.Session, maxSession time.Duration) string {
 		at = s.StoppedAt
 	}
 	if start == 0 || at == 0 || at < start+s.Timeout-1000 {
+		if s.SnapshottedAt > 0 {
+			return sandboxv1.ReasonSnapshotted
+		}
 		return sandboxv1.ReasonSessionStopped
 	}
 	if maxSession > 0 && s.Timeout >= (maxSession-2*capSafety).Milliseconds() {
@@ -184,6 +187,7 @@ var restingReasons = map[string]sandboxv1.SandboxPhase{
 	sandboxv1.ReasonStopped:          sandboxv1.SandboxStopped,
 	sandboxv1.ReasonShutdownTime:     sandboxv1.SandboxStopped,
 	sandboxv1.ReasonSessionStopped:   sandboxv1.SandboxStopped,
+	sandboxv1.ReasonSnapshotted:      sandboxv1.SandboxStopped,
 	sandboxv1.ReasonIdleTimeout:      sandboxv1.SandboxIdle,
 	sandboxv1.ReasonMaxSessionLength: sandboxv1.SandboxIdle,
 	sandboxv1.ReasonSnapshotMissing:  sandboxv1.SandboxFailed,
@@ -199,7 +203,7 @@ func shouldResume(reason string, want bool, stoppedAt, activity time.Time) bool 
 	switch reason {
 	case sandboxv1.ReasonStopped, sandboxv1.ReasonShutdownTime:
 		return true
-	case sandboxv1.ReasonIdleTimeout, sandboxv1.ReasonMaxSessionLength, sandboxv1.ReasonSessionStopped:
+	case sandboxv1.ReasonIdleTimeout, sandboxv1.ReasonMaxSessionLength, sandboxv1.ReasonSessionStopped, sandboxv1.ReasonSnapshotted:
 		return !activity.IsZero() && activity.After(stoppedAt)
 	}
 	return false

@@ -92,6 +92,7 @@ func TestStopCause(t *testing.T) {
 		{"timed out after extensions", vercel.Session{StartedAt: ms(0), Timeout: 900_000, RequestedStopAt: ms(900)}, sandboxv1.ReasonIdleTimeout},
 		{"timed out at the plan maximum", vercel.Session{StartedAt: ms(0), Timeout: 3_599_000, RequestedStopAt: ms(3599)}, sandboxv1.ReasonMaxSessionLength},
 		{"stopped early by someone", vercel.Session{StartedAt: ms(0), Timeout: 300_000, RequestedStopAt: ms(120), StoppedAt: ms(121)}, sandboxv1.ReasonSessionStopped},
+		{"stopped early by a snapshot", vercel.Session{StartedAt: ms(0), Timeout: 300_000, RequestedStopAt: ms(120), SnapshottedAt: ms(120)}, sandboxv1.ReasonSnapshotted},
 		{"only stoppedAt known", vercel.Session{StartedAt: ms(0), Timeout: 300_000, StoppedAt: ms(300)}, sandboxv1.ReasonIdleTimeout},
 		{"no times", vercel.Session{Timeout: 300_000}, sandboxv1.ReasonSessionStopped},
 	} {
@@ -143,6 +144,8 @@ func TestShouldResume(t *testing.T) {
 		{sandboxv1.ReasonMaxSessionLength, true, at(101), true},
 		{sandboxv1.ReasonSessionStopped, true, at(101), true},
 		{sandboxv1.ReasonSessionStopped, false, at(101), false},
+		{sandboxv1.ReasonSnapshotted, true, at(99), false},
+		{sandboxv1.ReasonSnapshotted, true, at(101), true},
 		{sandboxv1.ReasonSnapshotMissing, true, at(101), false},
 	} {
 		if got := shouldResume(tc.reason, tc.want, stopped, tc.activity); got != tc.resume {

@@ -187,6 +187,21 @@ var _ = Describe("Sandbox lifecycle", func() {
 			waitReady(key)
 		})
 
+		It("reports a session stopped by a snapshot taken outside the Sandbox controller as Snapshotted, not as drift", func() {
+			key := types.NamespacedName{Namespace: ns, Name: "snapped"}
+			newSandbox(ns, "snapped", sandboxv1.SandboxSpec{Source: runtimeSource("node24")})
+			first := waitReady(key).Status.SessionID
+			snap, err := vc.CreateSnapshot(ctx, first, nil)
+			Expect(err).NotTo(HaveOccurred())
+			Eventually(readyCondition(key), 3*pollInterval).Should(And(
+				HaveField("Status", metav1.ConditionFalse), HaveField("Reason", sandboxv1.ReasonSnapshotted)))
+			sbx := getSandbox(key)
+			Expect(sbx.Status.Phase).To(Equal(sandboxv1.SandboxStopped))
+			Expect(sbx.Status.CurrentSnapshotID).To(Equal(snap.Snapshot.ID))
+			Expect(eventsFor(key)).To(ContainElement(ContainSubstring("Normal Snapshotted")))
+			Expect(eventsFor(key)).NotTo(ContainElement(ContainSubstring("Warning SessionStopped")))
+		})
+
 		It("observes a stopped sandbox deleted behind its back when a reconcile is requested", func() {
 			key := types.NamespacedName{Namespace: ns, Name: "deletedbehind"}
 			newSandbox(ns, "deletedbehind", sandboxv1.SandboxSpec{Source: runtimeSource("node24")})

@@ -43,6 +43,11 @@ const (
 	// stopped at the plan's maximum session length. A heartbeat newer than the
 	// stop wakes it in a new session.
 	ReasonMaxSessionLength = "MaxSessionLength"
+	// ReasonSnapshotted is set on Ready=False (phase Stopped) when the session
+	// stopped because a snapshot was taken of it: a SandboxSnapshot capture
+	// without keepSourceRunning, or a snapshot call outside the operator. A
+	// heartbeat newer than the stop resumes it.
+	ReasonSnapshotted = "Snapshotted"
 	// ReasonShutdownTime is set on Ready=False when spec.shutdownTime passed and
 	// spec.shutdownPolicy is Stop.
 	ReasonShutdownTime = "ShutdownTime"
