@@ -73,6 +73,10 @@ type SandboxReconciler struct {
 	nextPoll sync.Map // types.NamespacedName -> time.Time
 	// warned holds, per object, the shutdownTime it was warned about.
 	warned sync.Map // types.NamespacedName -> time.Time
+	// refused holds, per object, the session Vercel refused to extend: its
+	// plan maximum is below --max-session-length, so the session is left to
+	// end at its deadline instead of being asked again.
+	refused sync.Map // types.NamespacedName -> session id
 }
 
 // +kubebuilder:rbac:groups=sandbox.sentry.io,resources=sandboxes,verbs=get;list;watch;update;patch;delete
@@ -610,6 +614,10 @@ func (r *SandboxReconciler) observeStopped(ctx context.Context, sbx *sandboxv1.S
 		reason = prev.Reason
 	default:
 		reason = stopCause(s, r.maxSessionLength())
+		if id, ok := r.refused.Load(client.ObjectKeyFromObject(sbx)); ok && id == s.ID && reason == sandboxv1.ReasonIdleTimeout {
+			// It ran to the deadline Vercel would not move: the plan's limit.
+			reason = sandboxv1.ReasonMaxSessionLength
+		}
 	}
 	if st.ObservedGeneration != sbx.Generation {
 		if err := r.update(ctx, sbx, ""); err != nil {
@@ -750,6 +758,10 @@ func (r *SandboxReconciler) resume(ctx context.Context, sbx *sandboxv1.Sandbox) 
 func (r *SandboxReconciler) keepAlive(ctx context.Context, sbx *sandboxv1.Sandbox, sessionID string, start, deadline time.Time, sd shutdownState, now time.Time) (ctrl.Result, error) {
 	st := &sbx.Status
 	k := keepAlive{start: start, deadline: deadline, activity: lastActivity(sbx), idle: idleWindow(sbx), max: r.maxSessionLength()}
+	key := client.ObjectKeyFromObject(sbx)
+	if id, ok := r.refused.Load(key); ok && id == sessionID {
+		k.max = deadline.Sub(start) + capSafety // the deadline is the limit
+	}
 	if ext := k.extension(now); ext > 0 {
 		s, err := r.Vercel.ExtendTimeout(ctx, sessionID, ext)
 		switch {
@@ -762,7 +774,8 @@ func (r *SandboxReconciler) keepAlive(ctx context.Context, sbx *sandboxv1.Sandbo
 			// session end rather than retry an extension that cannot succeed.
 			r.Recorder.Eventf(sbx, nil, corev1.EventTypeWarning, sandboxv1.ReasonMaxSessionLength, "Extend",
 				"Vercel refused to extend session %s (%v); the manager's --max-session-length may exceed the plan's", sessionID, err)
-			k.max = deadline.Sub(start)
+			r.refused.Store(key, sessionID)
+			k.max = deadline.Sub(start) + capSafety
 		case err != nil:
 			return ctrl.Result{}, fmt.Errorf("extend session %s: %w", sessionID, err)
 		default:
@@ -833,6 +846,7 @@ func (r *SandboxReconciler) forgetPoll(key types.NamespacedName) { r.nextPoll.De
 func (r *SandboxReconciler) forget(key types.NamespacedName) {
 	r.nextPoll.Delete(key)
 	r.warned.Delete(key)
+	r.refused.Delete(key)
 }
 
 func (r *SandboxReconciler) now() time.Time {

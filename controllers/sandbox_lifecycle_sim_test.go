@@ -131,6 +131,28 @@ func TestSimulatedHourIdleCostsNothing(t *testing.T) {
 	}
 }
 
+// TestSimulatedPlanBelowFlag: when --max-session-length is above what the
+// Vercel plan allows, the one refused extension per session is remembered (no
+// retry on every heartbeat), warned about once, and the session's end is
+// reported as MaxSessionLength.
+func TestSimulatedPlanBelowFlag(t *testing.T) {
+	sim := newSimulation(t, 5, 5*time.Minute, 45*time.Minute)
+	sim.r.MaxSessionLength = 24 * time.Hour // the flag; the plan says 45m
+	sim.run(46*time.Minute, 30*time.Second)
+	if n := sim.requests["extendTimeout 400"]; n != sim.n {
+		t.Errorf("refused extensions = %d, want one per sandbox (%d); requests %v", n, sim.n, sim.requests)
+	}
+	if n := sim.events.get("Warning " + sandboxv1.ReasonMaxSessionLength); n != sim.n {
+		t.Errorf("warnings = %d, want one per sandbox", n)
+	}
+	if n := sim.events.get("Normal " + sandboxv1.ReasonMaxSessionLength); n != sim.n {
+		t.Errorf("MaxSessionLength reports = %d, want %d; events %v", n, sim.n, sim.events.counts)
+	}
+	if n := sim.events.get("Normal Resumed"); n != sim.n {
+		t.Errorf("resumes = %d, want %d: a heartbeat wakes each after the stop", n, sim.n)
+	}
+}
+
 // TestSimulatedShutdown: the ShutdownWarning event comes --shutdown-warning
 // before spec.shutdownTime and not earlier; at that time policy Stop stops the
 // session for good and policy Delete deletes the Vercel sandbox and the object.
