@@ -119,6 +119,7 @@ type Client struct {
 	onRequest     func(string, int, time.Duration)
 	onLimiterWait func(time.Duration)
 	limiterWaits  atomic.Int64
+	retries       *retryBudget
 
 	// backoffBase and sleep are fields so unit tests can observe and shorten
 	// the waits without changing the policy.
@@ -138,6 +139,7 @@ func New(cfg Config) (*Client, error) {
 		onRequest:     cfg.OnRequest,
 		onLimiterWait: cfg.OnLimiterWait,
 		backoffBase:   400 * time.Millisecond, // the SDK's minTimeout (§7.5)
+		retries:       newRetryBudget(),
 		sleep:         sleepCtx,
 	}
 
@@ -326,11 +328,12 @@ func (c *Client) send(ctx context.Context, r *request) (*http.Response, error) {
 			if ctx.Err() != nil {
 				return nil, c.ctxError(r.endpoint, context.Cause(ctx))
 			}
+			c.retries.record(true)
 			// The request may have reached the server before the connection
 			// broke: a retry might find the work already done.
 			mayHaveCommitted = true
 			terr := &TransientError{Endpoint: r.endpoint, Err: err}
-			if r.retry != retryable || attempt >= c.maxRetries {
+			if r.retry != retryable || attempt >= c.maxRetries || !c.retries.allow() {
 				return nil, terr
 			}
 			if err := c.sleep(ctx, c.backoff(attempt)); err != nil {
@@ -339,6 +342,7 @@ func (c *Client) send(ctx context.Context, r *request) (*http.Response, error) {
 			continue
 		}
 		c.observe(r.endpoint, resp.StatusCode, elapsed)
+		c.retries.record(resp.StatusCode >= 500)
 		if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 			return resp, nil
 		}
@@ -350,7 +354,7 @@ func (c *Client) send(ctx context.Context, r *request) (*http.Response, error) {
 		if attempt > 0 && mayHaveCommitted && r.alreadyDone != nil && r.alreadyDone(apiErr) {
 			return nil, &alreadyDoneError{apiErr}
 		}
-		if r.retry != retryable || attempt >= c.maxRetries {
+		if r.retry != retryable || attempt >= c.maxRetries || (resp.StatusCode >= 500 && !c.retries.allow()) {
 			return nil, apiErr
 		}
 		var wait time.Duration
