@@ -55,6 +55,10 @@ dev: ## Run everything locally until Ctrl-C: control plane with the CRDs, Vercel
 	go build -o $(LOCALBIN)/sandbox-dev ./hack/dev
 	KUBE_VERSION=$(ENVTEST_K8S_VERSION) ETCD_VERSION=$(ENVTEST_ETCD_VERSION) exec $(LOCALBIN)/sandbox-dev $(ARGS)
 
+.PHONY: demo
+demo: ## Scripted tour with kubectl against a fresh dev environment: samples, snapshot, fork, pause, resume, delete; exits 0 only if every step succeeded.
+	KUBEBUILDER_ASSETS="$$(KUBE_VERSION=$(ENVTEST_K8S_VERSION) ETCD_VERSION=$(ENVTEST_ETCD_VERSION) ./hack/envtest.sh)" go run ./hack/demo $(ARGS)
+
 .PHONY: envtest
 envtest: ## Build (once) the kube-apiserver and etcd binaries envtest needs; print their directory.
 	@KUBE_VERSION=$(ENVTEST_K8S_VERSION) ETCD_VERSION=$(ENVTEST_ETCD_VERSION) ./hack/envtest.sh
