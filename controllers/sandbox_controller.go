@@ -56,6 +56,9 @@ type SandboxReconciler struct {
 	MaxConcurrentReconciles int
 	// BackoffCap caps the retry delay after errors (default one minute).
 	BackoffCap time.Duration
+	// VercelHealth, when set, requeues the Sandboxes that failed during a
+	// Vercel outage as soon as Vercel answers again.
+	VercelHealth *VercelHealth
 	// MaxSessionLength is the plan's maximum session length: sessions are
 	// never extended beyond it (default DefaultMaxSessionLength).
 	MaxSessionLength time.Duration
@@ -903,6 +906,7 @@ func (r *SandboxReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			predicate.AnnotationChangedPredicate{},
 		))).
 		Watches(&sandboxv1.SandboxSnapshot{}, handler.EnqueueRequestsFromMapFunc(r.snapshotRefRequests)).
+		WatchesRawSource(r.VercelHealth.sandboxRetrySource(mgr.GetCache())).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles),
 			RateLimiter:             workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, backoffCap),

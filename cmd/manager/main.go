@@ -78,6 +78,8 @@ func main() {
 		UserAgent:         "sandbox-controller",
 	}
 	vcfg.HTTPClient = httplimit.Client(vercelInFlight)
+	health := &controllers.VercelHealth{}
+	vcfg.OnRequest = health.ObserveRequest
 	metrics.InstrumentVercel(&vcfg)
 	api, err := vercel.New(vcfg)
 	if err != nil {
@@ -116,6 +118,7 @@ func main() {
 		BackoffCap:              backoffCap,
 		MaxSessionLength:        maxSessionLength,
 		ShutdownWarning:         shutdownWarning,
+		VercelHealth:            health,
 	}).SetupWithManager(mgr); err != nil {
 		log.Error(err, "Failed to set up the Sandbox controller")
 		os.Exit(1)

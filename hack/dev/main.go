@@ -321,6 +321,8 @@ func newLayout(stateDir string) layout {
 // have started; the channel then yields the manager's result.
 func startManager(ctx context.Context, c config, cfg *rest.Config, vc vercel.Config) (chan error, error) {
 	vc.HTTPClient = httplimit.Client(c.vercelInFlight)
+	health := &controllers.VercelHealth{}
+	vc.OnRequest = health.ObserveRequest
 	metrics.InstrumentVercel(&vc)
 	api, err := vercel.New(vc)
 	if err != nil {
@@ -347,6 +349,7 @@ func startManager(ctx context.Context, c config, cfg *rest.Config, vc vercel.Con
 		BackoffCap:              c.backoffCap,
 		MaxSessionLength:        c.maxSessionLength,
 		ShutdownWarning:         c.shutdownWarning,
+		VercelHealth:            health,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up the Sandbox controller: %w", err)
 	}
