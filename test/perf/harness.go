@@ -421,7 +421,14 @@ func (h *harness) startOperator(ctx context.Context) (*inProcess, error) {
 	if err != nil {
 		return nil, err
 	}
-	api, err := vercel.New(h.vcfg)
+	health := &controllers.VercelHealth{}
+	vcfg := h.vcfg
+	metricsHook := vcfg.OnRequest
+	vcfg.OnRequest = func(endpoint string, status int, d time.Duration) {
+		health.ObserveRequest(endpoint, status, d)
+		metricsHook(endpoint, status, d)
+	}
+	api, err := vercel.New(vcfg)
 	if err != nil {
 		return nil, err
 	}
@@ -436,6 +443,7 @@ func (h *harness) startOperator(ctx context.Context) (*inProcess, error) {
 		PollInterval:            h.cfg.PollInterval,
 		MaxConcurrentReconciles: h.cfg.Concurrency,
 		BackoffCap:              h.cfg.BackoffCap,
+		VercelHealth:            health,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}

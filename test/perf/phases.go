@@ -233,10 +233,13 @@ func (h *harness) outage(ctx context.Context, ns string, n int) (*OutageResult, 
 		}
 		res.TailRate = s / float64(tail)
 	}
+	// One request per reconcile attempt: the client's retry budget lets
+	// only the first few failures be retried (outageRetries), after which
+	// the per-object backoff alone paces the load.
 	attempts := backoffAttempts(d, capd)
-	retries := int64(1 + 2) // the client sends a read at most 1+DefaultMaxRetries times
-	res.BoundRequests = int64(n) * attempts * retries
-	res.TailRateBound = float64(n) * float64(retries) / capd.Seconds()
+	const outageRetries = 10
+	res.BoundRequests = int64(n)*attempts + outageRetries
+	res.TailRateBound = float64(n) / capd.Seconds()
 	h.logf("outage over: %d requests (bound %d), tail %.2f/s (bound %.2f/s); waiting for recovery", res.RequestsDuringOutage, res.BoundRequests, res.TailRate, res.TailRateBound)
 
 	// Recovery: every object Synced=True with the change applied.

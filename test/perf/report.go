@@ -190,8 +190,8 @@ type OutageResult struct {
 
 	RequestsDuringOutage int64 `json:"requestsDuringOutage"`
 	// BoundRequests is the most the per-object exponential backoff (1 s
-	// doubling, capped) allows over the outage, with the client's own
-	// retries of each attempt.
+	// doubling, capped) allows over the outage: one request per attempt,
+	// plus the few retries the client's retry budget spends first.
 	BoundRequests int64 `json:"boundRequests"`
 	// Over the last BackoffCap of the outage, when every object is at the
 	// cap: measured requests per second and the bound.
