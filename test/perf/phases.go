@@ -235,8 +235,9 @@ func (h *harness) outage(ctx context.Context, ns string, n int) (*OutageResult, 
 	}
 	// One request per reconcile attempt: the client's retry budget lets
 	// only the first few failures be retried (outageRetries), after which
-	// the per-object backoff alone paces the load.
-	attempts := backoffAttempts(d, capd)
+	// the per-object backoff alone paces the load. Each object may also
+	// have had one poll scheduled before the outage began.
+	attempts := backoffAttempts(d, capd) + 1
 	const outageRetries = 10
 	res.BoundRequests = int64(n)*attempts + outageRetries
 	res.TailRateBound = float64(n) / capd.Seconds()
