@@ -539,6 +539,10 @@ func (r *SandboxReconciler) reconcileDelete(ctx context.Context, sbx *sandboxv1.
 				setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonDeleting, "Deleting the Vercel sandbox")
 				return r.finish(ctx, before, sbx, ctrl.Result{}, fmt.Errorf("delete sandbox %s: %w", st.VercelName, err))
 			}
+			if err := r.deleteAutomaticSnapshots(ctx, sbx); err != nil {
+				before := sbx.DeepCopy()
+				return r.finish(ctx, before, sbx, ctrl.Result{}, err)
+			}
 			logf.FromContext(ctx).Info("Deleted Vercel sandbox", "vercelName", st.VercelName)
 			r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Deleted", "Delete", "Deleted Vercel sandbox %s", st.VercelName)
 		}

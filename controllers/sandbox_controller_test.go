@@ -286,6 +286,53 @@ var _ = Describe("Sandbox", func() {
 			Expect(ok).To(BeFalse())
 		})
 
+		It("deletes the automatic snapshots of its pauses but keeps a SandboxSnapshot's capture", func() {
+			key := types.NamespacedName{Namespace: ns, Name: "paused"}
+			newSandbox(ns, "paused", sandboxv1.SandboxSpec{Source: runtimeSource("node24")})
+			sbx := waitReady(key)
+			name := sbx.Status.VercelName
+
+			By("capturing it with a SandboxSnapshot (a manual snapshot)")
+			Expect(k8sClient.Create(ctx, &sandboxv1.SandboxSnapshot{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kept"},
+				Spec: sandboxv1.SandboxSnapshotSpec{
+					Source:            sandboxv1.SandboxSnapshotSource{SandboxRef: &sandboxv1.LocalObjectReference{Name: "paused"}},
+					KeepSourceRunning: true,
+				},
+			})).To(Succeed())
+			capture := &sandboxv1.SandboxSnapshot{}
+			Eventually(func(g Gomega) {
+				g.Expect(k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: "kept"}, capture)).To(Succeed())
+				g.Expect(capture.Status.ReadyToUse).To(BeTrue())
+			}, 60*time.Second).Should(Succeed())
+			waitReady(key)
+
+			By("pausing it, which makes Vercel take an automatic snapshot")
+			sbx = getSandbox(key)
+			sbx.Spec.State = sandboxv1.SandboxStateStopped
+			Expect(k8sClient.Update(ctx, sbx)).To(Succeed())
+			Eventually(func() sandboxv1.SandboxPhase { return getSandbox(key).Status.Phase }).Should(Equal(sandboxv1.SandboxStopped))
+			automatic := func() []string {
+				snaps, err := vc.ListAllSnapshots(ctx, vercel.ListSnapshotsOptions{Name: name})
+				Expect(err).NotTo(HaveOccurred())
+				var ids []string
+				for _, s := range snaps {
+					if s.CreationMethod == "automatic" && s.Status == vercel.SnapshotCreated {
+						ids = append(ids, s.ID)
+					}
+				}
+				return ids
+			}
+			Expect(automatic()).NotTo(BeEmpty())
+
+			Expect(k8sClient.Delete(ctx, getSandbox(key))).To(Succeed())
+			Eventually(func() bool { return apierrors.IsNotFound(k8sClient.Get(ctx, key, &sandboxv1.Sandbox{})) }).Should(BeTrue())
+			Expect(automatic()).To(BeEmpty())
+			kept, err := vc.GetSnapshot(ctx, capture.Status.SnapshotID)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(kept.Status).To(Equal(vercel.SnapshotCreated))
+		})
+
 		It("leaves the Vercel sandbox in place with deletionPolicy Retain", func() {
 			key := types.NamespacedName{Namespace: ns, Name: "kept"}
 			newSandbox(ns, "kept", sandboxv1.SandboxSpec{Source: runtimeSource("node24"), DeletionPolicy: sandboxv1.DeletionPolicyRetain})

@@ -1,0 +1,70 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+	"github.com/getsentry/sandbox-controller/internal/vercel"
+)
+
+// deleteAutomaticSnapshots deletes the snapshots Vercel took by itself when
+// the deleted sandbox's sessions stopped (pause, idle timeout). They exist only
+// to resume that sandbox, so once it is gone they are billed storage nobody
+// can use. Vercel's own deleteOrphanSnapshots is not used because it would
+// also take manual snapshots that SandboxSnapshots captured from the sandbox.
+// A snapshot that any SandboxSnapshot or Sandbox in the namespace names is
+// kept all the same.
+func (r *SandboxReconciler) deleteAutomaticSnapshots(ctx context.Context, sbx *sandboxv1.Sandbox) error {
+	snaps, err := r.Vercel.ListAllSnapshots(ctx, vercel.ListSnapshotsOptions{Name: sbx.Status.VercelName})
+	if err != nil {
+		return fmt.Errorf("list snapshots of %s: %w", sbx.Status.VercelName, err)
+	}
+	var inUse map[string]bool
+	for _, s := range snaps {
+		if s.CreationMethod != "automatic" || s.Status != vercel.SnapshotCreated {
+			continue
+		}
+		if inUse == nil {
+			if inUse, err = r.snapshotIDsInUse(ctx, sbx.Namespace); err != nil {
+				return err
+			}
+		}
+		if inUse[s.ID] {
+			continue
+		}
+		if _, err := r.Vercel.DeleteSnapshot(ctx, s.ID); err != nil && !vercel.IsNotFound(err) && !vercel.IsGone(err) {
+			return fmt.Errorf("delete automatic snapshot %s of %s: %w", s.ID, sbx.Status.VercelName, err)
+		}
+	}
+	return nil
+}
+
+// snapshotIDsInUse lists the Vercel snapshot ids that objects in a namespace
+// name, in spec or status.
+func (r *SandboxReconciler) snapshotIDsInUse(ctx context.Context, namespace string) (map[string]bool, error) {
+	ids := map[string]bool{}
+	snaps := &sandboxv1.SandboxSnapshotList{}
+	if err := r.List(ctx, snaps, client.InNamespace(namespace)); err != nil {
+		return nil, err
+	}
+	for _, s := range snaps.Items {
+		ids[s.Status.SnapshotID] = true
+		if s.Spec.Source.SnapshotID != nil {
+			ids[*s.Spec.Source.SnapshotID] = true
+		}
+	}
+	sandboxes := &sandboxv1.SandboxList{}
+	if err := r.List(ctx, sandboxes, client.InNamespace(namespace)); err != nil {
+		return nil, err
+	}
+	for _, s := range sandboxes.Items {
+		if s.Spec.Source.SnapshotID != nil {
+			ids[*s.Spec.Source.SnapshotID] = true
+		}
+	}
+	delete(ids, "")
+	return ids, nil
+}
