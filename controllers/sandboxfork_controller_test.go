@@ -201,7 +201,7 @@ var _ = Describe("SandboxFork", func() {
 	It("refuses a fork with two sources or too many replicas", func() {
 		for spec, want := range map[string]string{
 			"  source: {sandboxRef: {name: a}, snapshotRef: {name: b}}\n": "spec.source: exactly one of sandboxRef or snapshotRef",
-			"  source: {sandboxRef: {name: a}}\n  replicas: 101\n":          "spec.replicas",
+			"  source: {sandboxRef: {name: a}}\n  replicas: 101\n":        "spec.replicas",
 		} {
 			out, err := kubectlApply(fmt.Sprintf("apiVersion: sandbox.sentry.io/v1alpha1\nkind: SandboxFork\nmetadata:\n  name: bad\n  namespace: %s\nspec:\n%s", ns, spec))
 			Expect(err).To(HaveOccurred(), out)
