@@ -189,7 +189,7 @@ func (t *tour) steps() []step {
 		{name: "pause hello", timeout: st, run: t.pause},
 		{name: "resume hello: a new session, the file survived", timeout: st, run: t.resume},
 		{name: "delete everything", timeout: st, cleanup: true, run: t.deleteAll},
-		{name: "no Vercel sandbox is left", timeout: time.Minute, cleanup: true, run: t.nothingLeft},
+		{name: "no Vercel sandbox or snapshot is left", timeout: time.Minute, cleanup: true, run: t.nothingLeft},
 		{name: stepStop, timeout: 2 * time.Minute, cleanup: true, run: t.stopDev},
 	}
 }
@@ -510,10 +510,8 @@ func (t *tour) nothingLeft(ctx context.Context) error {
 	if len(names) > 0 {
 		return fmt.Errorf("Vercel sandboxes left behind: %s", strings.Join(names, ", "))
 	}
-	// Snapshots are not sandboxes, but they are billed storage: name the
-	// ones left (the snapshot a pause takes outlives a deleted Sandbox, as
-	// the controller deletes Vercel sandboxes without deleteOrphanSnapshots,
-	// which could delete a SandboxSnapshot's capture).
+	// Snapshots are billed storage: deleting a Sandbox deletes the automatic
+	// snapshots of its pauses, and deleting a SandboxSnapshot its own.
 	snaps, err := t.vercel.ListAllSnapshots(ctx, vercel.ListSnapshotsOptions{})
 	if err != nil {
 		return fmt.Errorf("list Vercel snapshots: %w", err)
@@ -524,8 +522,9 @@ func (t *tour) nothingLeft(ctx context.Context) error {
 			ids = append(ids, fmt.Sprintf("%s (%s of session %s)", s.ID, s.CreationMethod, s.SourceSessionID))
 		}
 	}
+	fmt.Fprintf(t.out, "(Vercel API: %d snapshots left)\n", len(ids))
 	if len(ids) > 0 {
-		fmt.Fprintf(t.out, "(note: Vercel snapshots left, not counted as a failure: %s)\n", strings.Join(ids, ", "))
+		return fmt.Errorf("Vercel snapshots left behind: %s", strings.Join(ids, ", "))
 	}
 	return nil
 }
