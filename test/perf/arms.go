@@ -43,6 +43,31 @@ type armRun struct {
 	writeTime                  time.Duration
 	writeN                     int64
 	cpu                        map[string]float64 // CPU seconds per process over the arm
+	// creates is the emulator's count of createSandbox requests every 250 ms
+	// from the arm's start: how busy the Vercel side was.
+	creates []int64
+}
+
+// sampleCreates records the emulator's createSandbox count every 250 ms
+// until stop is closed.
+func (h *harness) sampleCreates(stop <-chan struct{}) <-chan []int64 {
+	out := make(chan []int64, 1)
+	base := h.emu.RequestCount("createSandbox")
+	go func() {
+		var s []int64
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				out <- s
+				return
+			case <-t.C:
+				s = append(s, h.emu.RequestCount("createSandbox")-base)
+			}
+		}
+	}()
+	return out
 }
 
 // sessionTimeoutSeconds keeps the benchmark's sessions up for the whole run
@@ -89,6 +114,8 @@ func (h *harness) runCRArm(ctx context.Context, arm string, n int, m *inProcess)
 		h.profiled = true
 		go h.profileAPIServer(ctx, h.cfg.APIServerProfile, 10*time.Second)
 	}
+	stopSampling := make(chan struct{})
+	samples := h.sampleCreates(stopSampling)
 	start := time.Now()
 	createErr := make(chan error, 1)
 	go func() {
@@ -97,6 +124,8 @@ func (h *harness) runCRArm(ctx context.Context, arm string, n int, m *inProcess)
 		})
 	}()
 	ready, err := h.waitReady(ctx, ns, w, n, h.cfg.ReadyTimeout, start)
+	close(stopSampling)
+	creates := <-samples
 	if cerr := <-createErr; cerr != nil {
 		return nil, fmt.Errorf("%s arm: create: %w", arm, cerr)
 	}
@@ -106,7 +135,7 @@ func (h *harness) runCRArm(ctx context.Context, arm string, n int, m *inProcess)
 	// Writes made for an object land before the watch shows its result, so
 	// nothing more is expected; a short pause catches any that are not.
 	time.Sleep(200 * time.Millisecond)
-	r := &armRun{latencies: ready, failed: n - len(ready)}
+	r := &armRun{latencies: ready, failed: n - len(ready), creates: creates}
 	if len(ready) > 0 {
 		r.drain = ready[len(ready)-1]
 	}
@@ -213,6 +242,8 @@ func (h *harness) runDirect(ctx context.Context, n int) (*armRun, error) {
 	cpu0 := h.cpuSnapshot()
 	var mu sync.Mutex
 	var ready []time.Duration
+	stopSampling := make(chan struct{})
+	samples := h.sampleCreates(stopSampling)
 	start := time.Now()
 	err := forEach(ctx, n, h.cfg.Concurrency, func(ctx context.Context, i int) error {
 		name := fmt.Sprintf("%s-%05d", prefix, i)
@@ -236,11 +267,13 @@ func (h *harness) runDirect(ctx context.Context, n int) (*armRun, error) {
 		mu.Unlock()
 		return nil
 	})
+	close(stopSampling)
+	creates := <-samples
 	if err != nil {
 		return nil, err
 	}
 	sort.Slice(ready, func(i, j int) bool { return ready[i] < ready[j] })
-	r := &armRun{latencies: ready, drain: ready[len(ready)-1], vercelRequests: h.emu.RequestCount("") - emu0, cpu: cpuDelta(cpu0, h.cpuSnapshot())}
+	r := &armRun{latencies: ready, drain: ready[len(ready)-1], vercelRequests: h.emu.RequestCount("") - emu0, cpu: cpuDelta(cpu0, h.cpuSnapshot()), creates: creates}
 	return r, nil
 }
 

@@ -106,6 +106,9 @@ type ArmResult struct {
 	// CPUMsPerObject is CPU time per object, by process (harness: this
 	// process, i.e. manager, emulator and client; kube-apiserver; etcd).
 	CPUMsPerObject map[string]float64 `json:"cpuMsPerObject"`
+	// CreatesTimeline is, for the last round, the number of Vercel creates
+	// received every 250 ms from the arm's start.
+	CreatesTimeline []int64 `json:"createsTimeline,omitempty"`
 }
 
 func summarizeGrid(n int, latency time.Duration, runs map[string][]*armRun) *GridResult {
@@ -126,6 +129,7 @@ func summarizeGrid(n int, latency time.Duration, runs map[string][]*armRun) *Gri
 			a.Failed += r.failed
 			sw, ew, vr = sw+r.sandboxWrites, ew+r.eventWrites, vr+r.vercelRequests
 			a.Drains = append(a.Drains, ms(r.drain))
+			a.CreatesTimeline = r.creates
 		}
 		sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
 		sort.Slice(drains, func(i, j int) bool { return drains[i] < drains[j] })
