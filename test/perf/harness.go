@@ -447,6 +447,27 @@ func (h *harness) startOperator(ctx context.Context) (*inProcess, error) {
 	}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
+	// The other kinds' controllers, as cmd/manager registers them: they watch
+	// Sandboxes too, and their handlers run on every Sandbox event.
+	if err := (&controllers.SandboxSnapshotReconciler{
+		Client:                  mgr.GetClient(),
+		APIReader:               mgr.GetAPIReader(),
+		Vercel:                  api,
+		Recorder:                mgr.GetEventRecorder("sandboxsnapshot-controller"),
+		PollInterval:            h.cfg.PollInterval,
+		MaxConcurrentReconciles: h.cfg.Concurrency,
+		BackoffCap:              h.cfg.BackoffCap,
+	}).SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	if err := (&controllers.SandboxForkReconciler{
+		Client:                  mgr.GetClient(),
+		Recorder:                mgr.GetEventRecorder("sandbox-controller"),
+		MaxConcurrentReconciles: h.cfg.Concurrency,
+		BackoffCap:              h.cfg.BackoffCap,
+	}).SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
 	m, err := runManager(ctx, mgr, w)
 	if err != nil {
 		return nil, err
