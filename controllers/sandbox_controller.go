@@ -446,16 +446,13 @@ func (r *SandboxReconciler) startSetupCommand(ctx context.Context, sbx *sandboxv
 	return cmd.ID, nil
 }
 
-// setupOutputTail bounds how much of a failed command's output status carries.
-const setupOutputTail = 2048
-
 func (r *SandboxReconciler) reportSetupFailed(ctx context.Context, sbx *sandboxv1.Sandbox, sessionID string, step sandboxv1.SetupCommand, cmd *vercel.Command) error {
 	st := &sbx.Status
 	secrets := &secretReader{reader: r.APIReader, namespace: sbx.Namespace}
 	// Secret values are known only after resolving the spec; they are scrubbed
 	// from the output, which a command may have echoed.
 	_, _ = buildConfig(ctx, secrets, &sbx.Spec)
-	tail, err := r.outputTail(ctx, sessionID, cmd.ID)
+	tail, err := commandOutputTail(ctx, r.Vercel, sessionID, cmd.ID)
 	if err != nil {
 		return fmt.Errorf("read output of setup command %s: %w", cmd.ID, err)
 	}
@@ -471,33 +468,6 @@ func (r *SandboxReconciler) reportSetupFailed(ctx context.Context, sbx *sandboxv
 		r.Recorder.Eventf(sbx, nil, corev1.EventTypeWarning, sandboxv1.ReasonSetupFailed, "RunCommand", "%s", truncate(msg, 1024))
 	}
 	return nil
-}
-
-// outputTail returns the last lines of a finished command's output.
-func (r *SandboxReconciler) outputTail(ctx context.Context, sessionID, cmdID string) (string, error) {
-	stream, err := r.Vercel.CommandLogs(ctx, sessionID, cmdID)
-	if err != nil {
-		return "", err
-	}
-	defer stream.Close()
-	var out strings.Builder
-	for {
-		rec, err := stream.Next()
-		if err != nil {
-			break
-		}
-		out.WriteString(rec.Data)
-		if out.Len() > 64*setupOutputTail {
-			s := out.String()
-			out.Reset()
-			out.WriteString(s[len(s)-setupOutputTail:])
-		}
-	}
-	s := strings.TrimSpace(out.String())
-	if len(s) > setupOutputTail {
-		s = "..." + s[len(s)-setupOutputTail:]
-	}
-	return s, nil
 }
 
 func (r *SandboxReconciler) reportVanished(sbx *sandboxv1.Sandbox) ctrl.Result {

@@ -571,9 +571,6 @@ func (r *SandboxSnapshotReconciler) stepFailed(ctx context.Context, snap *sandbo
 	return r.buildFailed(ctx, snap, serving, scrub(msg, secrets))
 }
 
-// buildOutputTail bounds how much of a failed step's output status carries.
-const buildOutputTail = 2048
-
 // exitKilledByTimeout is the exit code of a command Vercel killed (SIGKILL).
 const exitKilledByTimeout = 137
 
@@ -677,31 +674,4 @@ func (r *SandboxSnapshotReconciler) builderSnapshot(ctx context.Context, name st
 		}
 	}
 	return nil, nil
-}
-
-// commandOutputTail returns the last lines of a finished command's output.
-func commandOutputTail(ctx context.Context, api SandboxAPI, sessionID, cmdID string) (string, error) {
-	stream, err := api.CommandLogs(ctx, sessionID, cmdID)
-	if err != nil {
-		return "", err
-	}
-	defer stream.Close()
-	var out strings.Builder
-	for {
-		rec, err := stream.Next()
-		if err != nil {
-			break
-		}
-		out.WriteString(rec.Data)
-		if out.Len() > 64*buildOutputTail {
-			s := out.String()
-			out.Reset()
-			out.WriteString(s[len(s)-buildOutputTail:])
-		}
-	}
-	s := strings.TrimSpace(out.String())
-	if len(s) > buildOutputTail {
-		s = "..." + s[len(s)-buildOutputTail:]
-	}
-	return s, nil
 }
