@@ -163,16 +163,14 @@ func (r *SandboxReconciler) reconcileSandbox(ctx context.Context, sbx *sandboxv1
 	st := &sbx.Status
 	fresh := st.VercelName == ""
 	if fresh {
-		// The name is recorded before anything is created, so a crash after
-		// the create call finds (and adopts) the sandbox instead of making a
-		// second one.
-		before := sbx.DeepCopy()
+		// Not written before the create: the name derives from the UID, so a
+		// crash after the create call finds the sandbox all the same — the
+		// next create answers "name exists" and adopts it by its owner tag,
+		// and a delete looks it up (reconcileDelete). The status write that
+		// ends this reconcile records the name, whatever the outcome.
 		st.VercelName = vercelName(sbx.Namespace, sbx.Name, sbx.UID)
 		st.Phase = sandboxv1.SandboxCreating
 		setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonCreating, "Creating the Vercel sandbox")
-		if err := r.Status().Patch(ctx, sbx, client.MergeFrom(before)); err != nil {
-			return ctrl.Result{}, err
-		}
 	}
 
 	now := r.now()
@@ -205,8 +203,10 @@ func (r *SandboxReconciler) ownedBy(remote *vercel.Sandbox, sbx *sandboxv1.Sandb
 }
 
 // errNeverCreated stands for the read skipped on a Sandbox's first
-// reconcile: nothing can exist under a name this object had not recorded,
-// because names derive from its UID and are recorded before any create.
+// reconcile: names derive from the UID, so something can exist under this
+// object's name only if an earlier create committed and the manager stopped
+// before the status write; the create then answers "name exists" and the
+// sandbox is adopted.
 var errNeverCreated = &vercel.APIError{Status: http.StatusNotFound, Code: "not_found", Message: "not created yet"}
 
 // getSandbox reads the Vercel sandbox, except on the first reconcile, where
@@ -497,6 +497,17 @@ func (r *SandboxReconciler) reconcileDelete(ctx context.Context, sbx *sandboxv1.
 		return ctrl.Result{}, nil
 	}
 	st := &sbx.Status
+	if st.VercelName == "" && sbx.Spec.DeletionPolicy != sandboxv1.DeletionPolicyRetain {
+		// No status write recorded the name, but a create may have committed
+		// before a crash: look under the name it would have used.
+		found, err := r.findUnrecorded(ctx, sbx)
+		if err != nil {
+			return r.finish(ctx, sbx.DeepCopy(), sbx, ctrl.Result{}, err)
+		}
+		if found {
+			st.VercelName = vercelName(sbx.Namespace, sbx.Name, sbx.UID)
+		}
+	}
 	if st.VercelName != "" {
 		if sbx.Spec.DeletionPolicy == sandboxv1.DeletionPolicyRetain {
 			r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Retained", "Delete", "Left Vercel sandbox %s in place (deletionPolicy Retain)", st.VercelName)
@@ -519,6 +530,21 @@ func (r *SandboxReconciler) reconcileDelete(ctx context.Context, sbx *sandboxv1.
 	}
 	controllerutil.RemoveFinalizer(sbx, SandboxFinalizer)
 	return ctrl.Result{}, r.Update(ctx, sbx)
+}
+
+// findUnrecorded reports whether a Vercel sandbox created for this object
+// exists although status never recorded its name: the create committed and
+// the manager stopped before the status write.
+func (r *SandboxReconciler) findUnrecorded(ctx context.Context, sbx *sandboxv1.Sandbox) (bool, error) {
+	name := vercelName(sbx.Namespace, sbx.Name, sbx.UID)
+	resp, err := r.Vercel.GetSandbox(ctx, name, false)
+	switch {
+	case vercel.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("get sandbox %s: %w", name, err)
+	}
+	return r.ownedBy(&resp.Sandbox, sbx), nil
 }
 
 // fromStatus handles a reconcile that needs no look at Vercel: a running
