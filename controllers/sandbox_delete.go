@@ -1,0 +1,133 @@
+package controllers
+
+// Deleting a Sandbox: its Vercel sandbox (per spec.deletionPolicy) and the
+// automatic snapshots of its pauses.
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+	"github.com/getsentry/sandbox-controller/internal/vercel"
+)
+
+func (r *SandboxReconciler) reconcileDelete(ctx context.Context, sbx *sandboxv1.Sandbox) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(sbx, SandboxFinalizer) {
+		return ctrl.Result{}, nil
+	}
+	st := &sbx.Status
+	if st.VercelName == "" && sbx.Spec.DeletionPolicy != sandboxv1.DeletionPolicyRetain {
+		// No status write recorded the name, but a create may have committed
+		// before a crash: look under the name it would have used.
+		found, err := r.findUnrecorded(ctx, sbx)
+		if err != nil {
+			return r.finish(ctx, sbx.DeepCopy(), sbx, ctrl.Result{}, err)
+		}
+		if found {
+			st.VercelName = vercelName(sbx.Namespace, sbx.Name, sbx.UID)
+		}
+	}
+	if st.VercelName != "" {
+		if sbx.Spec.DeletionPolicy == sandboxv1.DeletionPolicyRetain {
+			r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Retained", "Delete", "Left Vercel sandbox %s in place (deletionPolicy Retain)", st.VercelName)
+		} else {
+			// A 404 confirms the deletion as much as a 200: a delete whose answer
+			// was lost before a restart finds the sandbox already gone.
+			if _, err := r.Vercel.DeleteSandbox(ctx, st.VercelName, false); err != nil && !vercel.IsNotFound(err) {
+				before := sbx.DeepCopy()
+				st.Phase = sandboxv1.SandboxDeleting
+				setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonDeleting, "Deleting the Vercel sandbox")
+				return r.finish(ctx, before, sbx, ctrl.Result{}, fmt.Errorf("delete sandbox %s: %w", st.VercelName, err))
+			}
+			if err := r.deleteAutomaticSnapshots(ctx, sbx); err != nil {
+				before := sbx.DeepCopy()
+				return r.finish(ctx, before, sbx, ctrl.Result{}, err)
+			}
+			logf.FromContext(ctx).Info("Deleted Vercel sandbox", "vercelName", st.VercelName)
+			r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Deleted", "Delete", "Deleted Vercel sandbox %s", st.VercelName)
+		}
+	}
+	controllerutil.RemoveFinalizer(sbx, SandboxFinalizer)
+	return ctrl.Result{}, r.Update(ctx, sbx)
+}
+
+// findUnrecorded reports whether a Vercel sandbox created for this object
+// exists although status never recorded its name: the create committed and
+// the manager stopped before the status write.
+func (r *SandboxReconciler) findUnrecorded(ctx context.Context, sbx *sandboxv1.Sandbox) (bool, error) {
+	name := vercelName(sbx.Namespace, sbx.Name, sbx.UID)
+	resp, err := r.Vercel.GetSandbox(ctx, name, false)
+	switch {
+	case vercel.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("get sandbox %s: %w", name, err)
+	}
+	return r.ownedBy(&resp.Sandbox, sbx), nil
+}
+
+// deleteAutomaticSnapshots deletes the snapshots Vercel took by itself when
+// the deleted sandbox's sessions stopped (pause, idle timeout). They exist only
+// to resume that sandbox, so once it is gone they are billed storage nobody
+// can use. Vercel's own deleteOrphanSnapshots is not used because it would
+// also take manual snapshots that SandboxSnapshots captured from the sandbox.
+// A snapshot that any SandboxSnapshot or Sandbox in the namespace names is
+// kept all the same.
+func (r *SandboxReconciler) deleteAutomaticSnapshots(ctx context.Context, sbx *sandboxv1.Sandbox) error {
+	snaps, err := r.Vercel.ListAllSnapshots(ctx, vercel.ListSnapshotsOptions{Name: sbx.Status.VercelName})
+	if err != nil {
+		return fmt.Errorf("list snapshots of %s: %w", sbx.Status.VercelName, err)
+	}
+	var inUse map[string]bool
+	for _, s := range snaps {
+		if s.CreationMethod != "automatic" || s.Status != vercel.SnapshotCreated {
+			continue
+		}
+		if inUse == nil {
+			if inUse, err = r.snapshotIDsInUse(ctx, sbx.Namespace); err != nil {
+				return err
+			}
+		}
+		if inUse[s.ID] {
+			continue
+		}
+		if _, err := r.Vercel.DeleteSnapshot(ctx, s.ID); err != nil && !vercel.IsNotFound(err) && !vercel.IsGone(err) {
+			return fmt.Errorf("delete automatic snapshot %s of %s: %w", s.ID, sbx.Status.VercelName, err)
+		}
+	}
+	return nil
+}
+
+// snapshotIDsInUse lists the Vercel snapshot ids that objects in a namespace
+// name, in spec or status.
+func (r *SandboxReconciler) snapshotIDsInUse(ctx context.Context, namespace string) (map[string]bool, error) {
+	ids := map[string]bool{}
+	snaps := &sandboxv1.SandboxSnapshotList{}
+	if err := r.List(ctx, snaps, client.InNamespace(namespace)); err != nil {
+		return nil, err
+	}
+	for _, s := range snaps.Items {
+		ids[s.Status.SnapshotID] = true
+		if s.Spec.Source.SnapshotID != nil {
+			ids[*s.Spec.Source.SnapshotID] = true
+		}
+	}
+	sandboxes := &sandboxv1.SandboxList{}
+	if err := r.List(ctx, sandboxes, client.InNamespace(namespace)); err != nil {
+		return nil, err
+	}
+	for _, s := range sandboxes.Items {
+		if s.Spec.Source.SnapshotID != nil {
+			ids[*s.Spec.Source.SnapshotID] = true
+		}
+	}
+	delete(ids, "")
+	return ids, nil
+}
