@@ -507,6 +507,43 @@ var _ = Describe("SandboxSnapshot recipes", func() {
 		Expect(string(log)).To(Equal("one\ntwo\n"))
 	})
 
+	It("hands a shared build over when the object driving it is deleted: the other user finishes it in the same builder", func() {
+		a := types.NamespacedName{Namespace: ns, Name: "driver"}
+		b := types.NamespacedName{Namespace: ns, Name: "taker"}
+		rcp := sandboxv1.SnapshotRecipe{
+			Runtime: node("node24"),
+			Setup: []sandboxv1.RecipeCommand{
+				sh("first", `echo one >> /vercel/sandbox/log.txt; sleep 3`),
+				sh("second", `echo two >> /vercel/sandbox/log.txt`),
+			},
+		}
+		newSnapshot(ns, a.Name, recipeSpec(rcp))
+		var session string
+		Eventually(func(g Gomega) {
+			build := getSnapshotObj(a).Status.Build
+			g.Expect(build).NotTo(BeNil())
+			g.Expect(build.Step).To(HavePrefix("setup 1/2"))
+			session = build.SessionID
+		}).Should(Succeed())
+		newSnapshot(ns, b.Name, recipeSpec(rcp))
+		Eventually(func(g Gomega) {
+			build := getSnapshotObj(b).Status.Build
+			g.Expect(build).NotTo(BeNil())
+			g.Expect(build.SharedWith).To(Equal(a.Name))
+		}).Should(Succeed())
+
+		By("deleting the driver mid-build")
+		deleteAndWait(a)
+		sb := waitSnapshotReady(b, 90*time.Second)
+		Expect(sb.Status.Build.SharedWith).To(BeEmpty())
+		Expect(builderCreates()).To(Equal(1), "the builder is taken over, not created again")
+		Expect(recorder.requests("POST", "/sessions/"+session+"/cmd")).To(HaveLen(2), "each step started once")
+		Expect(liveBuilders()).To(BeEmpty())
+		log, err := vc.ReadFile(ctx, bootFrom("after-handover", b.Name), "/vercel/sandbox/log.txt", "")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(log)).To(Equal("one\ntwo\n"))
+	})
+
 	It("layers a recipe on another SandboxSnapshot: waits for it, boots the builder from it, and hashes its base", func() {
 		layer := types.NamespacedName{Namespace: ns, Name: "layer"}
 		newSnapshot(ns, layer.Name, recipeSpec(sandboxv1.SnapshotRecipe{
