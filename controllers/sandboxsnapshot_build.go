@@ -226,6 +226,37 @@ func (r *SandboxSnapshotReconciler) setReplaces(snap *sandboxv1.SandboxSnapshot,
 	snap.Status.Build.Replaces = id
 }
 
+// vercelDefaultSnapshotExpiration is how long Vercel keeps a snapshot after
+// its last use when the capture names no expiration (the v2 route).
+const vercelDefaultSnapshotExpiration = 30 * 24 * time.Hour
+
+// sharedExpiration is the expiration of a build's snapshot: the longest any
+// user of the hash asks for (0, never, beats all; unset counts as Vercel's
+// default), so no user loses the shared snapshot sooner than its own spec
+// says. Nil when no user sets one, leaving Vercel's default.
+func sharedExpiration(snap *sandboxv1.SandboxSnapshot, peers []*sandboxv1.SandboxSnapshot) *time.Duration {
+	var longest time.Duration
+	set, unset := false, false
+	for _, o := range append([]*sandboxv1.SandboxSnapshot{snap}, peers...) {
+		d := snapshotExpiration(o)
+		switch {
+		case d == nil:
+			unset = true
+			continue
+		case *d == 0:
+			return d
+		}
+		set, longest = true, max(longest, *d)
+	}
+	if !set {
+		return nil
+	}
+	if unset {
+		longest = max(longest, vercelDefaultSnapshotExpiration)
+	}
+	return &longest
+}
+
 // effectiveMaxAge is the smallest maxAgeSeconds among the users of a shared
 // build, so each user's limit is honoured.
 func effectiveMaxAge(snap *sandboxv1.SandboxSnapshot, peers []*sandboxv1.SandboxSnapshot) time.Duration {
@@ -392,7 +423,7 @@ func (r *SandboxSnapshotReconciler) drive(ctx context.Context, snap *sandboxv1.S
 		return r.buildFailed(ctx, snap, serving, fmt.Sprintf("The builder session %s %s during %s", s.ID, s.Status, b.Step))
 	}
 	b.SessionID = s.ID
-	return r.advance(ctx, snap, steps, s.ID, serving)
+	return r.advance(ctx, snap, steps, s.ID, sharedExpiration(snap, peers), serving)
 }
 
 func (r *SandboxSnapshotReconciler) createBuilder(ctx context.Context, snap *sandboxv1.SandboxSnapshot, name, hash string, budget time.Duration, serving bool) (ctrl.Result, error) {
@@ -433,7 +464,7 @@ func (r *SandboxSnapshotReconciler) createBuilder(ctx context.Context, snap *san
 
 // advance reads the builder's commands (one per step, oldest first) and
 // starts the next step, waits for the running one, or captures.
-func (r *SandboxSnapshotReconciler) advance(ctx context.Context, snap *sandboxv1.SandboxSnapshot, steps []buildStep, sessionID string, serving bool) (ctrl.Result, error) {
+func (r *SandboxSnapshotReconciler) advance(ctx context.Context, snap *sandboxv1.SandboxSnapshot, steps []buildStep, sessionID string, expiration *time.Duration, serving bool) (ctrl.Result, error) {
 	b := snap.Status.Build
 	cmds, err := r.Vercel.ListCommands(ctx, sessionID)
 	if err != nil {
@@ -485,7 +516,7 @@ func (r *SandboxSnapshotReconciler) advance(ctx context.Context, snap *sandboxv1
 	}); err != nil {
 		return ctrl.Result{}, err
 	}
-	resp, err := r.Vercel.CreateSnapshot(ctx, sessionID, snapshotExpiration(snap))
+	resp, err := r.Vercel.CreateSnapshot(ctx, sessionID, expiration)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("capture builder session %s: %w", sessionID, err)
 	}

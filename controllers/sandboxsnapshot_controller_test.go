@@ -448,21 +448,26 @@ var _ = Describe("SandboxSnapshot recipes", func() {
 		Expect(logs.String()).NotTo(ContainSubstring(password))
 	})
 
-	It("shares one build and one Vercel snapshot between equal recipes, and deletes it with its last user", func() {
+	It("shares one build and one Vercel snapshot between equal recipes, kept as long as either asks, and deletes it with its last user", func() {
 		a := types.NamespacedName{Namespace: ns, Name: "a"}
 		b := types.NamespacedName{Namespace: ns, Name: "b"}
 		posts := countSnapshotPosts()
-		newSnapshot(ns, a.Name, recipeSpec(sandboxv1.SnapshotRecipe{
+		specA := recipeSpec(sandboxv1.SnapshotRecipe{
 			Runtime: node("node22"),
 			Env:     []sandboxv1.RecipeEnvVar{{Name: "X", Value: "1"}, {Name: "Y", Value: "2"}},
 			Setup:   []sandboxv1.RecipeCommand{sh("one", `echo shared > /vercel/sandbox/s.txt; sleep 1`)},
-		}))
-		// Written differently, equal in content.
-		newSnapshot(ns, b.Name, recipeSpec(sandboxv1.SnapshotRecipe{
+		})
+		specA.ExpirationSeconds = ptr.To[int64](600)
+		newSnapshot(ns, a.Name, specA)
+		// Written differently, equal in content; a longer expiration than the
+		// driver's.
+		specB := recipeSpec(sandboxv1.SnapshotRecipe{
 			Runtime: node("node22"),
 			Env:     []sandboxv1.RecipeEnvVar{{Name: "Y", Value: "2"}, {Name: "X", Value: "1"}},
 			Setup:   []sandboxv1.RecipeCommand{{Name: "another name", Command: "sh", Args: []string{"-c", `echo shared > /vercel/sandbox/s.txt; sleep 1`}, Cwd: "/vercel/sandbox/", TimeoutSeconds: ptr.To[int32](60)}},
-		}))
+		})
+		specB.ExpirationSeconds = ptr.To[int64](7200)
+		newSnapshot(ns, b.Name, specB)
 		sa, sb := waitSnapshotReady(a, 90*time.Second), waitSnapshotReady(b, 90*time.Second)
 		Expect(sa.Status.ContentHash).To(Equal(sb.Status.ContentHash))
 		Expect(sa.Status.SnapshotID).To(Equal(sb.Status.SnapshotID))
@@ -470,6 +475,8 @@ var _ = Describe("SandboxSnapshot recipes", func() {
 		Expect(builderCreates()).To(Equal(1), "one build")
 		Expect(countSnapshotPosts()-posts).To(Equal(1), "one Vercel snapshot")
 		Expect(eventsFor(b)).To(ContainElement(ContainSubstring("Normal Shared")))
+		shared := emuSnapshot(id)
+		Expect(time.Duration(shared.ExpiresAt-shared.CreatedAt)*time.Millisecond).To(Equal(2*time.Hour), "the longer expiration of the two users")
 
 		By("deleting one user: the artifact stays for the other")
 		deleteAndWait(a)

@@ -121,3 +121,27 @@ func TestBuildStepsCloneFirstThenSetupInOrder(t *testing.T) {
 		t.Fatalf("steps %q, want %q", got, want)
 	}
 }
+
+func TestSharedExpiration(t *testing.T) {
+	user := func(secs *int64) *sandboxv1.SandboxSnapshot {
+		return &sandboxv1.SandboxSnapshot{Spec: sandboxv1.SandboxSnapshotSpec{ExpirationSeconds: secs}}
+	}
+	hour, day := ptr.To[int64](3600), ptr.To[int64](86400)
+	for _, c := range []struct {
+		name  string
+		users []*sandboxv1.SandboxSnapshot
+		want  *time.Duration
+	}{
+		{"alone, unset: Vercel's default", []*sandboxv1.SandboxSnapshot{user(nil)}, nil},
+		{"alone, set", []*sandboxv1.SandboxSnapshot{user(hour)}, ptr.To(time.Hour)},
+		{"the longest wins, whoever drives", []*sandboxv1.SandboxSnapshot{user(hour), user(day)}, ptr.To(24 * time.Hour)},
+		{"never beats all", []*sandboxv1.SandboxSnapshot{user(day), user(ptr.To[int64](0)), user(nil)}, ptr.To(time.Duration(0))},
+		{"unset counts as Vercel's default", []*sandboxv1.SandboxSnapshot{user(hour), user(nil)}, ptr.To(vercelDefaultSnapshotExpiration)},
+		{"all unset", []*sandboxv1.SandboxSnapshot{user(nil), user(nil)}, nil},
+	} {
+		got := sharedExpiration(c.users[0], c.users[1:])
+		if (got == nil) != (c.want == nil) || (got != nil && *got != *c.want) {
+			t.Errorf("%s: got %v, want %v", c.name, ptr.Deref(got, -1), ptr.Deref(c.want, -1))
+		}
+	}
+}
