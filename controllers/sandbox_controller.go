@@ -163,14 +163,16 @@ func (r *SandboxReconciler) reconcileSandbox(ctx context.Context, sbx *sandboxv1
 	st := &sbx.Status
 	fresh := st.VercelName == ""
 	if fresh {
-		// Not written before the create: the name derives from the UID, so a
-		// crash after the create call finds the sandbox all the same — the
-		// next create answers "name exists" and adopts it by its owner tag,
-		// and a delete looks it up (reconcileDelete). The status write that
-		// ends this reconcile records the name, whatever the outcome.
+		// The name is recorded before anything is created, so a crash after
+		// the create call finds (and adopts) the sandbox instead of making a
+		// second one, and a delete always knows what to delete.
+		before := sbx.DeepCopy()
 		st.VercelName = vercelName(sbx.Namespace, sbx.Name, sbx.UID)
 		st.Phase = sandboxv1.SandboxCreating
 		setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonCreating, "Creating the Vercel sandbox")
+		if err := r.Status().Patch(ctx, sbx, client.MergeFrom(before)); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 
 	now := r.now()
@@ -203,10 +205,8 @@ func (r *SandboxReconciler) ownedBy(remote *vercel.Sandbox, sbx *sandboxv1.Sandb
 }
 
 // errNeverCreated stands for the read skipped on a Sandbox's first
-// reconcile: names derive from the UID, so something can exist under this
-// object's name only if an earlier create committed and the manager stopped
-// before the status write; the create then answers "name exists" and the
-// sandbox is adopted.
+// reconcile: nothing can exist under a name this object had not recorded,
+// because names derive from its UID and are recorded before any create.
 var errNeverCreated = &vercel.APIError{Status: http.StatusNotFound, Code: "not_found", Message: "not created yet"}
 
 // getSandbox reads the Vercel sandbox, except on the first reconcile, where

@@ -23,17 +23,6 @@ func (r *SandboxReconciler) reconcileDelete(ctx context.Context, sbx *sandboxv1.
 		return ctrl.Result{}, nil
 	}
 	st := &sbx.Status
-	if st.VercelName == "" && sbx.Spec.DeletionPolicy != sandboxv1.DeletionPolicyRetain {
-		// No status write recorded the name, but a create may have committed
-		// before a crash: look under the name it would have used.
-		found, err := r.findUnrecorded(ctx, sbx)
-		if err != nil {
-			return r.finish(ctx, sbx.DeepCopy(), sbx, ctrl.Result{}, err)
-		}
-		if found {
-			st.VercelName = vercelName(sbx.Namespace, sbx.Name, sbx.UID)
-		}
-	}
 	if st.VercelName != "" {
 		if sbx.Spec.DeletionPolicy == sandboxv1.DeletionPolicyRetain {
 			r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Retained", "Delete", "Left Vercel sandbox %s in place (deletionPolicy Retain)", st.VercelName)
@@ -56,21 +45,6 @@ func (r *SandboxReconciler) reconcileDelete(ctx context.Context, sbx *sandboxv1.
 	}
 	controllerutil.RemoveFinalizer(sbx, SandboxFinalizer)
 	return ctrl.Result{}, r.Update(ctx, sbx)
-}
-
-// findUnrecorded reports whether a Vercel sandbox created for this object
-// exists although status never recorded its name: the create committed and
-// the manager stopped before the status write.
-func (r *SandboxReconciler) findUnrecorded(ctx context.Context, sbx *sandboxv1.Sandbox) (bool, error) {
-	name := vercelName(sbx.Namespace, sbx.Name, sbx.UID)
-	resp, err := r.Vercel.GetSandbox(ctx, name, false)
-	switch {
-	case vercel.IsNotFound(err):
-		return false, nil
-	case err != nil:
-		return false, fmt.Errorf("get sandbox %s: %w", name, err)
-	}
-	return r.ownedBy(&resp.Sandbox, sbx), nil
 }
 
 // deleteAutomaticSnapshots deletes the snapshots Vercel took by itself when

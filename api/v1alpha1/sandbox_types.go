@@ -466,8 +466,8 @@ type SandboxStatus struct {
 	// observedGeneration is the spec generation the controller last acted on.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// vercelName is the name of the Vercel sandbox, derived from this object's
-	// namespace, name and UID (so it is known even before it is recorded).
+	// vercelName is the name of the Vercel sandbox, derived from this object and
+	// recorded before it is created.
 	// +optional
 	// +kubebuilder:validation:MaxLength=128
 	VercelName string `json:"vercelName,omitempty"`
