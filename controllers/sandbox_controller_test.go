@@ -22,8 +22,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+	"github.com/getsentry/sandbox-controller/controllers"
 	"github.com/getsentry/sandbox-controller/internal/emulator"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
@@ -34,14 +36,15 @@ var _ = Describe("Sandbox", func() {
 	BeforeEach(func() { ns = newNamespace() })
 
 	Context("created from a runtime", func() {
-		It("becomes one running Vercel sandbox, with routes and times in status, in at most 4 writes", func() {
+		It("becomes one running Vercel sandbox, with routes and times in status, in 2 writes", func() {
 			key := types.NamespacedName{Namespace: ns, Name: "box"}
-			newSandbox(ns, "box", sandboxv1.SandboxSpec{
+			created := newSandbox(ns, "box", sandboxv1.SandboxSpec{
 				Source:         runtimeSource("node24"),
 				Ports:          []int32{3000, 8080},
 				TimeoutSeconds: ptr.To[int64](600),
 				Resources:      &sandboxv1.SandboxResources{VCPUs: ptr.To[int32](2)},
 			})
+			Expect(created.Finalizers).To(ConsistOf(controllers.SandboxFinalizer), "added at admission (config/admission)")
 			sbx := waitReady(key)
 			st := sbx.Status
 			Expect(st.Phase).To(Equal(sandboxv1.SandboxRunning))
@@ -60,7 +63,8 @@ var _ = Describe("Sandbox", func() {
 			Expect(remote.VCPUs).To(Equal(int64(2)))
 			Expect(remote.Tags).To(HaveKeyWithValue("k8s-uid", string(sbx.UID)))
 			Expect(eventsFor(key)).To(ContainElement(ContainSubstring("Normal Created")))
-			Expect(writes.get(key)).To(BeNumerically("<=", 4))
+			// The name recorded before the create, and the result.
+			Expect(writes.get(key)).To(BeNumerically("<=", 2))
 
 			By("writing nothing on a reconcile that finds nothing to do")
 			before := writes.get(key)
@@ -69,6 +73,28 @@ var _ = Describe("Sandbox", func() {
 			Expect(k8sClient.Update(ctx, sbx)).To(Succeed())
 			Eventually(func() int64 { return emu.RequestCount("getSandbox") }).Should(BeNumerically(">", gets))
 			Consistently(func() int { return writes.get(key) }, 3*time.Second).Should(Equal(before))
+		})
+
+		It("adds the finalizer itself where no admission policy did", func() {
+			key := types.NamespacedName{Namespace: ns, Name: "nopolicy"}
+			sbx := &sandboxv1.Sandbox{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: key.Name, Annotations: map[string]string{sandboxv1.AnnotationPaused: "true"}},
+				Spec:       sandboxv1.SandboxSpec{Source: runtimeSource("node24")},
+			}
+			Expect(k8sClient.Create(ctx, sbx)).To(Succeed())
+			// As on a cluster without the policy. Merge patches: the paused
+			// reconcile writes status meanwhile.
+			patch := client.MergeFrom(sbx.DeepCopy())
+			sbx.Finalizers = nil
+			Expect(k8sClient.Patch(ctx, sbx, patch)).To(Succeed())
+			Expect(getSandbox(key).Finalizers).To(BeEmpty())
+			patch = client.MergeFrom(sbx.DeepCopy())
+			delete(sbx.Annotations, sandboxv1.AnnotationPaused)
+			Expect(k8sClient.Patch(ctx, sbx, patch)).To(Succeed())
+			ready := waitReady(key)
+			Expect(ready.Finalizers).To(ConsistOf(controllers.SandboxFinalizer))
+			_, ok := emu.Sandbox(ready.Status.VercelName)
+			Expect(ok).To(BeTrue())
 		})
 
 		It("reports the Vercel sandbox vanishing outside the operator instead of recreating it", func() {

@@ -38,6 +38,7 @@ import (
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 	"github.com/getsentry/sandbox-controller/controllers"
+	"github.com/getsentry/sandbox-controller/internal/admissionpolicy"
 	"github.com/getsentry/sandbox-controller/internal/emulator"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
@@ -93,6 +94,8 @@ var _ = BeforeSuite(func() {
 	Expect(sandboxv1.AddToScheme(scheme)).To(Succeed())
 	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
+	// As `make install` does: the finalizer is added at admission.
+	Expect(admissionpolicy.Install(context.Background(), k8sClient, filepath.Join(repoRoot, "config", "admission"), "default")).To(Succeed())
 
 	admin, err := testEnv.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
 	Expect(err).NotTo(HaveOccurred())

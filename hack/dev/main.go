@@ -30,6 +30,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -38,6 +39,7 @@ import (
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 	"github.com/getsentry/sandbox-controller/controllers"
+	"github.com/getsentry/sandbox-controller/internal/admissionpolicy"
 	"github.com/getsentry/sandbox-controller/internal/emulator"
 	"github.com/getsentry/sandbox-controller/internal/httplimit"
 	"github.com/getsentry/sandbox-controller/internal/metrics"
@@ -52,7 +54,7 @@ var stopSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP}
 const ReadyLine = "Ready."
 
 type config struct {
-	stateDir, crdDir               string
+	stateDir, crdDir, admissionDir string
 	emulatorExec                   string
 	metricsAddr, probeAddr         string
 	requestsPerMinute, concurrency int
@@ -67,6 +69,7 @@ func main() {
 	var c config
 	flag.StringVar(&c.stateDir, "state-dir", filepath.Join("bin", "dev"), "Directory for the kubeconfig, env file, logs, lock and all runtime data.")
 	flag.StringVar(&c.crdDir, "crd-dir", filepath.Join("config", "crd", "bases"), "Directory of the CRD manifests to install.")
+	flag.StringVar(&c.admissionDir, "admission-dir", filepath.Join("config", "admission"), "Directory of the admission policies to install (the Sandbox finalizer at create).")
 	flag.StringVar(&c.emulatorExec, "emulator-exec", "", `How the emulator runs sandbox commands: "" (auto: namespace when possible, else host), "namespace", "host" or "none".`)
 	flag.StringVar(&c.metricsAddr, "metrics-bind-address", "0", "Address the manager's Prometheus metrics endpoint binds to; 0 disables it.")
 	flag.StringVar(&c.probeAddr, "health-probe-bind-address", "0", "Address the manager's /healthz and /readyz probes bind to; 0 disables them.")
@@ -201,7 +204,14 @@ func run(c config) int {
 	if err := os.WriteFile(paths.kubeconfig, kubeconfig, 0o600); err != nil {
 		return fail("%v", err)
 	}
-	fmt.Printf("  API server %s, CRDs installed from %s\n", cfg.Host, c.crdDir)
+	kc, err := client.New(cfg, client.Options{Scheme: newScheme()})
+	if err != nil {
+		return fail("client: %v", err)
+	}
+	if err := admissionpolicy.Install(ctx, kc, c.admissionDir, "default"); err != nil {
+		return fail("%v", err)
+	}
+	fmt.Printf("  API server %s, CRDs installed from %s, admission policies from %s\n", cfg.Host, c.crdDir, c.admissionDir)
 
 	emu, err := emulator.New(emulator.Options{
 		DataDir: paths.emulatorData,
@@ -328,11 +338,8 @@ func startManager(ctx context.Context, c config, cfg *rest.Config, vc vercel.Con
 	if err != nil {
 		return nil, fmt.Errorf("vercel client: %w", err)
 	}
-	scheme := runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
-	utilruntime.Must(sandboxv1.AddToScheme(scheme))
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 scheme,
+		Scheme:                 newScheme(),
 		Metrics:                metricsserver.Options{BindAddress: c.metricsAddr},
 		HealthProbeBindAddress: c.probeAddr,
 	})
@@ -523,4 +530,11 @@ func killLeftovers(stateDir string) {
 			}
 		}
 	}
+}
+
+func newScheme() *runtime.Scheme {
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(sandboxv1.AddToScheme(scheme))
+	return scheme
 }
