@@ -488,15 +488,20 @@ var _ = Describe("SandboxSnapshot recipes", func() {
 		Expect(emuSnapshot(id).Status).To(Equal(vercel.SnapshotDeleted))
 	})
 
-	It("continues a build after a manager restart from its last finished step, with no second builder", func() {
-		key := types.NamespacedName{Namespace: ns, Name: "restart"}
-		newSnapshot(ns, key.Name, recipeSpec(sandboxv1.SnapshotRecipe{
+	// twoSteps is a recipe whose first step takes 3 s: a window to act in
+	// mid-build.
+	twoSteps := func() sandboxv1.SandboxSnapshotSpec {
+		return recipeSpec(sandboxv1.SnapshotRecipe{
 			Runtime: node("node24"),
 			Setup: []sandboxv1.RecipeCommand{
 				sh("first", `echo one >> /vercel/sandbox/log.txt; sleep 3`),
 				sh("second", `echo two >> /vercel/sandbox/log.txt`),
 			},
-		}))
+		})
+	}
+	// inFirstStep waits until the build of key runs twoSteps' first step and
+	// returns the builder's session.
+	inFirstStep := func(key types.NamespacedName) string {
 		var session string
 		Eventually(func(g Gomega) {
 			b := getSnapshotObj(key).Status.Build
@@ -505,34 +510,34 @@ var _ = Describe("SandboxSnapshot recipes", func() {
 			session = b.SessionID
 		}).Should(Succeed())
 		Expect(session).NotTo(BeEmpty())
-		restartManager()
-		waitSnapshotReady(key, 90*time.Second)
-		Expect(builderCreates()).To(Equal(1), "no second builder")
+		return session
+	}
+	// expectBuiltOnce checks that twoSteps ran each step once, in one
+	// builder, and that a Sandbox booted from key has the output of both.
+	expectBuiltOnce := func(key types.NamespacedName, session string) {
+		Expect(builderCreates()).To(Equal(1), "one builder")
 		Expect(recorder.requests("POST", "/sessions/"+session+"/cmd")).To(HaveLen(2), "each step started once")
-		log, err := vc.ReadFile(ctx, bootFrom("after-restart", key.Name), "/vercel/sandbox/log.txt", "")
+		Expect(liveBuilders()).To(BeEmpty())
+		log, err := vc.ReadFile(ctx, bootFrom(key.Name+"-boot", key.Name), "/vercel/sandbox/log.txt", "")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(string(log)).To(Equal("one\ntwo\n"))
+	}
+
+	It("continues a build after a manager restart from its last finished step, with no second builder", func() {
+		key := types.NamespacedName{Namespace: ns, Name: "restart"}
+		newSnapshot(ns, key.Name, twoSteps())
+		session := inFirstStep(key)
+		restartManager()
+		waitSnapshotReady(key, 90*time.Second)
+		expectBuiltOnce(key, session)
 	})
 
 	It("hands a shared build over when the object driving it is deleted: the other user finishes it in the same builder", func() {
 		a := types.NamespacedName{Namespace: ns, Name: "driver"}
 		b := types.NamespacedName{Namespace: ns, Name: "taker"}
-		rcp := sandboxv1.SnapshotRecipe{
-			Runtime: node("node24"),
-			Setup: []sandboxv1.RecipeCommand{
-				sh("first", `echo one >> /vercel/sandbox/log.txt; sleep 3`),
-				sh("second", `echo two >> /vercel/sandbox/log.txt`),
-			},
-		}
-		newSnapshot(ns, a.Name, recipeSpec(rcp))
-		var session string
-		Eventually(func(g Gomega) {
-			build := getSnapshotObj(a).Status.Build
-			g.Expect(build).NotTo(BeNil())
-			g.Expect(build.Step).To(HavePrefix("setup 1/2"))
-			session = build.SessionID
-		}).Should(Succeed())
-		newSnapshot(ns, b.Name, recipeSpec(rcp))
+		newSnapshot(ns, a.Name, twoSteps())
+		session := inFirstStep(a)
+		newSnapshot(ns, b.Name, twoSteps())
 		Eventually(func(g Gomega) {
 			build := getSnapshotObj(b).Status.Build
 			g.Expect(build).NotTo(BeNil())
@@ -543,12 +548,7 @@ var _ = Describe("SandboxSnapshot recipes", func() {
 		deleteAndWait(a)
 		sb := waitSnapshotReady(b, 90*time.Second)
 		Expect(sb.Status.Build.SharedWith).To(BeEmpty())
-		Expect(builderCreates()).To(Equal(1), "the builder is taken over, not created again")
-		Expect(recorder.requests("POST", "/sessions/"+session+"/cmd")).To(HaveLen(2), "each step started once")
-		Expect(liveBuilders()).To(BeEmpty())
-		log, err := vc.ReadFile(ctx, bootFrom("after-handover", b.Name), "/vercel/sandbox/log.txt", "")
-		Expect(err).NotTo(HaveOccurred())
-		Expect(string(log)).To(Equal("one\ntwo\n"))
+		expectBuiltOnce(b, session)
 	})
 
 	It("layers a recipe on another SandboxSnapshot: waits for it, boots the builder from it, and hashes its base", func() {
