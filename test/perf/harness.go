@@ -13,10 +13,12 @@
 //     does not see) that marks each Sandbox Ready without calling Vercel —
 //     the cost of the API server alone.
 //
-// It then keeps N Sandboxes running to measure a no-op resync, the
-// steady-state Vercel request rate, the manager's memory and CPU, and the
-// recovery from an emulated Vercel outage. Run it with `make bench`
-// (cmd/bench); perf_test.go runs a short variant as an ordinary test.
+// After the grid it measures the two other kinds under load: SandboxSnapshot
+// captures and one SandboxFork's children (kinds.go). It then keeps N
+// Sandboxes running to measure a no-op resync, the steady-state Vercel
+// request rate, the manager's memory and CPU, and the recovery from an
+// emulated Vercel outage. Run it with `make bench` (cmd/bench); perf_test.go
+// runs a short variant as an ordinary test.
 package perf
 
 import (
@@ -89,6 +91,13 @@ type Config struct {
 	Outage          time.Duration
 	RecoveryTimeout time.Duration
 
+	// Snapshots SandboxSnapshots, each capturing one Ready Sandbox, and one
+	// SandboxFork of ForkReplicas children (at most 100, the CRD's limit)
+	// from one SandboxSnapshot are measured after the grid, at its largest
+	// latency (kinds.go); 0 skips either.
+	Snapshots    int
+	ForkReplicas int
+
 	// ManagerBinary, when set, is a built cmd/manager: the idle and outage
 	// phases then run it as a child process, so its RSS and CPU are its own.
 	// Otherwise they run the in-process manager and report the whole
@@ -124,6 +133,8 @@ func DefaultConfig() Config {
 		ReadyTimeout:      3 * time.Minute,
 		IdleWindow:        time.Minute,
 		Outage:            5 * time.Minute,
+		Snapshots:         100,
+		ForkReplicas:      50,
 		RecoveryTimeout:   5 * time.Minute,
 	}
 }
@@ -231,6 +242,13 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 				return rep, err
 			}
 			rep.Runs = append(rep.Runs, r)
+		}
+	}
+	if cfg.Snapshots > 0 || cfg.ForkReplicas > 0 {
+		kinds, err := h.runKinds(ctx)
+		rep.Kinds = kinds
+		if err != nil {
+			return rep, fmt.Errorf("kinds: %w", err)
 		}
 	}
 	if cfg.IdleWindow > 0 || cfg.Outage > 0 {

@@ -20,6 +20,7 @@ type Report struct {
 	Host     HostInfo     `json:"host"`
 
 	Runs   []*GridResult `json:"runs"`
+	Kinds  *KindsResult  `json:"kinds,omitempty"`
 	Idle   *IdleResult   `json:"idle,omitempty"`
 	Outage *OutageResult `json:"outage,omitempty"`
 
@@ -43,6 +44,8 @@ type ReportConfig struct {
 	IdleWindow        string   `json:"idleWindow"`
 	Outage            string   `json:"outage"`
 	ManagerBinary     string   `json:"managerBinary,omitempty"`
+	Snapshots         int      `json:"snapshots"`
+	ForkReplicas      int      `json:"forkReplicas"`
 }
 
 func reportConfig(c Config) ReportConfig {
@@ -50,6 +53,7 @@ func reportConfig(c Config) ReportConfig {
 		Sizes: c.Sizes, Rounds: c.Rounds, Concurrency: c.Concurrency, VercelInFlight: c.VercelInFlight, RequestsPerMinute: c.RequestsPerMinute,
 		PollInterval: c.PollInterval.String(), BackoffCap: c.BackoffCap.String(), CreateConcurrency: c.CreateConcurrency,
 		IdleN: c.IdleN, IdleWindow: c.IdleWindow.String(), Outage: c.Outage.String(), ManagerBinary: c.ManagerBinary,
+		Snapshots: c.Snapshots, ForkReplicas: c.ForkReplicas,
 	}
 	for _, l := range c.Latencies {
 		rc.Latencies = append(rc.Latencies, l.String())
@@ -258,6 +262,9 @@ func (r *Report) Markdown(w io.Writer) {
 	fmt.Fprintln(w, "|---|---|---|---|---|---|")
 	for _, g := range r.Runs {
 		fmt.Fprintf(w, "| %d | %gms | %.3f | %.3f | %.2f | %.2f |\n", g.N, g.LatencyMs, g.RatioABP50, g.RatioABDrain, g.RatioACP50, g.RatioACDrain)
+	}
+	if r.Kinds != nil {
+		markdownKinds(w, r.Kinds)
 	}
 	if i := r.Idle; i != nil {
 		fmt.Fprintln(w)

@@ -46,6 +46,8 @@ func main() {
 	flag.DurationVar(&cfg.IdleWindow, "idle", d.IdleWindow, "How long to observe the steady state (0 skips the idle phase).")
 	flag.DurationVar(&cfg.Outage, "outage", d.Outage, "How long Vercel answers 503 to everything (0 skips the outage phase).")
 	flag.DurationVar(&cfg.RecoveryTimeout, "recovery-timeout", d.RecoveryTimeout, "Longest wait for recovery after the outage.")
+	flag.IntVar(&cfg.Snapshots, "snapshots", d.Snapshots, "SandboxSnapshots, each capturing one Ready Sandbox, measured after the grid at its largest latency (0 skips).")
+	flag.IntVar(&cfg.ForkReplicas, "fork-replicas", d.ForkReplicas, "Children of one SandboxFork from one SandboxSnapshot, measured after the grid at its largest latency (0 skips; at most 100).")
 	flag.StringVar(&cfg.ManagerBinary, "manager-bin", "", "A built cmd/manager to run as a child process for the idle and outage phases (its own RSS and CPU); empty: the in-process manager.")
 	flag.StringVar(&out, "out", "bin/bench", "Directory for the JSON report.")
 	flag.StringVar(&cpuProfile, "cpuprofile", "", "Write a CPU profile of the whole harness process (manager included) to this file.")
@@ -54,6 +56,9 @@ func main() {
 	flag.BoolVar(&verbose, "v", false, "Show the manager's logs.")
 	flag.Parse()
 
+	if cfg.Snapshots < 0 || cfg.ForkReplicas < 0 || cfg.ForkReplicas > 100 {
+		fail(fmt.Errorf("-snapshots must be ≥ 0 and -fork-replicas between 0 and 100 (a SandboxFork's limit)"))
+	}
 	var err error
 	if cfg.Sizes, err = parseInts(sizes); err != nil {
 		fail(err)
