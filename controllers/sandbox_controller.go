@@ -468,6 +468,9 @@ func (r *SandboxReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if backoffCap <= 0 {
 		backoffCap = time.Minute
 	}
+	if err := indexSandboxes(context.Background(), mgr); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&sandboxv1.Sandbox{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{},

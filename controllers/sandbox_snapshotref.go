@@ -65,14 +65,8 @@ func (r *SandboxReconciler) snapshotRefRequests(ctx context.Context, obj client.
 		return nil
 	}
 	list := &sandboxv1.SandboxList{}
-	if err := r.List(ctx, list, client.InNamespace(snap.Namespace)); err != nil {
+	if err := r.List(ctx, list, client.InNamespace(snap.Namespace), client.MatchingFields{indexSnapshotRef: snap.Name}); err != nil {
 		return nil
 	}
-	var out []reconcile.Request
-	for _, s := range list.Items {
-		if ref := s.Spec.Source.SnapshotRef; ref != nil && ref.Name == snap.Name && s.Status.SessionID == "" {
-			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: s.Namespace, Name: s.Name}})
-		}
-	}
-	return out
+	return requestsFor(list.Items, func(s *sandboxv1.Sandbox) bool { return s.Status.SessionID == "" })
 }

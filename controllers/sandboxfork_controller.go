@@ -457,6 +457,9 @@ func (r *SandboxForkReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if backoffCap <= 0 {
 		backoffCap = time.Minute
 	}
+	if err := indexForks(context.Background(), mgr); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&sandboxv1.SandboxFork{}).
 		Owns(&sandboxv1.Sandbox{}).
@@ -472,14 +475,8 @@ func (r *SandboxForkReconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 func (r *SandboxForkReconciler) forksReferencing(ctx context.Context, obj client.Object) []reconcile.Request {
 	forks := &sandboxv1.SandboxForkList{}
-	if err := r.List(ctx, forks, client.InNamespace(obj.GetNamespace())); err != nil {
+	if err := r.List(ctx, forks, client.InNamespace(obj.GetNamespace()), client.MatchingFields{indexSnapshotRef: obj.GetName()}); err != nil {
 		return nil
 	}
-	var out []reconcile.Request
-	for _, f := range forks.Items {
-		if ref := f.Spec.Source.SnapshotRef; ref != nil && ref.Name == obj.GetName() {
-			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&f)})
-		}
-	}
-	return out
+	return requestsFor(forks.Items, func(*sandboxv1.SandboxFork) bool { return true })
 }

@@ -373,6 +373,9 @@ func (r *SandboxSnapshotReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if backoffCap <= 0 {
 		backoffCap = time.Minute
 	}
+	if err := indexSnapshots(context.Background(), mgr); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&sandboxv1.SandboxSnapshot{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{},
@@ -392,38 +395,33 @@ func (r *SandboxSnapshotReconciler) SetupWithManager(mgr ctrl.Manager) error {
 // relatedSnapshots maps a SandboxSnapshot to the others that depend on it:
 // those with the same content-hash label, and recipes layered on it.
 func (r *SandboxSnapshotReconciler) relatedSnapshots(ctx context.Context, obj client.Object) []reconcile.Request {
-	list := &sandboxv1.SandboxSnapshotList{}
-	if err := r.List(ctx, list, client.InNamespace(obj.GetNamespace())); err != nil {
-		return nil
+	keys := []string{"base:" + obj.GetName()}
+	if label := obj.GetLabels()[sandboxv1.LabelContentHash]; label != "" {
+		keys = append(keys, "hash:"+label)
 	}
-	label := obj.GetLabels()[sandboxv1.LabelContentHash]
-	var out []reconcile.Request
-	for _, o := range list.Items {
-		if o.Name == obj.GetName() {
-			continue
+	var related []sandboxv1.SandboxSnapshot
+	for _, k := range keys {
+		list := &sandboxv1.SandboxSnapshotList{}
+		if err := r.List(ctx, list, client.InNamespace(obj.GetNamespace()), client.MatchingFields{indexDependsOn: k}); err != nil {
+			return nil
 		}
-		rcp := o.Spec.Source.Recipe
-		if (label != "" && o.Labels[sandboxv1.LabelContentHash] == label) ||
-			(rcp != nil && rcp.BaseSnapshotRef != nil && rcp.BaseSnapshotRef.Name == obj.GetName()) {
-			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.Namespace, Name: o.Name}})
-		}
+		related = append(related, list.Items...)
 	}
-	return out
+	return requestsFor(related, func(o *sandboxv1.SandboxSnapshot) bool { return o.Name != obj.GetName() })
 }
 
-// capturesOf maps a Sandbox to the SandboxSnapshots that capture it.
+// capturesOf maps a Sandbox to the SandboxSnapshots waiting to capture it.
+// One whose capture is under way (intent recorded) or done needs no Sandbox
+// event: the capture annotates the Sandbox before its own result is written,
+// so waking it then would run it again from a stale cached copy.
 func (r *SandboxSnapshotReconciler) capturesOf(ctx context.Context, obj client.Object) []reconcile.Request {
 	list := &sandboxv1.SandboxSnapshotList{}
-	if err := r.List(ctx, list, client.InNamespace(obj.GetNamespace())); err != nil {
+	if err := r.List(ctx, list, client.InNamespace(obj.GetNamespace()), client.MatchingFields{indexSandboxRef: obj.GetName()}); err != nil {
 		return nil
 	}
-	var out []reconcile.Request
-	for _, o := range list.Items {
-		if ref := o.Spec.Source.SandboxRef; ref != nil && ref.Name == obj.GetName() && o.Status.SnapshotID == "" {
-			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.Namespace, Name: o.Name}})
-		}
-	}
-	return out
+	return requestsFor(list.Items, func(o *sandboxv1.SandboxSnapshot) bool {
+		return o.Status.SnapshotID == "" && o.Status.Capture == nil
+	})
 }
 
 // getSandbox reads a Sandbox of the namespace; nil when it does not exist.

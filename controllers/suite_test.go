@@ -88,6 +88,9 @@ var _ = BeforeSuite(func() {
 	}
 	cfg, err = testEnv.Start()
 	Expect(err).NotTo(HaveOccurred())
+	// Registered at once, so a failure later in this setup does not leave
+	// kube-apiserver and etcd running. Cleanups run last-registered first.
+	DeferCleanup(func() { Expect(testEnv.Stop()).To(Succeed()) })
 
 	scheme := runtime.NewScheme()
 	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
@@ -108,17 +111,14 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	emuURL, err := emu.Start("127.0.0.1:0")
 	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(func() { Expect(emu.Close()).To(Succeed()) })
 	recorder = newRecordingProxy(emuURL)
+	DeferCleanup(recorder.Close)
 
 	vc, err = vercel.New(vercel.Config{BaseURL: recorder.URL(), Token: emu.Token(), TeamID: "team_emulator", ProjectID: "prj_emulator"})
 	Expect(err).NotTo(HaveOccurred())
 	startManager(scheme)
-	DeferCleanup(func() {
-		stopManager()
-		recorder.Close()
-		Expect(emu.Close()).To(Succeed())
-		Expect(testEnv.Stop()).To(Succeed())
-	})
+	DeferCleanup(stopManager)
 })
 
 func startManager(scheme *runtime.Scheme) {
