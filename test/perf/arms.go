@@ -19,9 +19,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+	"github.com/getsentry/sandbox-controller/controllers"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
 
@@ -315,7 +317,8 @@ func forEach(ctx context.Context, n, par int, f func(context.Context, int) error
 
 // floorReconciler is the floor arm's controller: one status write per
 // Sandbox, no Vercel call — what any controller pays the API server to turn
-// a created object Ready.
+// a created object Ready. On delete it removes the finalizer the admission
+// policy added, as the operator would.
 type floorReconciler struct{ client.Client }
 
 func (r *floorReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -323,7 +326,13 @@ func (r *floorReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if err := r.Get(ctx, req.NamespacedName, s); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if meta.IsStatusConditionTrue(s.Status.Conditions, sandboxv1.ConditionReady) || !s.DeletionTimestamp.IsZero() {
+	if !s.DeletionTimestamp.IsZero() {
+		if controllerutil.RemoveFinalizer(s, controllers.SandboxFinalizer) {
+			return ctrl.Result{}, r.Update(ctx, s)
+		}
+		return ctrl.Result{}, nil
+	}
+	if meta.IsStatusConditionTrue(s.Status.Conditions, sandboxv1.ConditionReady) {
 		return ctrl.Result{}, nil
 	}
 	before := s.DeepCopy()

@@ -50,6 +50,7 @@ import (
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 	"github.com/getsentry/sandbox-controller/controllers"
+	"github.com/getsentry/sandbox-controller/internal/admissionpolicy"
 	"github.com/getsentry/sandbox-controller/internal/emulator"
 	"github.com/getsentry/sandbox-controller/internal/httplimit"
 	"github.com/getsentry/sandbox-controller/internal/metrics"
@@ -307,6 +308,10 @@ func (h *harness) start(ctx context.Context) error {
 	hc := rest.CopyConfig(h.rest)
 	hc.QPS, hc.Burst = -1, 0
 	if h.kube, err = client.NewWithWatch(hc, client.Options{Scheme: h.scheme}); err != nil {
+		return err
+	}
+	// As `make install` does: the Sandbox finalizer is added at admission.
+	if err := admissionpolicy.Install(ctx, h.kube, filepath.Join(root, "config", "admission"), "default"); err != nil {
 		return err
 	}
 	admin, err := h.env.AddUser(envtest.User{Name: "bench-admin", Groups: []string{"system:masters"}}, nil)
