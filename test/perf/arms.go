@@ -150,68 +150,11 @@ func (h *harness) runCRArm(ctx context.Context, arm string, n int, m *inProcess)
 }
 
 // waitReady collects, through a watch on ns, the time after start at which
-// each object's Ready condition was first True, until n are or the timeout
-// passes. A watch the API server closes (it drops watchers that fall behind
-// on a starved machine) is resumed from the last resourceVersion seen, or
-// from a fresh list. The result is sorted.
+// each Sandbox's Ready condition was first True, until n are or the timeout
+// passes (see waitObjectsReady).
 func (h *harness) waitReady(ctx context.Context, ns string, w watch.Interface, n int, timeout time.Duration, start time.Time) ([]time.Duration, error) {
-	seen := make(map[string]bool, n)
-	out := make([]time.Duration, 0, n)
-	var lastRV string
-	record := func(s *sandboxv1.Sandbox) {
-		if !seen[s.Name] && meta.IsStatusConditionTrue(s.Status.Conditions, sandboxv1.ConditionReady) {
-			seen[s.Name] = true
-			out = append(out, time.Since(start))
-		}
-	}
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	defer func() { w.Stop() }()
-	for len(out) < n {
-		select {
-		case ev, ok := <-w.ResultChan():
-			if ok && ev.Type != watch.Error {
-				if s, isSbx := ev.Object.(*sandboxv1.Sandbox); isSbx {
-					lastRV = s.ResourceVersion
-					record(s)
-				}
-				continue
-			}
-			w.Stop()
-			var err error
-			if ok || lastRV == "" {
-				// An error (e.g. the resourceVersion is too old): list
-				// what is there now and watch from the list.
-				lastRV, err = h.listReady(ctx, ns, record)
-				if err != nil {
-					return out, err
-				}
-			}
-			if w, err = h.kube.Watch(ctx, &sandboxv1.SandboxList{}, client.InNamespace(ns), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: lastRV}}); err != nil {
-				return out, fmt.Errorf("resume watch: %w", err)
-			}
-		case <-deadline.C:
-			sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-			return out, nil
-		case <-ctx.Done():
-			return out, ctx.Err()
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-	return out, nil
-}
-
-// listReady lists ns, records every object, and returns the list's
-// resourceVersion.
-func (h *harness) listReady(ctx context.Context, ns string, record func(*sandboxv1.Sandbox)) (string, error) {
-	list := &sandboxv1.SandboxList{}
-	if err := h.kube.List(ctx, list, client.InNamespace(ns)); err != nil {
-		return "", err
-	}
-	for i := range list.Items {
-		record(&list.Items[i])
-	}
-	return list.ResourceVersion, nil
+	newList := func() client.ObjectList { return &sandboxv1.SandboxList{} }
+	return h.waitObjectsReady(ctx, w, newList, []client.ListOption{client.InNamespace(ns)}, n, timeout, start, sandboxReady)
 }
 
 // deleteAll removes a round's Sandboxes and waits until they are gone, so

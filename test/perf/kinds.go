@@ -540,11 +540,11 @@ func (inv vercelInventory) newSince(old vercelInventory) (sandboxes, snapshots [
 	return sandboxes, snapshots
 }
 
-// waitObjectsReady is waitReady for any kind: through the watch w (opened
-// with opts), the time after start at which ready first held for each
-// object, until n did or the timeout passed. A watch the API server closes is
-// resumed from the last resourceVersion seen, or from a fresh list. The
-// result is sorted.
+// waitObjectsReady collects, through the watch w (opened with opts), the time
+// after start at which ready first held for each object, until n did or the
+// timeout passed. A watch the API server closes (it drops watchers that fall
+// behind on a starved machine) is resumed from the last resourceVersion seen,
+// or from a fresh list. The result is sorted.
 func (h *harness) waitObjectsReady(ctx context.Context, w watch.Interface, newList func() client.ObjectList, opts []client.ListOption, n int, timeout time.Duration, start time.Time, ready func(client.Object) bool) ([]time.Duration, error) {
 	seen := make(map[string]bool, n)
 	out := make([]time.Duration, 0, n)
