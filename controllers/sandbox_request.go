@@ -110,8 +110,9 @@ func buildConfig(ctx context.Context, secrets *secretReader, spec *sandboxv1.San
 
 // buildNetworkPolicy translates spec.networkPolicy to Vercel's mode form.
 // Header injection always uses the custom mode, since Vercel attaches the
-// rules to it; in AllowAll mode the injected domains are added with a "*"
-// allow-everything entry so egress stays open.
+// rules to it; in AllowAll mode the allowlist is a lone "*" so egress stays
+// open — assuming Vercel reads a bare "*" as every host, which its
+// documentation leaves open (docs/sandbox.md says so to users).
 func buildNetworkPolicy(ctx context.Context, secrets *secretReader, np *sandboxv1.NetworkPolicy) (*vercel.NetworkPolicy, error) {
 	if np == nil {
 		return nil, nil
