@@ -80,7 +80,7 @@ run: manifests generate fmt vet ## Run the manager against the cluster in KUBECO
 install: manifests ## Install the CRDs (and, on Kubernetes >= 1.36, the finalizer admission policy) into the cluster in KUBECONFIG.
 	$(KUSTOMIZE) config/crd | $(KUBECTL) apply --server-side -f -
 	$(KUSTOMIZE) config/admission | $(KUBECTL) apply --server-side -f - \
-		|| echo "Skipped config/admission (needs admissionregistration.k8s.io/v1 MutatingAdmissionPolicy); the controller adds the finalizer itself."
+		|| echo "Skipped config/admission (needs admissionregistration.k8s.io/v1 MutatingAdmissionPolicy); the controllers add the finalizers themselves."
 
 .PHONY: uninstall
 uninstall: manifests ## Remove the CRDs and the admission policy from the cluster in KUBECONFIG.

@@ -22,7 +22,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 	"github.com/getsentry/sandbox-controller/controllers"
@@ -73,28 +72,6 @@ var _ = Describe("Sandbox", func() {
 			Expect(k8sClient.Update(ctx, sbx)).To(Succeed())
 			Eventually(func() int64 { return emu.RequestCount("getSandbox") }).Should(BeNumerically(">", gets))
 			Consistently(func() int { return writes.get(key) }, 3*time.Second).Should(Equal(before))
-		})
-
-		It("adds the finalizer itself where no admission policy did", func() {
-			key := types.NamespacedName{Namespace: ns, Name: "nopolicy"}
-			sbx := &sandboxv1.Sandbox{
-				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: key.Name, Annotations: map[string]string{sandboxv1.AnnotationPaused: "true"}},
-				Spec:       sandboxv1.SandboxSpec{Source: runtimeSource("node24")},
-			}
-			Expect(k8sClient.Create(ctx, sbx)).To(Succeed())
-			// As on a cluster without the policy. Merge patches: the paused
-			// reconcile writes status meanwhile.
-			patch := client.MergeFrom(sbx.DeepCopy())
-			sbx.Finalizers = nil
-			Expect(k8sClient.Patch(ctx, sbx, patch)).To(Succeed())
-			Expect(getSandbox(key).Finalizers).To(BeEmpty())
-			patch = client.MergeFrom(sbx.DeepCopy())
-			delete(sbx.Annotations, sandboxv1.AnnotationPaused)
-			Expect(k8sClient.Patch(ctx, sbx, patch)).To(Succeed())
-			ready := waitReady(key)
-			Expect(ready.Finalizers).To(ConsistOf(controllers.SandboxFinalizer))
-			_, ok := emu.Sandbox(ready.Status.VercelName)
-			Expect(ok).To(BeTrue())
 		})
 
 		It("reports the Vercel sandbox vanishing outside the operator instead of recreating it", func() {

@@ -69,7 +69,7 @@ func main() {
 	var c config
 	flag.StringVar(&c.stateDir, "state-dir", filepath.Join("bin", "dev"), "Directory for the kubeconfig, env file, logs, lock and all runtime data.")
 	flag.StringVar(&c.crdDir, "crd-dir", filepath.Join("config", "crd", "bases"), "Directory of the CRD manifests to install.")
-	flag.StringVar(&c.admissionDir, "admission-dir", filepath.Join("config", "admission"), "Directory of the admission policies to install (the Sandbox finalizer at create).")
+	flag.StringVar(&c.admissionDir, "admission-dir", filepath.Join("config", "admission"), "Directory of the admission policies to install (the finalizers at create).")
 	flag.StringVar(&c.emulatorExec, "emulator-exec", "", `How the emulator runs sandbox commands: "" (auto: namespace when possible, else host), "namespace", "host" or "none".`)
 	flag.StringVar(&c.metricsAddr, "metrics-bind-address", "0", "Address the manager's Prometheus metrics endpoint binds to; 0 disables it.")
 	flag.StringVar(&c.probeAddr, "health-probe-bind-address", "0", "Address the manager's /healthz and /readyz probes bind to; 0 disables them.")

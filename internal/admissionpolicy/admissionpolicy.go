@@ -57,7 +57,7 @@ func Install(ctx context.Context, c client.Client, dir, namespace string) error 
 		return slices.Contains(p.Finalizers, controllers.SandboxFinalizer), nil
 	})
 	if err != nil {
-		return fmt.Errorf("the Sandbox finalizer policy of %s did not take effect: %w (last probe: %v)", dir, err, last)
+		return fmt.Errorf("the finalizer policy of %s did not take effect: %w (last probe: %v)", dir, err, last)
 	}
 	return nil
 }

@@ -310,7 +310,7 @@ func (h *harness) start(ctx context.Context) error {
 	if h.kube, err = client.NewWithWatch(hc, client.Options{Scheme: h.scheme}); err != nil {
 		return err
 	}
-	// As `make install` does: the Sandbox finalizer is added at admission.
+	// As `make install` does: the finalizers are added at admission.
 	if err := admissionpolicy.Install(ctx, h.kube, filepath.Join(root, "config", "admission"), "default"); err != nil {
 		return err
 	}
