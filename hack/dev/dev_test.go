@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/getsentry/sandbox-controller/internal/procfs"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
 
@@ -230,10 +231,10 @@ func alive(pid int) bool {
 // directory mentions dir.
 func processesUsing(dir string) []int {
 	var out []int
-	for pid, p := range processes() {
-		cwd, _ := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid))
-		if pid != os.Getpid() && (strings.Contains(strings.Join(p.args, " "), dir) || strings.HasPrefix(cwd, dir)) {
-			out = append(out, pid)
+	for _, p := range procfs.List() {
+		cwd, _ := os.Readlink(fmt.Sprintf("/proc/%d/cwd", p.PID))
+		if p.PID != os.Getpid() && (strings.Contains(strings.Join(p.Args, " "), dir) || strings.HasPrefix(cwd, dir)) {
+			out = append(out, p.PID)
 		}
 	}
 	return out

@@ -19,7 +19,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -43,6 +42,7 @@ import (
 	"github.com/getsentry/sandbox-controller/internal/emulator"
 	"github.com/getsentry/sandbox-controller/internal/httplimit"
 	"github.com/getsentry/sandbox-controller/internal/metrics"
+	"github.com/getsentry/sandbox-controller/internal/procfs"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
 
@@ -190,8 +190,8 @@ func run(c config) int {
 	if ctx.Err() != nil { // Ctrl-C while it started
 		return 130
 	}
-	for _, p := range controlPlanePIDs() {
-		fmt.Printf("  %s PID %d\n", p.name, p.pid)
+	for _, p := range procfs.ControlPlane() {
+		fmt.Printf("  %s PID %d\n", p.Name, p.PID)
 	}
 	admin, err := env.AddUser(envtest.User{Name: "dev-admin", Groups: []string{"system:masters"}}, nil)
 	if err != nil {
@@ -460,57 +460,6 @@ func lock(path string) (unlock func(), err error) {
 }
 
 // proc is one process found in /proc.
-type proc struct {
-	pid  int
-	name string
-	args []string
-}
-
-// processes lists the processes in /proc with their parent PID. It returns
-// nothing where there is no /proc (macOS): the PIDs are informational there.
-func processes() map[int]proc {
-	entries, _ := os.ReadDir("/proc")
-	out := map[int]proc{}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		comm, err := os.ReadFile(filepath.Join("/proc", e.Name(), "comm"))
-		if err != nil {
-			continue
-		}
-		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		out[pid] = proc{pid: pid, name: strings.TrimSpace(string(comm)), args: strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")}
-	}
-	return out
-}
-
-// parentPID reads the PPid line of /proc/<pid>/status.
-func parentPID(pid int) int {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "PPid:"); ok {
-			n, _ := strconv.Atoi(strings.TrimSpace(v))
-			return n
-		}
-	}
-	return 0
-}
-
-// controlPlanePIDs returns our kube-apiserver and etcd children, for the
-// banner (and for tests that check they are gone after shutdown).
-func controlPlanePIDs() []proc {
-	var out []proc
-	for _, p := range processes() {
-		if (p.name == "kube-apiserver" || p.name == "etcd") && parentPID(p.pid) == os.Getpid() {
-			out = append(out, p)
-		}
-	}
-	slices.SortFunc(out, func(a, b proc) int { return strings.Compare(a.name, b.name) })
-	return out
-}
-
 // killLeftovers kills the kube-apiserver and etcd of an earlier run on this
 // state dir that was itself killed (SIGKILL cannot be caught, and the control
 // plane runs in its own process group, so it outlived its parent). They are
@@ -518,14 +467,14 @@ func controlPlanePIDs() []proc {
 // holding the lock proves no live run owns them.
 func killLeftovers(stateDir string) {
 	l := newLayout(stateDir)
-	for _, p := range processes() {
-		if p.pid == os.Getpid() {
+	for _, p := range procfs.List() {
+		if p.PID == os.Getpid() {
 			continue
 		}
-		for _, a := range p.args {
+		for _, a := range p.Args {
 			if a == l.etcd || a == l.certs || strings.HasSuffix(a, "="+l.etcd) || strings.HasSuffix(a, "="+l.certs) {
-				fmt.Printf("Killing %s (PID %d), left running by an earlier run on %s\n", p.name, p.pid, stateDir)
-				_ = syscall.Kill(p.pid, syscall.SIGKILL)
+				fmt.Printf("Killing %s (PID %d), left running by an earlier run on %s\n", p.Name, p.PID, stateDir)
+				_ = syscall.Kill(p.PID, syscall.SIGKILL)
 				break
 			}
 		}

@@ -30,6 +30,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -54,6 +55,7 @@ import (
 	"github.com/getsentry/sandbox-controller/internal/emulator"
 	"github.com/getsentry/sandbox-controller/internal/httplimit"
 	"github.com/getsentry/sandbox-controller/internal/metrics"
+	"github.com/getsentry/sandbox-controller/internal/procfs"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
 
@@ -293,7 +295,10 @@ func (h *harness) start(ctx context.Context) error {
 	if h.rest, err = h.env.Start(); err != nil {
 		return fmt.Errorf("envtest: %w", err)
 	}
-	h.cpPIDs = controlPlanePIDs()
+	h.cpPIDs = map[string]string{}
+	for _, p := range procfs.ControlPlane() {
+		h.cpPIDs[p.Name] = strconv.Itoa(p.PID)
+	}
 	h.logf("control plane processes: %v", h.cpPIDs)
 	h.scheme = runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(h.scheme); err != nil {

@@ -3,8 +3,6 @@ package perf
 import (
 	"bytes"
 	"net/http"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -84,30 +82,6 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
-}
-
-// controlPlanePIDs finds this process's kube-apiserver and etcd children.
-func controlPlanePIDs() map[string]string {
-	out := map[string]string{}
-	self := strconv.Itoa(os.Getpid())
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		i, j := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-		if i < 0 || j < i {
-			continue
-		}
-		comm := s[i+1 : j]
-		f := strings.Fields(s[j+2:])
-		if len(f) > 1 && f[1] == self && (comm == "kube-apiserver" || comm == "etcd") {
-			out[comm] = e.Name()
-		}
-	}
-	return out
 }
 
 // cpuSnapshot reads the CPU seconds of this process and the control plane.
