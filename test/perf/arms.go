@@ -157,6 +157,30 @@ func (h *harness) waitReady(ctx context.Context, ns string, w watch.Interface, n
 	return h.waitObjectsReady(ctx, w, newList, []client.ListOption{client.InNamespace(ns)}, n, timeout, start, sandboxReady)
 }
 
+// readySandboxes creates n Sandboxes (build makes the i-th) in ns and waits
+// until all are Ready, untimed: the set-up of a phase.
+func (h *harness) readySandboxes(ctx context.Context, ns string, n int, build func(i int) *sandboxv1.Sandbox) error {
+	w, err := h.kube.Watch(ctx, &sandboxv1.SandboxList{}, client.InNamespace(ns))
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := forEach(ctx, n, h.cfg.CreateConcurrency, func(ctx context.Context, i int) error {
+		return h.kube.Create(ctx, build(i))
+	}); err != nil {
+		w.Stop()
+		return err
+	}
+	ready, err := h.waitReady(ctx, ns, w, n, h.cfg.ReadyTimeout, start)
+	if err != nil {
+		return err
+	}
+	if len(ready) < n {
+		return fmt.Errorf("only %d of %d Sandboxes in %s Ready within %s", len(ready), n, ns, h.cfg.ReadyTimeout)
+	}
+	return nil
+}
+
 // deleteAll removes a round's Sandboxes and waits until they are gone, so
 // that the next arm starts on a quiet API server.
 func (h *harness) deleteAll(ctx context.Context, ns string) error {
@@ -165,11 +189,11 @@ func (h *harness) deleteAll(ctx context.Context, ns string) error {
 	}
 	deadline := time.Now().Add(2 * time.Minute)
 	for time.Now().Before(deadline) {
-		list := &sandboxv1.SandboxList{}
-		if err := h.kube.List(ctx, list, client.InNamespace(ns)); err != nil {
+		left, err := h.countIn(ctx, &sandboxv1.Sandbox{}, ns)
+		if err != nil {
 			return err
 		}
-		if len(list.Items) == 0 {
+		if left == 0 {
 			return nil
 		}
 		time.Sleep(250 * time.Millisecond)

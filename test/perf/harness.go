@@ -344,9 +344,6 @@ func (h *harness) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err = h.emu.Start("127.0.0.1:0"); err != nil {
-		return err
-	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -360,11 +357,9 @@ func (h *harness) start(ctx context.Context) error {
 		RequestsPerMinute: h.cfg.RequestsPerMinute, UserAgent: "sandbox-controller",
 		HTTPClient: httplimit.Client(h.cfg.VercelInFlight),
 	}
-	metrics.InstrumentVercel(&h.vcfg)
 	// The direct arm's client: same configuration, hence the same shared
-	// request budget, without the operator's metrics hooks.
+	// request budget, without the operator's hooks (startOperator adds them).
 	dcfg := h.vcfg
-	dcfg.OnRequest, dcfg.OnLimiterWait = nil, nil
 	dcfg.HTTPClient = httplimit.Client(h.cfg.VercelInFlight)
 	if h.direct, err = vercel.New(dcfg); err != nil {
 		return err
@@ -451,11 +446,8 @@ func (h *harness) startOperator(ctx context.Context) (*inProcess, error) {
 	}
 	health := &controllers.VercelHealth{}
 	vcfg := h.vcfg
-	metricsHook := vcfg.OnRequest
-	vcfg.OnRequest = func(endpoint string, status int, d time.Duration) {
-		health.ObserveRequest(endpoint, status, d)
-		metricsHook(endpoint, status, d)
-	}
+	vcfg.OnRequest = health.ObserveRequest
+	metrics.InstrumentVercel(&vcfg) // as cmd/manager: metrics, then health
 	api, err := vercel.New(vcfg)
 	if err != nil {
 		return nil, err

@@ -223,7 +223,9 @@ func (h *harness) runSnapshotStep(ctx context.Context, n int) (*KindResult, erro
 	}
 	inv0 := h.vercelInventory()
 	setup := time.Now()
-	if err := h.readySandboxes(ctx, ns, n, armSnapshots); err != nil {
+	if err := h.readySandboxes(ctx, ns, n, func(i int) *sandboxv1.Sandbox {
+		return kindsSandbox(ns, fmt.Sprintf("src-%05d", i), armSnapshots)
+	}); err != nil {
 		return r, err
 	}
 	r.SetupMs = ms(time.Since(setup))
@@ -282,7 +284,9 @@ func (h *harness) runForkStep(ctx context.Context, k int) (*KindResult, error) {
 	}
 	inv0 := h.vercelInventory()
 	setup := time.Now()
-	if err := h.readySandboxes(ctx, ns, 1, armFork); err != nil {
+	if err := h.readySandboxes(ctx, ns, 1, func(i int) *sandboxv1.Sandbox {
+		return kindsSandbox(ns, fmt.Sprintf("src-%05d", i), armFork)
+	}); err != nil {
 		return r, err
 	}
 	sw, err := h.kube.Watch(ctx, &sandboxv1.SandboxSnapshotList{}, client.InNamespace(ns))
@@ -376,30 +380,6 @@ func (h *harness) runForkStep(ctx context.Context, k int) (*KindResult, error) {
 	// The fork deletes its children; the snapshot and the source go at the
 	// same time, as in a namespace deletion.
 	return r, h.teardown(ctx, r, ns, inv0, k, &sandboxv1.SandboxFork{}, &sandboxv1.SandboxSnapshot{}, &sandboxv1.Sandbox{})
-}
-
-// readySandboxes creates n Sandboxes src-00000… in ns and waits until all
-// are Ready.
-func (h *harness) readySandboxes(ctx context.Context, ns string, n int, arm string) error {
-	w, err := h.kube.Watch(ctx, &sandboxv1.SandboxList{}, client.InNamespace(ns))
-	if err != nil {
-		return err
-	}
-	start := time.Now()
-	if err := forEach(ctx, n, h.cfg.CreateConcurrency, func(ctx context.Context, i int) error {
-		return h.kube.Create(ctx, kindsSandbox(ns, fmt.Sprintf("src-%05d", i), arm))
-	}); err != nil {
-		w.Stop()
-		return err
-	}
-	ready, err := h.waitReady(ctx, ns, w, n, h.cfg.ReadyTimeout, start)
-	if err != nil {
-		return err
-	}
-	if len(ready) < n {
-		return fmt.Errorf("only %d of %d source Sandboxes Ready within %s", len(ready), n, h.cfg.ReadyTimeout)
-	}
-	return nil
 }
 
 func (h *harness) fillLatencies(r *KindResult, ready []time.Duration) {

@@ -45,30 +45,17 @@ func (h *harness) runIdleAndOutage(ctx context.Context) (*IdleResult, *OutageRes
 		return nil, nil, err
 	}
 	h.logf("idle: creating %d Sandboxes", n)
-	w, err := h.kube.Watch(ctx, &sandboxv1.SandboxList{}, client.InNamespace(ns))
-	if err != nil {
-		return nil, nil, err
-	}
-	start := time.Now()
-	if err := forEach(ctx, n, h.cfg.CreateConcurrency, func(ctx context.Context, i int) error {
-		return h.kube.Create(ctx, benchSandbox(ns, fmt.Sprintf("sbx-%05d", i), ArmOperator))
+	if err := h.readySandboxes(ctx, ns, n, func(i int) *sandboxv1.Sandbox {
+		return benchSandbox(ns, fmt.Sprintf("sbx-%05d", i), ArmOperator)
 	}); err != nil {
-		w.Stop()
-		return nil, nil, err
-	}
-	ready, err := h.waitReady(ctx, ns, w, n, h.cfg.ReadyTimeout, start)
-	if err != nil {
-		return nil, nil, err
-	}
-	if len(ready) < n {
-		return nil, nil, fmt.Errorf("idle: only %d of %d Sandboxes Ready within %s", len(ready), n, h.cfg.ReadyTimeout)
+		return nil, nil, fmt.Errorf("idle: %w", err)
 	}
 
 	// The measured manager replaces the in-process one; starting it is the
 	// no-op resync: every object is reconciled once and nothing changed.
 	h.operator.stop()
 	h.operator = nil
-	h.rec.reset(true)
+	h.rec.start()
 	var m measured
 	resyncStart := time.Now()
 	emu0 := h.emu.Counts()
@@ -151,13 +138,10 @@ func (h *harness) idleWindow(ctx context.Context, m measured, idle *IdleResult, 
 		return err
 	}
 	idle.WindowSeconds = elapsed.Seconds()
-	idle.VercelRequests = emu1["total"] - emu0["total"]
-	idle.VercelRequestsByEndpoint = map[string]int64{}
-	for k, v := range emu1 {
-		if d := v - emu0[k]; d > 0 && k != "total" {
-			idle.VercelRequestsByEndpoint[k] = d
-		}
-	}
+	byEndpoint := countsDelta(emu0, emu1)
+	idle.VercelRequests = byEndpoint["total"]
+	delete(byEndpoint, "total")
+	idle.VercelRequestsByEndpoint = byEndpoint
 	// Polls of objects created together come in waves; per object, the
 	// gaps between consecutive requests from the resync on give the rate
 	// without depending on where the window cuts a wave.

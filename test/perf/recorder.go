@@ -19,10 +19,11 @@ type requestRecorder struct {
 
 func newRequestRecorder() *requestRecorder { return &requestRecorder{byName: map[string][]time.Time{}} }
 
-func (r *requestRecorder) reset(on bool) {
+// start begins recording, forgetting anything recorded before.
+func (r *requestRecorder) start() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.on = on
+	r.on = true
 	r.byName = map[string][]time.Time{}
 }
 

@@ -123,12 +123,7 @@ func parseInts(s string) ([]int, error) {
 func parseDurations(s string) ([]time.Duration, error) {
 	var out []time.Duration
 	for _, f := range strings.Split(s, ",") {
-		f = strings.TrimSpace(f)
-		if f == "0" {
-			out = append(out, 0)
-			continue
-		}
-		d, err := time.ParseDuration(f)
+		d, err := time.ParseDuration(strings.TrimSpace(f))
 		if err != nil {
 			return nil, fmt.Errorf("-latency: %w", err)
 		}
