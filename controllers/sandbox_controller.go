@@ -122,6 +122,12 @@ func (r *SandboxReconciler) reportPaused(ctx context.Context, sbx *sandboxv1.San
 	before := sbx.DeepCopy()
 	setCondition(&sbx.Status.Conditions, sbx.Generation, sandboxv1.ConditionPaused, metav1.ConditionTrue, sandboxv1.ReasonReconcilePaused,
 		fmt.Sprintf("Reconciling is paused by the %s annotation; remove it to resume", sandboxv1.AnnotationPaused))
+	return r.patchStatusIfChanged(ctx, before, sbx)
+}
+
+// patchStatusIfChanged writes status only when it differs from before, so a
+// reconcile that finds nothing to do writes nothing.
+func (r *SandboxReconciler) patchStatusIfChanged(ctx context.Context, before, sbx *sandboxv1.Sandbox) error {
 	if apiequality.Semantic.DeepEqual(before.Status, sbx.Status) {
 		return nil
 	}
@@ -151,10 +157,8 @@ func (r *SandboxReconciler) finish(ctx context.Context, before, sbx *sandboxv1.S
 			err = reconcile.TerminalError(err)
 		}
 	}
-	if !apiequality.Semantic.DeepEqual(before.Status, sbx.Status) {
-		if perr := r.Status().Patch(ctx, sbx, client.MergeFrom(before)); perr != nil {
-			return ctrl.Result{}, perr
-		}
+	if perr := r.patchStatusIfChanged(ctx, before, sbx); perr != nil {
+		return ctrl.Result{}, perr
 	}
 	return res, err
 }
@@ -316,7 +320,7 @@ func (r *SandboxReconciler) observe(ctx context.Context, sbx *sandboxv1.Sandbox,
 		setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonSessionStopped, "The session is stopping")
 		return ctrl.Result{RequeueAfter: setupPoll}, nil
 	case vercel.SessionStopped:
-		return r.observeStopped(ctx, sbx, s, sameSession, now)
+		return r.observeStopped(ctx, sbx, s, sameSession, sd, now)
 	case vercel.SessionFailed, vercel.SessionAborted:
 		st.Phase = sandboxv1.SandboxFailed
 		setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonSessionFailed,
@@ -362,11 +366,11 @@ func (r *SandboxReconciler) update(ctx context.Context, sbx *sandboxv1.Sandbox, 
 	if err != nil {
 		return redact(fmt.Errorf("update sandbox %s: %w", sbx.Status.VercelName, err), secrets.values)
 	}
-	np := cfg.networkPolicy
-	if np == nil {
-		np = &vercel.NetworkPolicy{Mode: vercel.NetworkAllowAll}
-	}
 	if sessionID != "" {
+		np := cfg.networkPolicy
+		if np == nil {
+			np = &vercel.NetworkPolicy{Mode: vercel.NetworkAllowAll}
+		}
 		// Only a running session's routes and policy change now; a stopped
 		// sandbox gets both with its next session.
 		sbx.Status.Routes = routes(resp.Routes)
@@ -381,7 +385,7 @@ func (r *SandboxReconciler) update(ctx context.Context, sbx *sandboxv1.Sandbox, 
 
 func (r *SandboxReconciler) reportVanished(sbx *sandboxv1.Sandbox) ctrl.Result {
 	st := &sbx.Status
-	if st.Phase != sandboxv1.SandboxFailed || !hasReason(st.Conditions, sandboxv1.ReasonNotFound) {
+	if st.Phase != sandboxv1.SandboxFailed || !hasCondition(st.Conditions, sandboxv1.ConditionReady, sandboxv1.ReasonNotFound) {
 		r.Recorder.Eventf(sbx, nil, corev1.EventTypeWarning, sandboxv1.ReasonNotFound, "Observe",
 			"Vercel sandbox %s no longer exists; it was deleted outside the operator", st.VercelName)
 	}
@@ -545,15 +549,6 @@ func msTimeOf(ms ...int64) time.Time {
 		}
 	}
 	return time.Time{}
-}
-
-func hasReason(conds []metav1.Condition, reason string) bool {
-	for _, c := range conds {
-		if c.Type == sandboxv1.ConditionReady && c.Reason == reason {
-			return true
-		}
-	}
-	return false
 }
 
 // redactedError carries an error whose message had secret values removed,

@@ -57,7 +57,7 @@ func (r *SandboxReconciler) fromStatus(ctx context.Context, sbx *sandboxv1.Sandb
 			res, err := r.shutdownDelete(ctx, sbx)
 			return res, true, err
 		}
-		if ready.Reason != sandboxv1.ReasonSnapshotMissing && !hasCondition(st.Conditions, sandboxv1.ConditionResumable, sandboxv1.ReasonNotPersistent) &&
+		if !hasCondition(st.Conditions, sandboxv1.ConditionResumable, sandboxv1.ReasonNotPersistent) &&
 			shouldResume(ready.Reason, wantRunning(sbx, sd), timeOf(st.StoppedAt), lastActivity(sbx)) {
 			res, err := r.resume(ctx, sbx)
 			return res, true, err
@@ -70,9 +70,8 @@ func (r *SandboxReconciler) fromStatus(ctx context.Context, sbx *sandboxv1.Sandb
 
 // observeStopped reports a stopped session — why it stopped, and whether it
 // can come back — and resumes it when it should run again.
-func (r *SandboxReconciler) observeStopped(ctx context.Context, sbx *sandboxv1.Sandbox, s *vercel.Session, sameSession bool, now time.Time) (ctrl.Result, error) {
+func (r *SandboxReconciler) observeStopped(ctx context.Context, sbx *sandboxv1.Sandbox, s *vercel.Session, sameSession bool, sd shutdownState, now time.Time) (ctrl.Result, error) {
 	st := &sbx.Status
-	sd := shutdownSchedule(now, sbx.Spec.ShutdownTime, r.shutdownWarning())
 	if stopped := msTime(s.StoppedAt); stopped != nil {
 		st.StoppedAt = stopped
 	} else if st.StoppedAt == nil {

@@ -3,7 +3,6 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,10 +15,6 @@ import (
 )
 
 // +kubebuilder:rbac:groups=sandbox.sentry.io,resources=sandboxsnapshots,verbs=get;list;watch
-
-// snapshotRefWait is the fallback poll of a Sandbox waiting for its
-// SandboxSnapshot; the watch usually wakes it first.
-const snapshotRefWait = time.Minute
 
 // createFromSnapshotRef creates a Sandbox whose source is a SandboxSnapshot:
 // once the snapshot is ready to use, exactly as if spec.source named its
@@ -42,7 +37,7 @@ func (r *SandboxReconciler) createFromSnapshotRef(ctx context.Context, sbx *sand
 	if why != "" {
 		st.Phase = sandboxv1.SandboxPending
 		setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonWaitingForSnapshot, why)
-		return ctrl.Result{RequeueAfter: snapshotRefWait}, nil
+		return ctrl.Result{RequeueAfter: snapshotRefPoll}, nil
 	}
 	// Boot through the ordinary create path with the snapshot id as source;
 	// only this in-memory copy's spec changes, and its status is taken back.

@@ -407,20 +407,17 @@ func (r *SandboxForkReconciler) reconcileDelete(ctx context.Context, fork *sandb
 		}
 	} else {
 		// Children go first: their snapshot must outlive them while they boot.
-		pending := 0
 		for _, obj := range owned {
 			if _, isSnap := obj.(*sandboxv1.SandboxSnapshot); isSnap && len(children) > 0 {
-				pending++
 				continue
 			}
-			pending++
 			if obj.GetDeletionTimestamp().IsZero() {
 				if err := r.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
 					return ctrl.Result{}, err
 				}
 			}
 		}
-		if pending > 0 {
+		if len(owned) > 0 {
 			// Owned objects' deletions wake this reconcile through Owns().
 			return ctrl.Result{RequeueAfter: forkWaitPoll}, nil
 		}

@@ -214,7 +214,7 @@ func (r *SandboxSnapshotReconciler) reconcileRecipe(ctx context.Context, snap *s
 	// A build is needed: none yet, the snapshot expired, or it is too old.
 	replaces := st.SnapshotID
 	if driver := buildDriver(snap, peers); driver != nil {
-		return r.follow(snap, driver, current != nil, replaces), nil
+		return r.follow(snap, driver, current != nil), nil
 	}
 	return r.drive(ctx, snap, peers, hash, replaces, current != nil)
 }
@@ -306,7 +306,7 @@ func liveOwner(uid string, peers []*sandboxv1.SandboxSnapshot) *sandboxv1.Sandbo
 }
 
 // follow reports the build another SandboxSnapshot runs for this one.
-func (r *SandboxSnapshotReconciler) follow(snap, driver *sandboxv1.SandboxSnapshot, serving bool, replaces string) ctrl.Result {
+func (r *SandboxSnapshotReconciler) follow(snap, driver *sandboxv1.SandboxSnapshot, serving bool) ctrl.Result {
 	st := &snap.Status
 	if st.Build == nil {
 		st.Build = &sandboxv1.SnapshotBuildStatus{}
@@ -369,7 +369,7 @@ func (r *SandboxSnapshotReconciler) drive(ctx context.Context, snap *sandboxv1.S
 		// thought themselves first still never run a step twice.
 		if owner := tags[tagOwnerUID]; owner != string(snap.UID) {
 			if p := liveOwner(owner, peers); p != nil {
-				return r.follow(snap, p, serving, replaces), nil
+				return r.follow(snap, p, serving), nil
 			}
 		}
 	}
@@ -402,7 +402,7 @@ func (r *SandboxSnapshotReconciler) drive(ctx context.Context, snap *sandboxv1.S
 				if err != nil {
 					return ctrl.Result{}, err
 				}
-				return r.built(ctx, snap, s, serving)
+				return r.built(ctx, snap, s)
 			}
 		}
 		return r.createBuilder(ctx, snap, name, hash, budget, serving)
@@ -412,7 +412,7 @@ func (r *SandboxSnapshotReconciler) drive(ctx context.Context, snap *sandboxv1.S
 		if err != nil {
 			return ctrl.Result{}, fmt.Errorf("get snapshot %s: %w", id, err)
 		}
-		return r.built(ctx, snap, s, serving)
+		return r.built(ctx, snap, s)
 	}
 	s := resp.Session
 	if s == nil || s.Status == vercel.SessionPending {
@@ -521,7 +521,7 @@ func (r *SandboxSnapshotReconciler) advance(ctx context.Context, snap *sandboxv1
 		return ctrl.Result{}, fmt.Errorf("capture builder session %s: %w", sessionID, err)
 	}
 	r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "SnapshotCreated", "CreateSnapshot", "Captured builder %s as snapshot %s", b.BuilderName, resp.Snapshot.ID)
-	return r.built(ctx, snap, &resp.Snapshot, serving)
+	return r.built(ctx, snap, &resp.Snapshot)
 }
 
 // stepRequest is the command of one build step. Clone credentials go into the
@@ -629,7 +629,7 @@ func (r *SandboxSnapshotReconciler) buildFailed(ctx context.Context, snap *sandb
 }
 
 // built records the captured snapshot and deletes the builder.
-func (r *SandboxSnapshotReconciler) built(ctx context.Context, snap *sandboxv1.SandboxSnapshot, s *vercel.Snapshot, serving bool) (ctrl.Result, error) {
+func (r *SandboxSnapshotReconciler) built(ctx context.Context, snap *sandboxv1.SandboxSnapshot, s *vercel.Snapshot) (ctrl.Result, error) {
 	st := &snap.Status
 	b := st.Build
 	if st.SnapshotID != "" && st.SnapshotID != s.ID {

@@ -9,7 +9,6 @@ package httplimit
 
 import (
 	"net/http"
-	"time"
 )
 
 // Transport lets at most a fixed number of requests wait for their response
@@ -47,6 +46,5 @@ func Client(n int) *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConnsPerHost = max(n, 64)
 	t.MaxIdleConns = max(t.MaxIdleConns, t.MaxIdleConnsPerHost)
-	t.IdleConnTimeout = 90 * time.Second
 	return &http.Client{Transport: New(t, n)}
 }
