@@ -431,11 +431,11 @@ func (t *tour) fork(ctx context.Context) error {
 }
 
 func (t *tour) pause(ctx context.Context) error {
-	session, err := t.kubectl(ctx, "get", "sbx", "hello", "-o", "jsonpath={.status.sessionID}")
+	session, err := t.sessionOf(ctx, "hello")
 	if err != nil {
 		return err
 	}
-	t.helloOld = strings.TrimSpace(session)
+	t.helloOld = session
 	if _, err := t.sh(ctx, `kubectl patch sbx hello --type=merge -p '{"spec":{"state":"Stopped"}}'`); err != nil {
 		return err
 	}
@@ -466,11 +466,10 @@ func (t *tour) resume(ctx context.Context) error {
 	if _, err := t.sh(ctx, "kubectl get sbx hello"); err != nil {
 		return err
 	}
-	session, err := t.kubectl(ctx, "get", "sbx", "hello", "-o", "jsonpath={.status.sessionID}")
+	session, err := t.sessionOf(ctx, "hello")
 	if err != nil {
 		return err
 	}
-	session = strings.TrimSpace(session)
 	if session == "" || session == t.helloOld {
 		return fmt.Errorf("hello's session after the resume is %q, want a new one (before: %s)", session, t.helloOld)
 	}
@@ -612,6 +611,12 @@ func (t *tour) runCmd(cmd *exec.Cmd) (string, error) {
 }
 
 // sessions maps the Sandboxes a kubectl selector picks to their session ids.
+// sessionOf reads one Sandbox's status.sessionID.
+func (t *tour) sessionOf(ctx context.Context, name string) (string, error) {
+	out, err := t.kubectl(ctx, "get", "sbx", name, "-o", "jsonpath={.status.sessionID}")
+	return strings.TrimSpace(out), err
+}
+
 func (t *tour) sessions(ctx context.Context, selector string) (map[string]string, error) {
 	args := append([]string{"get", "sbx"}, strings.Fields(selector)...)
 	args = append(args, "-o", `jsonpath={range .items[*]}{.metadata.name} {.status.sessionID}{"\n"}{end}`)
