@@ -21,8 +21,6 @@ import (
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 	"github.com/getsentry/sandbox-controller/controllers"
-	"github.com/getsentry/sandbox-controller/internal/httplimit"
-	"github.com/getsentry/sandbox-controller/internal/metrics"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
 
@@ -77,12 +75,9 @@ func main() {
 		RequestsPerMinute: requestsPerMinute,
 		UserAgent:         "sandbox-controller",
 	}
-	vcfg.HTTPClient = httplimit.Client(vercelInFlight)
-	health := &controllers.VercelHealth{}
-	vcfg.OnRequest = health.ObserveRequest
-	metrics.InstrumentVercel(&vcfg)
-	api, err := vercel.New(vcfg)
-	if err != nil {
+	// Checked before connecting to Kubernetes, so a bad flag fails at once;
+	// controllers.SetupWithManager builds the client the controllers use.
+	if _, err := vercel.New(vcfg); err != nil {
 		fmt.Fprintln(os.Stderr, "error: Vercel client:", err)
 		os.Exit(2)
 	}
@@ -108,44 +103,15 @@ func main() {
 		log.Error(err, "Failed to create the manager")
 		os.Exit(1)
 	}
-	if err := (&controllers.SandboxReconciler{
-		Client:                  mgr.GetClient(),
-		APIReader:               mgr.GetAPIReader(),
-		Vercel:                  api,
-		Recorder:                mgr.GetEventRecorder("sandbox-controller"),
-		PollInterval:            pollInterval,
+	if err := controllers.SetupWithManager(mgr, vcfg, controllers.Options{
 		MaxConcurrentReconciles: concurrency,
+		VercelInFlight:          vercelInFlight,
+		PollInterval:            pollInterval,
 		BackoffCap:              backoffCap,
 		MaxSessionLength:        maxSessionLength,
 		ShutdownWarning:         shutdownWarning,
-		VercelHealth:            health,
-	}).SetupWithManager(mgr); err != nil {
-		log.Error(err, "Failed to set up the Sandbox controller")
-		os.Exit(1)
-	}
-	if err := (&controllers.SandboxSnapshotReconciler{
-		Client:                  mgr.GetClient(),
-		APIReader:               mgr.GetAPIReader(),
-		Vercel:                  api,
-		Recorder:                mgr.GetEventRecorder("sandboxsnapshot-controller"),
-		PollInterval:            pollInterval,
-		MaxConcurrentReconciles: concurrency,
-		BackoffCap:              backoffCap,
-	}).SetupWithManager(mgr); err != nil {
-		log.Error(err, "Failed to set up the SandboxSnapshot controller")
-		os.Exit(1)
-	}
-	if err := (&controllers.SandboxForkReconciler{
-		Client:                  mgr.GetClient(),
-		Recorder:                mgr.GetEventRecorder("sandbox-controller"),
-		MaxConcurrentReconciles: concurrency,
-		BackoffCap:              backoffCap,
-	}).SetupWithManager(mgr); err != nil {
-		log.Error(err, "Failed to set up the SandboxFork controller")
-		os.Exit(1)
-	}
-	if err := metrics.SetupWithManager(mgr); err != nil {
-		log.Error(err, "Failed to set up the metrics")
+	}); err != nil {
+		log.Error(err, "Failed to set up the controllers")
 		os.Exit(1)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

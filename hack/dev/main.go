@@ -40,8 +40,6 @@ import (
 	"github.com/getsentry/sandbox-controller/controllers"
 	"github.com/getsentry/sandbox-controller/internal/admissionpolicy"
 	"github.com/getsentry/sandbox-controller/internal/emulator"
-	"github.com/getsentry/sandbox-controller/internal/httplimit"
-	"github.com/getsentry/sandbox-controller/internal/metrics"
 	"github.com/getsentry/sandbox-controller/internal/procfs"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
@@ -326,18 +324,10 @@ func newLayout(stateDir string) layout {
 	}
 }
 
-// startManager runs the manager with the Sandbox reconciler, configured as
-// cmd/manager configures it, until ctx ends. It returns once the controllers
+// startManager runs the manager with the controllers, set up as cmd/manager
+// sets them up (controllers.SetupWithManager), until ctx ends. It returns once the controllers
 // have started; the channel then yields the manager's result.
 func startManager(ctx context.Context, c config, cfg *rest.Config, vc vercel.Config) (chan error, error) {
-	vc.HTTPClient = httplimit.Client(c.vercelInFlight)
-	health := &controllers.VercelHealth{}
-	vc.OnRequest = health.ObserveRequest
-	metrics.InstrumentVercel(&vc)
-	api, err := vercel.New(vc)
-	if err != nil {
-		return nil, fmt.Errorf("vercel client: %w", err)
-	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 newScheme(),
 		Metrics:                metricsserver.Options{BindAddress: c.metricsAddr},
@@ -346,41 +336,15 @@ func startManager(ctx context.Context, c config, cfg *rest.Config, vc vercel.Con
 	if err != nil {
 		return nil, fmt.Errorf("create the manager: %w", err)
 	}
-	if err := (&controllers.SandboxReconciler{
-		Client:                  mgr.GetClient(),
-		APIReader:               mgr.GetAPIReader(),
-		Vercel:                  api,
-		Recorder:                mgr.GetEventRecorder("sandbox-controller"),
-		PollInterval:            c.pollInterval,
+	if err := controllers.SetupWithManager(mgr, vc, controllers.Options{
 		MaxConcurrentReconciles: c.concurrency,
+		VercelInFlight:          c.vercelInFlight,
+		PollInterval:            c.pollInterval,
 		BackoffCap:              c.backoffCap,
 		MaxSessionLength:        c.maxSessionLength,
 		ShutdownWarning:         c.shutdownWarning,
-		VercelHealth:            health,
-	}).SetupWithManager(mgr); err != nil {
-		return nil, fmt.Errorf("set up the Sandbox controller: %w", err)
-	}
-	if err := (&controllers.SandboxSnapshotReconciler{
-		Client:                  mgr.GetClient(),
-		APIReader:               mgr.GetAPIReader(),
-		Vercel:                  api,
-		Recorder:                mgr.GetEventRecorder("sandboxsnapshot-controller"),
-		PollInterval:            c.pollInterval,
-		MaxConcurrentReconciles: c.concurrency,
-		BackoffCap:              c.backoffCap,
-	}).SetupWithManager(mgr); err != nil {
-		return nil, fmt.Errorf("set up the SandboxSnapshot controller: %w", err)
-	}
-	if err := (&controllers.SandboxForkReconciler{
-		Client:                  mgr.GetClient(),
-		Recorder:                mgr.GetEventRecorder("sandbox-controller"),
-		MaxConcurrentReconciles: c.concurrency,
-		BackoffCap:              c.backoffCap,
-	}).SetupWithManager(mgr); err != nil {
-		return nil, fmt.Errorf("set up the SandboxFork controller: %w", err)
-	}
-	if err := metrics.SetupWithManager(mgr); err != nil {
-		return nil, fmt.Errorf("set up the metrics: %w", err)
+	}); err != nil {
+		return nil, err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return nil, err

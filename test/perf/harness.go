@@ -54,7 +54,6 @@ import (
 	"github.com/getsentry/sandbox-controller/internal/admissionpolicy"
 	"github.com/getsentry/sandbox-controller/internal/emulator"
 	"github.com/getsentry/sandbox-controller/internal/httplimit"
-	"github.com/getsentry/sandbox-controller/internal/metrics"
 	"github.com/getsentry/sandbox-controller/internal/procfs"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
@@ -355,10 +354,10 @@ func (h *harness) start(ctx context.Context) error {
 	h.vcfg = vercel.Config{
 		BaseURL: h.vercelURL, Token: h.emu.Token(), TeamID: "team_emulator", ProjectID: "prj_emulator",
 		RequestsPerMinute: h.cfg.RequestsPerMinute, UserAgent: "sandbox-controller",
-		HTTPClient: httplimit.Client(h.cfg.VercelInFlight),
 	}
 	// The direct arm's client: same configuration, hence the same shared
-	// request budget, without the operator's hooks (startOperator adds them).
+	// request budget and the same in-flight bound, without the operator's
+	// hooks (controllers.SetupWithManager adds them to the operator's).
 	dcfg := h.vcfg
 	dcfg.HTTPClient = httplimit.Client(h.cfg.VercelInFlight)
 	if h.direct, err = vercel.New(dcfg); err != nil {
@@ -421,8 +420,8 @@ func (h *harness) managerConfig(w *writeCounter) *rest.Config {
 	return c
 }
 
-// startOperator starts the production manager in this process: the Sandbox
-// reconciler with cmd/manager's settings and the metrics.
+// startOperator starts the production manager in this process: the three
+// controllers and the metrics with cmd/manager's settings.
 func (h *harness) startOperator(ctx context.Context) (*inProcess, error) {
 	w := newWriteCounter()
 	notFloor, err := labels.Parse(armLabel + " notin (" + armFloor + ")")
@@ -444,48 +443,13 @@ func (h *harness) startOperator(ctx context.Context) (*inProcess, error) {
 	if err != nil {
 		return nil, err
 	}
-	health := &controllers.VercelHealth{}
-	vcfg := h.vcfg
-	vcfg.OnRequest = health.ObserveRequest
-	metrics.InstrumentVercel(&vcfg) // as cmd/manager: metrics, then health
-	api, err := vercel.New(vcfg)
-	if err != nil {
-		return nil, err
-	}
-	if err := metrics.SetupWithManager(mgr); err != nil {
-		return nil, err
-	}
-	if err := (&controllers.SandboxReconciler{
-		Client:                  mgr.GetClient(),
-		APIReader:               mgr.GetAPIReader(),
-		Vercel:                  api,
-		Recorder:                mgr.GetEventRecorder("sandbox-controller"),
+	// As cmd/manager sets them up (the direct arm's client is h.direct).
+	if err := controllers.SetupWithManager(mgr, h.vcfg, controllers.Options{
+		MaxConcurrentReconciles: h.cfg.Concurrency,
+		VercelInFlight:          h.cfg.VercelInFlight,
 		PollInterval:            h.cfg.PollInterval,
-		MaxConcurrentReconciles: h.cfg.Concurrency,
 		BackoffCap:              h.cfg.BackoffCap,
-		VercelHealth:            health,
-	}).SetupWithManager(mgr); err != nil {
-		return nil, err
-	}
-	// The other kinds' controllers, as cmd/manager registers them: they watch
-	// Sandboxes too, and their handlers run on every Sandbox event.
-	if err := (&controllers.SandboxSnapshotReconciler{
-		Client:                  mgr.GetClient(),
-		APIReader:               mgr.GetAPIReader(),
-		Vercel:                  api,
-		Recorder:                mgr.GetEventRecorder("sandboxsnapshot-controller"),
-		PollInterval:            h.cfg.PollInterval,
-		MaxConcurrentReconciles: h.cfg.Concurrency,
-		BackoffCap:              h.cfg.BackoffCap,
-	}).SetupWithManager(mgr); err != nil {
-		return nil, err
-	}
-	if err := (&controllers.SandboxForkReconciler{
-		Client:                  mgr.GetClient(),
-		Recorder:                mgr.GetEventRecorder("sandbox-controller"),
-		MaxConcurrentReconciles: h.cfg.Concurrency,
-		BackoffCap:              h.cfg.BackoffCap,
-	}).SetupWithManager(mgr); err != nil {
+	}); err != nil {
 		return nil, err
 	}
 	m, err := runManager(ctx, mgr, w)
