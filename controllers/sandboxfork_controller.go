@@ -135,16 +135,13 @@ func (r *SandboxForkReconciler) snapshot(ctx context.Context, fork *sandboxv1.Sa
 		return snap, nil, ctrl.Result{}, nil
 	}
 
-	source := &sandboxv1.Sandbox{}
-	if err := r.Get(ctx, types.NamespacedName{Namespace: fork.Namespace, Name: src.SandboxRef.Name}, source); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return nil, nil, ctrl.Result{}, err
-		}
-		source = nil
+	source, err := findSandbox(ctx, r, fork.Namespace, src.SandboxRef.Name)
+	if err != nil {
+		return nil, nil, ctrl.Result{}, err
 	}
 	snap := &sandboxv1.SandboxSnapshot{}
 	key := types.NamespacedName{Namespace: fork.Namespace, Name: captureName(fork)}
-	err := r.Get(ctx, key, snap)
+	err = r.Get(ctx, key, snap)
 	switch {
 	case err == nil:
 		return snap, source, ctrl.Result{}, nil

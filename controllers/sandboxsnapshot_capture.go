@@ -24,12 +24,21 @@ func (r *SandboxSnapshotReconciler) reconcileCapture(ctx context.Context, snap *
 	st := &snap.Status
 	ref := snap.Spec.Source.SandboxRef
 	if st.SnapshotID != "" {
-		if err := r.resumeSource(ctx, snap); err != nil {
+		// A resume that failed after the capture is retried here.
+		resumed, err := r.resumeSource(ctx, snap)
+		if err != nil {
 			return ctrl.Result{}, err
+		}
+		if resumed {
+			if sbx, err := findSandbox(ctx, r, snap.Namespace, ref.Name); err == nil && sbx != nil {
+				if err := r.requestSandboxReconcile(ctx, sbx); err != nil {
+					return ctrl.Result{}, err
+				}
+			}
 		}
 		return r.observe(ctx, snap, st.SnapshotID)
 	}
-	sbx, err := r.getSandbox(ctx, snap.Namespace, ref.Name)
+	sbx, err := findSandbox(ctx, r, snap.Namespace, ref.Name)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -110,9 +119,10 @@ func (r *SandboxSnapshotReconciler) capture(ctx context.Context, snap *sandboxv1
 func (r *SandboxSnapshotReconciler) captured(ctx context.Context, snap *sandboxv1.SandboxSnapshot, sbx *sandboxv1.Sandbox, s *vercel.Snapshot) (ctrl.Result, error) {
 	snap.Status.SnapshotID = s.ID
 	r.markReady(snap, s)
-	if err := r.resumeSource(ctx, snap); err != nil {
+	if _, err := r.resumeSource(ctx, snap); err != nil {
 		return ctrl.Result{}, err
 	}
+	// One request for both: the Sandbox sees the stop and the resume.
 	if sbx != nil {
 		if err := r.requestSandboxReconcile(ctx, sbx); err != nil {
 			return ctrl.Result{}, err
@@ -122,24 +132,22 @@ func (r *SandboxSnapshotReconciler) captured(ctx context.Context, snap *sandboxv
 }
 
 // resumeSource starts a new session of the captured sandbox once, with
-// spec.keepSourceRunning. A resume of a sandbox that already runs returns its
-// session, so a repeat after a restart is harmless.
-func (r *SandboxSnapshotReconciler) resumeSource(ctx context.Context, snap *sandboxv1.SandboxSnapshot) error {
+// spec.keepSourceRunning, and reports whether it did; the caller asks the
+// Sandbox to look at Vercel again. A resume of a sandbox that already runs
+// returns its session, so a repeat after a restart is harmless.
+func (r *SandboxSnapshotReconciler) resumeSource(ctx context.Context, snap *sandboxv1.SandboxSnapshot) (bool, error) {
 	c := snap.Status.Capture
 	if !snap.Spec.KeepSourceRunning || c == nil || c.VercelName == "" || c.ResumedSessionID != "" {
-		return nil
+		return false, nil
 	}
 	resp, err := r.Vercel.GetSandbox(ctx, c.VercelName, true)
 	if err != nil {
-		return fmt.Errorf("resume sandbox %s after the capture: %w", c.VercelName, err)
+		return false, fmt.Errorf("resume sandbox %s after the capture: %w", c.VercelName, err)
 	}
 	c.ResumedSessionID = sessionID(resp)
 	r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Resumed", "Resume",
 		"Resumed Vercel sandbox %s in session %s after the capture (keepSourceRunning)", c.VercelName, c.ResumedSessionID)
-	if sbx, err := r.getSandbox(ctx, snap.Namespace, snap.Spec.Source.SandboxRef.Name); err == nil && sbx != nil {
-		return r.requestSandboxReconcile(ctx, sbx)
-	}
-	return nil
+	return true, nil
 }
 
 // findCapture looks for the snapshot taken of the recorded session.
@@ -167,8 +175,9 @@ func (r *SandboxSnapshotReconciler) requestSandboxReconcile(ctx context.Context,
 		sbx.Annotations = map[string]string{}
 	}
 	sbx.Annotations[sandboxv1.AnnotationReconcileRequestedAt] = r.now().UTC().Format(time.RFC3339Nano)
-	if err := r.Patch(ctx, sbx, patch); err != nil {
-		return fmt.Errorf("annotate Sandbox %s: %w", sbx.Name, client.IgnoreNotFound(err))
+	// A Sandbox deleted meanwhile has nothing left to notice.
+	if err := client.IgnoreNotFound(r.Patch(ctx, sbx, patch)); err != nil {
+		return fmt.Errorf("annotate Sandbox %s: %w", sbx.Name, err)
 	}
 	return nil
 }

@@ -424,10 +424,10 @@ func (r *SandboxSnapshotReconciler) capturesOf(ctx context.Context, obj client.O
 	})
 }
 
-// getSandbox reads a Sandbox of the namespace; nil when it does not exist.
-func (r *SandboxSnapshotReconciler) getSandbox(ctx context.Context, ns, name string) (*sandboxv1.Sandbox, error) {
+// findSandbox reads a Sandbox of the namespace; nil when it does not exist.
+func findSandbox(ctx context.Context, c client.Reader, ns, name string) (*sandboxv1.Sandbox, error) {
 	sbx := &sandboxv1.Sandbox{}
-	if err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, sbx); err != nil {
+	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, sbx); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, nil
 		}
