@@ -343,7 +343,7 @@ func (r *SandboxReconciler) observe(ctx context.Context, sbx *sandboxv1.Sandbox,
 	}
 	st.Phase = sandboxv1.SandboxRunning
 	setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionTrue, sandboxv1.ReasonRunning, fmt.Sprintf("Session %s is running", s.ID))
-	return r.keepAlive(ctx, sbx, s.ID, msTimeOf(s.StartedAt, s.CreatedAt), time.UnixMilli(sessionDeadline(s)), sd, now)
+	return r.keepAlive(ctx, sbx, s.ID, msTimeOf(sessionStart(s)), time.UnixMilli(sessionDeadline(s)), sd, now)
 }
 
 // update applies a changed spec to the Vercel sandbox: PATCH changes the
@@ -514,11 +514,7 @@ func expiresAt(sb *vercel.Sandbox, s *vercel.Session) *metav1.Time {
 	if sb.ExpiresAt > 0 {
 		return msTime(sb.ExpiresAt)
 	}
-	start := s.StartedAt
-	if start == 0 {
-		start = s.CreatedAt
-	}
-	return msTime(start + s.Timeout)
+	return msTime(sessionDeadline(s))
 }
 
 func sessionID(resp *vercel.SandboxResponse) string {
@@ -540,13 +536,10 @@ func timeOf(t *metav1.Time) time.Time {
 	return t.Time
 }
 
-// msTimeOf is the first non-zero of the Vercel ms timestamps, second-truncated
-// like status.
-func msTimeOf(ms ...int64) time.Time {
-	for _, v := range ms {
-		if t := msTime(v); t != nil {
-			return t.Time
-		}
+// msTimeOf is a Vercel ms timestamp second-truncated like status; zero for 0.
+func msTimeOf(ms int64) time.Time {
+	if t := msTime(ms); t != nil {
+		return t.Time
 	}
 	return time.Time{}
 }

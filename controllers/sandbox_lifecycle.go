@@ -161,10 +161,7 @@ func wantRunning(sbx *sandboxv1.Sandbox, sd shutdownState) bool {
 // plan maximum) or before it, which only someone else can have done: by
 // taking a snapshot of it (Snapshotted) or by stopping it (SessionStopped).
 func stopCause(s *vercel.Session, maxSession time.Duration) string {
-	start := s.StartedAt
-	if start == 0 {
-		start = s.CreatedAt
-	}
+	start := sessionStart(s)
 	at := s.RequestedStopAt
 	if at == 0 {
 		at = s.StoppedAt
@@ -224,12 +221,16 @@ func requeueAt(now time.Time, times ...time.Time) time.Duration {
 	return max(first.Sub(now), minRequeue)
 }
 
-// sessionDeadline is a session's deadline in ms: start (or creation) plus its
-// timeout.
-func sessionDeadline(s *vercel.Session) int64 {
-	start := s.StartedAt
-	if start == 0 {
-		start = s.CreatedAt
+// sessionStart is when a session started in ms, or its creation while it
+// has not.
+func sessionStart(s *vercel.Session) int64 {
+	if s.StartedAt != 0 {
+		return s.StartedAt
 	}
-	return start + s.Timeout
+	return s.CreatedAt
+}
+
+// sessionDeadline is a session's deadline in ms: its start plus its timeout.
+func sessionDeadline(s *vercel.Session) int64 {
+	return sessionStart(s) + s.Timeout
 }
