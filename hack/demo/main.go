@@ -28,12 +28,12 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/getsentry/sandbox-controller/internal/procfs"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
 
@@ -698,22 +698,9 @@ func readEnvFile(path string) (map[string]string, error) {
 // processesUsing describes the processes (other than this one) whose
 // command line or working directory mentions dir.
 func processesUsing(dir string) []string {
-	entries, _ := os.ReadDir("/proc")
 	var out []string
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		args := strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " ")
-		cwd, _ := os.Readlink(filepath.Join("/proc", e.Name(), "cwd"))
-		if strings.Contains(args, dir) || cwd == dir || strings.HasPrefix(cwd, dir+"/") {
-			out = append(out, fmt.Sprintf("PID %d %s", pid, args))
-		}
+	for _, p := range procfs.Using(dir) {
+		out = append(out, fmt.Sprintf("PID %d %s", p.PID, strings.Join(p.Args, " ")))
 	}
 	slices.Sort(out)
 	return out

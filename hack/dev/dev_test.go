@@ -231,11 +231,8 @@ func alive(pid int) bool {
 // directory mentions dir.
 func processesUsing(dir string) []int {
 	var out []int
-	for _, p := range procfs.List() {
-		cwd, _ := os.Readlink(fmt.Sprintf("/proc/%d/cwd", p.PID))
-		if p.PID != os.Getpid() && (strings.Contains(strings.Join(p.Args, " "), dir) || strings.HasPrefix(cwd, dir)) {
-			out = append(out, p.PID)
-		}
+	for _, p := range procfs.Using(dir) {
+		out = append(out, p.PID)
 	}
 	return out
 }

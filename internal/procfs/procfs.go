@@ -64,3 +64,20 @@ func ControlPlane() []Process {
 	slices.SortFunc(out, func(a, b Process) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
+
+// Using returns the processes other than this one whose command line
+// mentions dir or whose working directory is dir or below it: what a run on
+// dir left behind.
+func Using(dir string) []Process {
+	var out []Process
+	for _, p := range List() {
+		if p.PID == os.Getpid() {
+			continue
+		}
+		cwd, _ := os.Readlink(filepath.Join("/proc", strconv.Itoa(p.PID), "cwd"))
+		if strings.Contains(strings.Join(p.Args, " "), dir) || cwd == dir || strings.HasPrefix(cwd, dir+"/") {
+			out = append(out, p)
+		}
+	}
+	return out
+}
