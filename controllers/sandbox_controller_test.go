@@ -61,7 +61,7 @@ var _ = Describe("Sandbox", func() {
 			Expect(remote.CurrentSessionID).To(Equal(st.SessionID))
 			Expect(remote.VCPUs).To(Equal(int64(2)))
 			Expect(remote.Tags).To(HaveKeyWithValue("k8s-uid", string(sbx.UID)))
-			Expect(eventsFor(key)).To(ContainElement(ContainSubstring("Normal Created")))
+			expectEvent(key, "Normal Created")
 			// The name recorded before the create, and the result.
 			Expect(writes.get(key)).To(BeNumerically("<=", 2))
 
@@ -84,7 +84,7 @@ var _ = Describe("Sandbox", func() {
 				HaveField("Status", metav1.ConditionFalse), HaveField("Reason", sandboxv1.ReasonNotFound)))
 			Expect(getSandbox(key).Status.Phase).To(Equal(sandboxv1.SandboxFailed))
 			Consistently(func() bool { _, ok := emu.Sandbox(name); return ok }, 2*pollInterval).Should(BeFalse())
-			Expect(eventsFor(key)).To(ContainElement(ContainSubstring("Warning NotFound")))
+			expectEvent(key, "Warning NotFound")
 		})
 	})
 
@@ -105,12 +105,11 @@ var _ = Describe("Sandbox", func() {
 			Expect(json.Unmarshal(patches[len(patches)-1].Body, &sent)).To(Succeed())
 			Expect(sent.Ports).To(Equal([]int64{3000, 4000}))
 			Expect(sent.Env).To(Equal(map[string]string{"MODE": "fast"}))
-			Eventually(func() []string { return eventsFor(key) }).Should(ContainElement(ContainSubstring("Normal Updated")))
+			expectEvent(key, "Normal Updated")
 		})
 
 		It("reports a spec Vercel rejects as invalid, does not retry it, and recovers when the spec is fixed", func() {
 			key := types.NamespacedName{Namespace: ns, Name: "toobig"}
-			creates := emu.RequestCount("createSandbox")
 			// 16 vCPUs pass the CRD (≤ 32) but exceed the emulated Pro plan (8).
 			newSandbox(ns, "toobig", sandboxv1.SandboxSpec{Source: runtimeSource("node24"), Resources: &sandboxv1.SandboxResources{VCPUs: ptr.To[int32](16)}})
 			synced := func(g Gomega) *metav1.Condition {
@@ -119,8 +118,9 @@ var _ = Describe("Sandbox", func() {
 			Eventually(synced).Should(And(Not(BeNil()), HaveField("Status", metav1.ConditionFalse), HaveField("Reason", sandboxv1.ReasonInvalid)))
 			Expect(synced(Default).Message).To(ContainSubstring("vcpus"))
 			Expect(getSandbox(key).Status.LastError).To(HaveField("Reason", sandboxv1.ReasonInvalid))
-			Eventually(func() []string { return eventsFor(key) }).Should(ContainElement(ContainSubstring("Warning Invalid")))
-			Consistently(func() int64 { return emu.RequestCount("createSandbox") - creates }, 3*time.Second).Should(Equal(int64(1)))
+			expectEvent(key, "Warning Invalid")
+			name := getSandbox(key).Status.VercelName
+			Consistently(func() []recordedRequest { return createsFor(name) }, 3*time.Second).Should(HaveLen(1))
 
 			sbx := getSandbox(key)
 			sbx.Spec.Resources.VCPUs = ptr.To[int32](2)
@@ -238,7 +238,7 @@ var _ = Describe("Sandbox", func() {
 			Expect(cond.Message).To(ContainSubstring("token=[redacted]"))
 			sbx := getSandbox(key)
 			Expect(sbx.Status.Phase).To(Equal(sandboxv1.SandboxFailed))
-			Eventually(func() []string { return eventsFor(key) }).Should(ContainElement(ContainSubstring("Warning SetupFailed")))
+			expectEvent(key, "Warning SetupFailed")
 			_, err := vc.ReadFile(ctx, sbx.Status.SessionID, "never", "")
 			Expect(vercel.IsNotFound(err)).To(BeTrue(), "the step after the failed one must not run")
 			expectSecretNowhere(key, "sk_live_EchoedByMistake9")
@@ -395,18 +395,17 @@ var _ = Describe("Sandbox", func() {
 			waitReady(key)
 			cond := meta.FindStatusCondition(getSandbox(key).Status.Conditions, sandboxv1.ConditionSynced)
 			Expect(cond.Status).To(Equal(metav1.ConditionTrue))
-			Expect(eventsFor(key)).To(ContainElement(ContainSubstring("Warning Transient")))
+			expectEvent(key, "Warning Transient")
 		})
 
 		It("waits out 429s with Retry-After and becomes Ready without a hot loop", func() {
 			emu.Faults().RateLimit("createSandbox", 4, time.Second)
-			creates := emu.RequestCount("createSandbox")
 			key := types.NamespacedName{Namespace: ns, Name: "limited"}
 			start := time.Now()
 			newSandbox(ns, "limited", sandboxv1.SandboxSpec{Source: runtimeSource("node24")})
 			waitReady(key)
 			Expect(time.Since(start)).To(BeNumerically(">=", 4*time.Second))
-			Expect(emu.RequestCount("createSandbox")-creates).To(Equal(int64(5)), "four 429 answers, then one create")
+			Expect(createsFor(getSandbox(key).Status.VercelName)).To(HaveLen(5), "four 429 answers, then one create")
 		})
 	})
 
@@ -472,15 +471,24 @@ func expectSecretNowhere(key types.NamespacedName, secret string) {
 }
 
 // lastCreateFor returns the body of the last create request for a Vercel name.
-func lastCreateFor(name string) []byte {
-	var body []byte
+// createsFor returns the create requests for the Vercel sandbox name, oldest first.
+// Specs count these rather than the emulator's global counter, which other specs'
+// objects move too.
+func createsFor(name string) []recordedRequest {
+	var out []recordedRequest
 	for _, r := range recorder.requests(http.MethodPost, "/sandboxes") {
 		if strings.HasSuffix(strings.TrimSuffix(r.Path, "/"), "/sandboxes") && bytes.Contains(r.Body, []byte(`"`+name+`"`)) {
-			body = r.Body
+			out = append(out, r)
 		}
 	}
-	Expect(body).NotTo(BeNil(), "no create request for %s reached Vercel", name)
-	return body
+	return out
+}
+
+func lastCreateFor(name string) []byte {
+	GinkgoHelper()
+	creates := createsFor(name)
+	Expect(creates).NotTo(BeEmpty(), "no create request for %s reached Vercel", name)
+	return creates[len(creates)-1].Body
 }
 
 func kubectlApply(manifest string) (string, error) {

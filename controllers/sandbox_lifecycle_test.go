@@ -50,7 +50,7 @@ var _ = Describe("Sandbox lifecycle", func() {
 			Expect(sbx.Status.CurrentSnapshotID).To(HavePrefix("snap_"))
 			remote, _ := emu.Sandbox(sbx.Status.VercelName)
 			Expect(remote.Status).To(Equal(vercel.SessionStopped))
-			Expect(eventsFor(key)).To(ContainElement(ContainSubstring("Normal Stopped")))
+			expectEvent(key, "Normal Stopped")
 
 			By("polling it no more while it is stopped")
 			gets := len(recorder.requests(http.MethodGet, "/"+sbx.Status.VercelName))
@@ -69,7 +69,7 @@ var _ = Describe("Sandbox lifecycle", func() {
 			log, err := vc.ReadFile(ctx, sbx.Status.SessionID, "/vercel/sandbox/setup.log", "")
 			Expect(err).NotTo(HaveOccurred())
 			Expect(string(log)).To(Equal("ran\n"), "setup must not run again on resume")
-			Expect(eventsFor(key)).To(ContainElement(ContainSubstring("Normal Resumed")))
+			expectEvent(key, "Normal Resumed")
 			Expect(sessionsOf(sbx.Status.VercelName)).To(Equal(2))
 		})
 
@@ -112,7 +112,7 @@ var _ = Describe("Sandbox lifecycle", func() {
 			extends := len(recorder.requests(http.MethodPost, first+"/extend-timeout"))
 			// 28 s of heartbeats need about 28/(9-3) extensions, not one per heartbeat.
 			Expect(extends).To(And(BeNumerically(">=", 3), BeNumerically("<=", 8)))
-			Expect(eventsFor(key)).To(ContainElement(ContainSubstring("Normal Extended")))
+			expectEvent(key, "Normal Extended")
 
 			By("going Idle once the heartbeats stop")
 			Eventually(readyCondition(key), 4*9*time.Second).Should(HaveField("Reason", sandboxv1.ReasonIdleTimeout))
@@ -120,7 +120,7 @@ var _ = Describe("Sandbox lifecycle", func() {
 			Expect(sbx.Status.Phase).To(Equal(sandboxv1.SandboxIdle))
 			Expect(sbx.Status.ExpiresAt).To(BeNil())
 			Expect(sbx.Status.StoppedAt).NotTo(BeNil())
-			Expect(eventsFor(key)).To(ContainElement(ContainSubstring("Normal IdleTimeout")))
+			expectEvent(key, "Normal IdleTimeout")
 			gets := len(recorder.requests(http.MethodGet, "/"+name))
 			Consistently(func() int { return len(recorder.requests(http.MethodGet, "/"+name)) }, 3*pollInterval).Should(Equal(gets), "an Idle sandbox is not polled")
 
@@ -128,7 +128,7 @@ var _ = Describe("Sandbox lifecycle", func() {
 			heartbeat(key, time.Now())
 			Eventually(func() string { return getSandbox(key).Status.SessionID }).ShouldNot(Equal(first))
 			waitReady(key)
-			Expect(eventsFor(key)).To(ContainElement(ContainSubstring("Normal Resumed")))
+			expectEvent(key, "Normal Resumed")
 		})
 	})
 
@@ -139,13 +139,13 @@ var _ = Describe("Sandbox lifecycle", func() {
 			newSandbox(ns, "endofday", sandboxv1.SandboxSpec{Source: runtimeSource("node24"), ShutdownTime: &shutdown})
 			waitReady(key)
 			// The suite's manager warns the default 5 minutes ahead: at once here.
-			Eventually(func() []string { return eventsFor(key) }).Should(ContainElement(ContainSubstring("Warning ShutdownWarning")))
+			expectEvent(key, "Warning ShutdownWarning")
 			Expect(readyCondition(key)(Default).Status).To(Equal(metav1.ConditionTrue), "the warning comes before the stop")
 			Eventually(readyCondition(key), 3*8*time.Second).Should(HaveField("Reason", sandboxv1.ReasonShutdownTime))
 			Expect(time.Now()).To(BeTemporally(">=", shutdown.Time))
 			sbx := getSandbox(key)
 			Expect(sbx.Status.Phase).To(Equal(sandboxv1.SandboxStopped))
-			Expect(eventsFor(key)).To(ContainElement(ContainSubstring("Normal ShutdownStop")))
+			expectEvent(key, "Normal ShutdownStop")
 			remote, _ := emu.Sandbox(sbx.Status.VercelName)
 			Expect(remote.Status).To(Equal(vercel.SessionStopped))
 
@@ -160,12 +160,12 @@ var _ = Describe("Sandbox lifecycle", func() {
 			shutdown := metav1.NewTime(time.Now().Add(8 * time.Second).Truncate(time.Second)) // as the API server stores it
 			newSandbox(ns, "ephemeral", sandboxv1.SandboxSpec{Source: runtimeSource("node24"), ShutdownTime: &shutdown, ShutdownPolicy: sandboxv1.ShutdownDelete})
 			name := waitReady(key).Status.VercelName
-			Eventually(func() []string { return eventsFor(key) }).Should(ContainElement(ContainSubstring("Warning ShutdownWarning")))
+			expectEvent(key, "Warning ShutdownWarning")
 			Eventually(func() bool { return apierrors.IsNotFound(k8sClient.Get(ctx, key, &sandboxv1.Sandbox{})) }, 3*8*time.Second).Should(BeTrue())
 			Expect(time.Now()).To(BeTemporally(">=", shutdown.Time))
 			_, exists := emu.Sandbox(name)
 			Expect(exists).To(BeFalse())
-			Expect(eventsFor(key)).To(ContainElement(ContainSubstring("Normal ShutdownDelete")))
+			expectEvent(key, "Normal ShutdownDelete")
 		})
 	})
 
@@ -180,7 +180,7 @@ var _ = Describe("Sandbox lifecycle", func() {
 				HaveField("Status", metav1.ConditionFalse), HaveField("Reason", sandboxv1.ReasonSessionStopped),
 				HaveField("Message", ContainSubstring("outside the operator"))))
 			Expect(getSandbox(key).Status.Phase).To(Equal(sandboxv1.SandboxStopped))
-			Expect(eventsFor(key)).To(ContainElement(ContainSubstring("Warning SessionStopped")))
+			expectEvent(key, "Warning SessionStopped")
 
 			heartbeat(key, time.Now())
 			Eventually(func() string { return getSandbox(key).Status.SessionID }).ShouldNot(Equal(first))
@@ -198,7 +198,7 @@ var _ = Describe("Sandbox lifecycle", func() {
 			sbx := getSandbox(key)
 			Expect(sbx.Status.Phase).To(Equal(sandboxv1.SandboxStopped))
 			Expect(sbx.Status.CurrentSnapshotID).To(Equal(snap.Snapshot.ID))
-			Expect(eventsFor(key)).To(ContainElement(ContainSubstring("Normal Snapshotted")))
+			expectEvent(key, "Normal Snapshotted")
 			Expect(eventsFor(key)).NotTo(ContainElement(ContainSubstring("Warning SessionStopped")))
 		})
 
@@ -237,7 +237,7 @@ var _ = Describe("Sandbox lifecycle", func() {
 			Expect(sbx.Status.Phase).To(Equal(sandboxv1.SandboxFailed))
 			Expect(meta.FindStatusCondition(sbx.Status.Conditions, sandboxv1.ConditionResumable)).To(And(
 				HaveField("Status", metav1.ConditionFalse), HaveField("Reason", sandboxv1.ReasonSnapshotMissing)))
-			Expect(eventsFor(key)).To(ContainElement(ContainSubstring("Warning SnapshotMissing")))
+			expectEvent(key, "Warning SnapshotMissing")
 		})
 	})
 

@@ -3,7 +3,6 @@ package controllers_test
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -195,7 +194,7 @@ var _ = Describe("SandboxFork", func() {
 		cond := meta.FindStatusCondition(getFork("orphan").Status.Conditions, sandboxv1.ConditionReady)
 		Expect(cond.Reason).To(Equal(sandboxv1.ReasonSourceFailed))
 		Expect(cond.Message).To(ContainSubstring(`Sandbox "nope" does not exist`))
-		Expect(strings.Join(eventsFor(types.NamespacedName{Namespace: ns, Name: "orphan"}), "\n")).To(ContainSubstring("Warning SourceFailed"))
+		expectEvent(types.NamespacedName{Namespace: ns, Name: "orphan"}, "Warning SourceFailed")
 	})
 
 	It("refuses a fork with two sources or too many replicas", func() {

@@ -121,6 +121,22 @@ var _ = BeforeSuite(func() {
 	DeferCleanup(stopManager)
 })
 
+// A failed spec stops midway and leaves its objects behind, and some keep acting:
+// a recipe with maxAgeSeconds rebuilds every few seconds. Deleting them keeps one
+// failure from moving the Vercel traffic of the specs after it.
+var _ = AfterEach(func() {
+	if !CurrentSpecReport().Failed() {
+		return
+	}
+	ctx := context.Background()
+	for _, list := range []client.ObjectList{&sandboxv1.SandboxForkList{}, &sandboxv1.SandboxSnapshotList{}, &sandboxv1.SandboxList{}} {
+		Expect(k8sClient.List(ctx, list)).To(Succeed())
+		Expect(meta.EachListItem(list, func(obj runtime.Object) error {
+			return client.IgnoreNotFound(k8sClient.Delete(ctx, obj.(client.Object)))
+		})).To(Succeed())
+	}
+})
+
 func startManager(scheme *runtime.Scheme) {
 	mgrMu.Lock()
 	defer mgrMu.Unlock()
@@ -353,6 +369,14 @@ func eventsFor(key types.NamespacedName) []string {
 		}
 	}
 	return out
+}
+
+// expectEvent waits for an event about key whose "Type Reason: note" contains want.
+// It waits because the recorder sends events asynchronously: one may land after the
+// status or Vercel state the spec has already seen.
+func expectEvent(key types.NamespacedName, want string) {
+	GinkgoHelper()
+	Eventually(func() []string { return eventsFor(key) }).Should(ContainElement(ContainSubstring(want)))
 }
 
 // kubectl runs the real kubectl against the envtest API server.
