@@ -165,7 +165,25 @@ var _ = Describe("Sandbox lifecycle", func() {
 			Expect(time.Now()).To(BeTemporally(">=", shutdown.Time))
 			_, exists := emu.Sandbox(name)
 			Expect(exists).To(BeFalse())
+			Expect(recorder.requests(http.MethodDelete, "/"+name)).To(HaveLen(1), "deleted once, by the finalizer")
 			expectEvent(key, "Normal ShutdownDelete")
+			expectEvent(key, "Normal Deleted")
+		})
+
+		It("with deletionPolicy Retain deletes only the object at shutdownTime, and stops the session it keeps", func() {
+			key := types.NamespacedName{Namespace: ns, Name: "kept"}
+			shutdown := metav1.NewTime(time.Now().Add(4 * time.Second).Truncate(time.Second))
+			newSandbox(ns, "kept", sandboxv1.SandboxSpec{Source: runtimeSource("node24"), ShutdownTime: &shutdown,
+				ShutdownPolicy: sandboxv1.ShutdownDelete, DeletionPolicy: sandboxv1.DeletionPolicyRetain})
+			sbx := waitReady(key)
+			DeferCleanup(func() { _, _ = vc.DeleteSandbox(context.Background(), sbx.Status.VercelName, false) })
+			Eventually(func() bool { return apierrors.IsNotFound(k8sClient.Get(ctx, key, &sandboxv1.Sandbox{})) }, 3*4*time.Second).Should(BeTrue())
+			remote, exists := emu.Sandbox(sbx.Status.VercelName)
+			Expect(exists).To(BeTrue(), "Retain keeps the Vercel sandbox")
+			Eventually(func() vercel.SessionStatus { return sessionStatus(remote.CurrentSessionID) }).Should(Equal(vercel.SessionStopped))
+			Expect(recorder.requests(http.MethodDelete, "/"+sbx.Status.VercelName)).To(BeEmpty())
+			expectEvent(key, "Normal ShutdownDelete")
+			expectEvent(key, "Normal Retained")
 		})
 	})
 

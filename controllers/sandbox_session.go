@@ -282,7 +282,10 @@ func (r *SandboxReconciler) warnShutdown(sbx *sandboxv1.Sandbox, sd shutdownStat
 	}
 	r.warned.Store(client.ObjectKeyFromObject(sbx), at)
 	what := "stopped"
-	if sbx.Spec.ShutdownPolicy == sandboxv1.ShutdownDelete {
+	switch {
+	case sbx.Spec.ShutdownPolicy == sandboxv1.ShutdownDelete && sbx.Spec.DeletionPolicy == sandboxv1.DeletionPolicyRetain:
+		what = "deleted, keeping its Vercel sandbox stopped (deletionPolicy Retain),"
+	case sbx.Spec.ShutdownPolicy == sandboxv1.ShutdownDelete:
 		what = "deleted with its Vercel sandbox"
 	}
 	r.Recorder.Eventf(sbx, nil, corev1.EventTypeWarning, "ShutdownWarning", "Shutdown",
@@ -290,16 +293,31 @@ func (r *SandboxReconciler) warnShutdown(sbx *sandboxv1.Sandbox, sd shutdownStat
 }
 
 // shutdownDelete ends a Sandbox whose shutdownTime has come with policy
-// Delete: the Vercel sandbox, then the object.
+// Delete by deleting the object: the finalizer then treats the Vercel sandbox
+// as any delete does, so it is deleted once, and kept under deletionPolicy
+// Retain. A kept sandbox has its session stopped first, because a shutdown
+// time promises that nothing runs (and bills) after it.
 func (r *SandboxReconciler) shutdownDelete(ctx context.Context, sbx *sandboxv1.Sandbox) (ctrl.Result, error) {
-	name := sbx.Status.VercelName
-	if _, err := r.Vercel.DeleteSandbox(ctx, name, false); err != nil && !vercel.IsNotFound(err) {
-		return ctrl.Result{}, fmt.Errorf("delete sandbox %s at shutdown: %w", name, err)
+	st := &sbx.Status
+	if sbx.Spec.DeletionPolicy == sandboxv1.DeletionPolicyRetain && st.SessionID != "" && sessionMayRun(st.Phase) {
+		if _, err := r.Vercel.StopSession(ctx, st.SessionID); err != nil && !vercel.IsGone(err) && !vercel.IsNotFound(err) {
+			return ctrl.Result{}, fmt.Errorf("stop session %s at shutdown: %w", st.SessionID, err)
+		}
 	}
-	logf.FromContext(ctx).Info("Deleted Vercel sandbox at shutdownTime", "vercelName", name)
-	r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "ShutdownDelete", "Delete", "Deleted Vercel sandbox %s because spec.shutdownTime has come", name)
+	logf.FromContext(ctx).Info("Deleting Sandbox at shutdownTime", "vercelName", st.VercelName)
+	r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "ShutdownDelete", "Delete", "Deleting this Sandbox because spec.shutdownTime has come (deletionPolicy %s)", sbx.Spec.DeletionPolicy)
 	if err := r.Delete(ctx, sbx); err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{}, nil
+}
+
+// sessionMayRun reports whether a Sandbox in phase may have a session that
+// has not stopped.
+func sessionMayRun(phase sandboxv1.SandboxPhase) bool {
+	switch phase {
+	case sandboxv1.SandboxStopped, sandboxv1.SandboxIdle, sandboxv1.SandboxFailed:
+		return false
+	}
+	return true
 }

@@ -111,7 +111,9 @@ type ShutdownPolicy string
 const (
 	// ShutdownStop stops the session and keeps it stopped.
 	ShutdownStop ShutdownPolicy = "Stop"
-	// ShutdownDelete deletes the Vercel sandbox and this object.
+	// ShutdownDelete deletes this object. As for any delete, spec.deletionPolicy
+	// decides whether the Vercel sandbox goes with it; under Retain it is kept
+	// with its session stopped.
 	ShutdownDelete ShutdownPolicy = "Delete"
 )
 
@@ -405,7 +407,8 @@ type SandboxSpec struct {
 	// +optional
 	ShutdownTime *metav1.Time `json:"shutdownTime,omitempty"`
 	// shutdownPolicy: Stop (default) stops the session at shutdownTime and keeps
-	// it stopped; Delete deletes the Vercel sandbox and this object.
+	// it stopped; Delete deletes this object, and with it the Vercel sandbox
+	// unless deletionPolicy is Retain (then the sandbox is kept, stopped).
 	// +optional
 	// +kubebuilder:default=Stop
 	ShutdownPolicy ShutdownPolicy `json:"shutdownPolicy,omitempty"`
