@@ -138,25 +138,7 @@ func (r *SandboxReconciler) patchStatusIfChanged(ctx context.Context, before, sb
 // lastError, emits a warning event for a new error, writes status only when it
 // changed, and turns the error into the right retry.
 func (r *SandboxReconciler) finish(ctx context.Context, before, sbx *sandboxv1.Sandbox, res ctrl.Result, err error) (ctrl.Result, error) {
-	st := &sbx.Status
-	if err == nil {
-		setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionSynced, metav1.ConditionTrue, sandboxv1.ReasonReconciled, "")
-		st.LastError = nil
-	} else {
-		class := classify(err)
-		msg := err.Error()
-		setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionSynced, metav1.ConditionFalse, class.reason, msg)
-		if st.LastError == nil || st.LastError.Reason != class.reason || st.LastError.Message != msg {
-			st.LastError = &sandboxv1.ErrorStatus{Time: metav1.Now(), Reason: class.reason, Message: msg}
-			r.Recorder.Eventf(sbx, nil, corev1.EventTypeWarning, class.reason, "Reconcile", "%s", msg)
-		}
-		switch {
-		case class.retryAfter > 0:
-			res, err = ctrl.Result{RequeueAfter: class.retryAfter}, nil
-		case class.terminal:
-			err = reconcile.TerminalError(err)
-		}
-	}
+	res, err = reportOutcome(r.Recorder, sbx, sbx.Generation, &sbx.Status.Conditions, &sbx.Status.LastError, res, err)
 	if perr := r.patchStatusIfChanged(ctx, before, sbx); perr != nil {
 		return ctrl.Result{}, perr
 	}
@@ -343,7 +325,9 @@ func (r *SandboxReconciler) observe(ctx context.Context, sbx *sandboxv1.Sandbox,
 	}
 	st.Phase = sandboxv1.SandboxRunning
 	setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionTrue, sandboxv1.ReasonRunning, fmt.Sprintf("Session %s is running", s.ID))
-	return r.keepAlive(ctx, sbx, s.ID, msTimeOf(sessionStart(s)), time.UnixMilli(sessionDeadline(s)), sd, now)
+	// The deadline recorded in status (Vercel's own expiresAt where it sends
+	// one), so that this path and the between-polls path decide alike.
+	return r.keepAlive(ctx, sbx, s.ID, msTimeOf(sessionStart(s)), st.ExpiresAt.Time, sd, now)
 }
 
 // update applies a changed spec to the Vercel sandbox: PATCH changes the

@@ -101,7 +101,7 @@ func (r *SandboxReconciler) reportSetupFailed(ctx context.Context, sbx *sandboxv
 	st.Phase = sandboxv1.SandboxFailed
 	setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonSetupFailed, msg)
 	if !wasFailed {
-		r.Recorder.Eventf(sbx, nil, corev1.EventTypeWarning, sandboxv1.ReasonSetupFailed, "RunCommand", "%s", truncate(msg, 1024))
+		r.Recorder.Eventf(sbx, nil, corev1.EventTypeWarning, sandboxv1.ReasonSetupFailed, "RunCommand", "%s", truncate(msg, maxEventNote))
 	}
 	return nil
 }

@@ -617,7 +617,7 @@ func (r *SandboxSnapshotReconciler) buildFailed(ctx context.Context, snap *sandb
 	if b.StartedAt != nil {
 		metrics.ObserveSnapshotBuild(metrics.BuildFailed, r.now().Sub(b.StartedAt.Time))
 	}
-	r.Recorder.Eventf(snap, nil, corev1.EventTypeWarning, sandboxv1.ReasonBuildFailed, "Build", "%s", truncate(msg, 1024))
+	r.Recorder.Eventf(snap, nil, corev1.EventTypeWarning, sandboxv1.ReasonBuildFailed, "Build", "%s", truncate(msg, maxEventNote))
 	if serving {
 		setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionTrue, sandboxv1.ReasonBuildFailed,
 			fmt.Sprintf("Serving %s; its rebuild failed: %s", st.SnapshotID, msg))

@@ -125,25 +125,7 @@ func (r *SandboxSnapshotReconciler) ensureMetadata(ctx context.Context, snap *sa
 // emits a warning event for a new error, writes status only when it changed,
 // and turns the error into the right retry.
 func (r *SandboxSnapshotReconciler) finish(ctx context.Context, before, snap *sandboxv1.SandboxSnapshot, res ctrl.Result, err error) (ctrl.Result, error) {
-	st := &snap.Status
-	if err == nil {
-		setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionSynced, metav1.ConditionTrue, sandboxv1.ReasonReconciled, "")
-		st.Error = nil
-	} else {
-		class := classify(err)
-		msg := err.Error()
-		setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionSynced, metav1.ConditionFalse, class.reason, msg)
-		if st.Error == nil || st.Error.Reason != class.reason || st.Error.Message != msg {
-			st.Error = &sandboxv1.ErrorStatus{Time: metav1.Now(), Reason: class.reason, Message: truncate(msg, 4096)}
-			r.Recorder.Eventf(snap, nil, corev1.EventTypeWarning, class.reason, "Reconcile", "%s", truncate(msg, 1024))
-		}
-		switch {
-		case class.retryAfter > 0:
-			res, err = ctrl.Result{RequeueAfter: class.retryAfter}, nil
-		case class.terminal:
-			err = reconcile.TerminalError(err)
-		}
-	}
+	res, err = reportOutcome(r.Recorder, snap, snap.Generation, &snap.Status.Conditions, &snap.Status.Error, res, err)
 	if !apiequality.Semantic.DeepEqual(before.Status, snap.Status) {
 		if perr := r.Status().Patch(ctx, snap, client.MergeFrom(before)); perr != nil {
 			return ctrl.Result{}, perr
