@@ -57,7 +57,7 @@ func (r *SandboxReconciler) fromStatus(ctx context.Context, sbx *sandboxv1.Sandb
 			res, err := r.shutdownDelete(ctx, sbx)
 			return res, true, err
 		}
-		if !hasCondition(st.Conditions, sandboxv1.ConditionResumable, sandboxv1.ReasonNotPersistent) &&
+		if !notPersistent(st) &&
 			shouldResume(ready.Reason, wantRunning(sbx, sd), timeOf(st.StoppedAt), lastActivity(sbx)) {
 			res, err := r.resume(ctx, sbx)
 			return res, true, err
@@ -89,7 +89,7 @@ func (r *SandboxReconciler) observeStopped(ctx context.Context, sbx *sandboxv1.S
 		reason = prev.Reason
 	default:
 		reason = stopCause(s, r.maxSessionLength())
-		if id, ok := r.refused.Load(client.ObjectKeyFromObject(sbx)); ok && id == s.ID && reason == sandboxv1.ReasonIdleTimeout {
+		if reason == sandboxv1.ReasonIdleTimeout && r.extensionRefused(client.ObjectKeyFromObject(sbx), s.ID) {
 			// It ran to the deadline Vercel would not move: the plan's limit.
 			reason = sandboxv1.ReasonMaxSessionLength
 		}
@@ -99,10 +99,10 @@ func (r *SandboxReconciler) observeStopped(ctx context.Context, sbx *sandboxv1.S
 			return ctrl.Result{}, err
 		}
 	}
-	persistent := !hasCondition(st.Conditions, sandboxv1.ConditionResumable, sandboxv1.ReasonNotPersistent)
+	persistent := !notPersistent(st)
 	msg := r.stopMessage(sbx, s, reason)
 	if !persistent {
-		msg += "; spec.persistent is false, so it cannot run again: delete and re-create this Sandbox for a new one"
+		msg += cannotRunAgain
 	}
 	if prev == nil || prev.Reason != reason {
 		// Reported even when a heartbeat resumes the sandbox right away.
@@ -183,8 +183,8 @@ func (r *SandboxReconciler) stopSession(ctx context.Context, sbx *sandboxv1.Sand
 	st.ExpiresAt = nil
 	st.Phase = sandboxv1.SandboxStopped
 	msg := fmt.Sprintf("Session %s stopped because %s", sessionID, why)
-	if hasCondition(st.Conditions, sandboxv1.ConditionResumable, sandboxv1.ReasonNotPersistent) {
-		msg += "; spec.persistent is false, so it cannot run again: delete and re-create this Sandbox for a new one"
+	if notPersistent(st) {
+		msg += cannotRunAgain
 	}
 	setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, reason, msg)
 	r.forgetPoll(client.ObjectKeyFromObject(sbx))
@@ -227,6 +227,23 @@ func (r *SandboxReconciler) resume(ctx context.Context, sbx *sandboxv1.Sandbox) 
 	return r.observe(ctx, sbx, resp)
 }
 
+// notPersistent reports whether Vercel reported the sandbox as not
+// persistent: once its session stops, it cannot run again.
+func notPersistent(st *sandboxv1.SandboxStatus) bool {
+	return hasCondition(st.Conditions, sandboxv1.ConditionResumable, sandboxv1.ReasonNotPersistent)
+}
+
+// cannotRunAgain ends the message about a stopped session of a sandbox that
+// is not persistent.
+const cannotRunAgain = "; spec.persistent is false, so it cannot run again: delete and re-create this Sandbox for a new one"
+
+// extensionRefused reports whether Vercel refused to extend this session of
+// the Sandbox at key.
+func (r *SandboxReconciler) extensionRefused(key client.ObjectKey, sessionID string) bool {
+	id, ok := r.refused.Load(key)
+	return ok && id == sessionID
+}
+
 // keepAlive extends the running session when its deadline comes near and a
 // heartbeat asks for more time, warns of a coming shutdown, and says when to
 // look again: the next poll, extension check, deadline or shutdown timer.
@@ -234,7 +251,7 @@ func (r *SandboxReconciler) keepAlive(ctx context.Context, sbx *sandboxv1.Sandbo
 	st := &sbx.Status
 	k := keepAlive{start: start, deadline: deadline, activity: lastActivity(sbx), idle: idleWindow(sbx), max: r.maxSessionLength()}
 	key := client.ObjectKeyFromObject(sbx)
-	if id, ok := r.refused.Load(key); ok && id == sessionID {
+	if r.extensionRefused(key, sessionID) {
 		k.max = deadline.Sub(start) + capSafety // the deadline is the limit
 	}
 	if ext := k.extension(now); ext > 0 {

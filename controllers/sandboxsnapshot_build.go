@@ -325,14 +325,7 @@ func (r *SandboxSnapshotReconciler) follow(snap, driver *sandboxv1.SandboxSnapsh
 			return ctrl.Result{}
 		}
 	}
-	msg := fmt.Sprintf("Waiting for the build run by SandboxSnapshot %s (same content hash)", driver.Name)
-	if serving {
-		setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionTrue, sandboxv1.ReasonRebuilding,
-			fmt.Sprintf("Serving %s while it is rebuilt. %s", st.SnapshotID, msg))
-	} else {
-		st.Phase = sandboxv1.SnapshotBuilding
-		setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonBuilding, msg)
-	}
+	r.building(snap, serving, fmt.Sprintf("Waiting for the build run by SandboxSnapshot %s (same content hash)", driver.Name))
 	return ctrl.Result{RequeueAfter: snapshotWaitPoll}
 }
 
