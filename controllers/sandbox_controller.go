@@ -222,8 +222,12 @@ func (r *SandboxReconciler) adopt(ctx context.Context, sbx *sandboxv1.Sandbox) (
 
 func (r *SandboxReconciler) create(ctx context.Context, sbx *sandboxv1.Sandbox) (ctrl.Result, error) {
 	st := &sbx.Status
-	if sbx.Spec.Source.SnapshotRef != nil {
-		return r.createFromSnapshotRef(ctx, sbx)
+	source, ok, err := r.resolveSource(ctx, sbx)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if !ok {
+		return ctrl.Result{RequeueAfter: snapshotRefPoll}, nil
 	}
 	secrets := &secretReader{reader: r.APIReader, namespace: sbx.Namespace}
 	cfg, err := buildConfig(ctx, secrets, &sbx.Spec)
@@ -240,7 +244,7 @@ func (r *SandboxReconciler) create(ctx context.Context, sbx *sandboxv1.Sandbox) 
 		NetworkPolicy: cfg.networkPolicy,
 		Tags:          map[string]string{tagManagedBy: tagManagedByValue, tagOwnerUID: string(sbx.UID)},
 	}
-	if err := buildSource(ctx, secrets, &sbx.Spec.Source, &req); err != nil {
+	if err := buildSource(ctx, secrets, &source, &req); err != nil {
 		return ctrl.Result{RequeueAfter: snapshotRefPoll}, err
 	}
 	resp, err := r.Vercel.CreateSandbox(ctx, req)
@@ -252,8 +256,11 @@ func (r *SandboxReconciler) create(ctx context.Context, sbx *sandboxv1.Sandbox) 
 	}
 	logf.FromContext(ctx).Info("Created Vercel sandbox", "vercelName", st.VercelName, "session", sessionID(resp))
 	r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Created", "Create", "Created Vercel sandbox %s", st.VercelName)
-	if src := sbx.Spec.Source.SnapshotID; src != nil {
-		st.BootedFrom = &sandboxv1.BootedFrom{SnapshotID: *src}
+	if id := source.SnapshotID; id != nil {
+		st.BootedFrom = &sandboxv1.BootedFrom{SnapshotID: *id}
+		if ref := sbx.Spec.Source.SnapshotRef; ref != nil {
+			st.BootedFrom.SnapshotName = ref.Name
+		}
 	}
 	st.ObservedGeneration = sbx.Generation
 	return r.observe(ctx, sbx, resp)

@@ -7,7 +7,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -16,40 +15,34 @@ import (
 
 // +kubebuilder:rbac:groups=sandbox.sentry.io,resources=sandboxsnapshots,verbs=get;list;watch
 
-// createFromSnapshotRef creates a Sandbox whose source is a SandboxSnapshot:
-// once the snapshot is ready to use, exactly as if spec.source named its
-// Vercel snapshot id; until then Ready=False with reason WaitingForSnapshot
-// (a snapshot becoming ready wakes the Sandbox, see snapshotRefRequests).
-func (r *SandboxReconciler) createFromSnapshotRef(ctx context.Context, sbx *sandboxv1.Sandbox) (ctrl.Result, error) {
+// resolveSource returns the source to create the Vercel sandbox from. A
+// snapshotRef resolves to its SandboxSnapshot's Vercel snapshot id once that is
+// ready to use; until then ok is false and the Sandbox reports Ready=False with
+// reason WaitingForSnapshot (a snapshot becoming ready wakes the Sandbox, see
+// snapshotRefRequests).
+func (r *SandboxReconciler) resolveSource(ctx context.Context, sbx *sandboxv1.Sandbox) (src sandboxv1.SandboxSource, ok bool, err error) {
 	ref := sbx.Spec.Source.SnapshotRef
-	st := &sbx.Status
+	if ref == nil {
+		return sbx.Spec.Source, true, nil
+	}
 	snap := &sandboxv1.SandboxSnapshot{}
-	err := r.Get(ctx, types.NamespacedName{Namespace: sbx.Namespace, Name: ref.Name}, snap)
+	err = r.Get(ctx, types.NamespacedName{Namespace: sbx.Namespace, Name: ref.Name}, snap)
 	var why string
 	switch {
 	case apierrors.IsNotFound(err):
 		why = fmt.Sprintf("Waiting for SandboxSnapshot %q, which does not exist", ref.Name)
 	case err != nil:
-		return ctrl.Result{}, err
+		return src, false, err
 	case !snap.Status.ReadyToUse || snap.Status.SnapshotID == "":
 		why = fmt.Sprintf("Waiting for SandboxSnapshot %q to be ready to use (phase %s)", ref.Name, snap.Status.Phase)
 	}
 	if why != "" {
-		st.Phase = sandboxv1.SandboxPending
-		setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonWaitingForSnapshot, why)
-		return ctrl.Result{RequeueAfter: snapshotRefPoll}, nil
+		sbx.Status.Phase = sandboxv1.SandboxPending
+		setCondition(&sbx.Status.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonWaitingForSnapshot, why)
+		return src, false, nil
 	}
-	// Boot through the ordinary create path with the snapshot id as source;
-	// only this in-memory copy's spec changes, and its status is taken back.
 	id := snap.Status.SnapshotID
-	resolved := sbx.DeepCopy()
-	resolved.Spec.Source = sandboxv1.SandboxSource{SnapshotID: &id}
-	res, err := r.create(ctx, resolved)
-	sbx.Status = resolved.Status
-	if sbx.Status.BootedFrom != nil {
-		sbx.Status.BootedFrom.SnapshotName = ref.Name
-	}
-	return res, err
+	return sandboxv1.SandboxSource{SnapshotID: &id}, true, nil
 }
 
 // snapshotRefRequests maps a SandboxSnapshot that is ready to use to the
