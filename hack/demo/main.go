@@ -65,6 +65,8 @@ type step struct {
 	timeout time.Duration
 	// cleanup steps run even after an earlier step failed.
 	cleanup bool
+	// final steps run even after Ctrl-C: they stop the environment.
+	final bool
 	run     func(ctx context.Context) error
 }
 
@@ -125,7 +127,7 @@ func run(o options) int {
 	for i, s := range steps {
 		label := fmt.Sprintf("%d/%d %s", i+1, len(steps), s.name)
 		interrupted := ctx.Err() != nil
-		if (failed > 0 || interrupted) && !s.cleanup || interrupted && s.name != stepStop {
+		if (failed > 0 || interrupted) && !s.cleanup || interrupted && !s.final {
 			fmt.Fprintf(t.out, "- %s: skipped\n", label)
 			continue
 		}
@@ -171,8 +173,6 @@ func run(o options) int {
 	return 0
 }
 
-const stepStop = "stop the dev environment"
-
 // steps is the tour. Everything a user would type is a kubectl command run
 // through bash exactly as the README shows it; Go code only checks results
 // and plays the client that writes and reads files on the Vercel data plane.
@@ -190,7 +190,7 @@ func (t *tour) steps() []step {
 		{name: "resume hello: a new session, the file survived", timeout: st, run: t.resume},
 		{name: "delete everything", timeout: st, cleanup: true, run: t.deleteAll},
 		{name: "no Vercel sandbox or snapshot is left", timeout: time.Minute, cleanup: true, run: t.nothingLeft},
-		{name: stepStop, timeout: 2 * time.Minute, cleanup: true, run: t.stopDev},
+		{name: "stop the dev environment", timeout: 2 * time.Minute, cleanup: true, final: true, run: t.stopDev},
 	}
 }
 
