@@ -257,13 +257,24 @@ func (r *SandboxReconciler) create(ctx context.Context, sbx *sandboxv1.Sandbox) 
 	logf.FromContext(ctx).Info("Created Vercel sandbox", "vercelName", st.VercelName, "session", sessionID(resp))
 	r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Created", "Create", "Created Vercel sandbox %s", st.VercelName)
 	if id := source.SnapshotID; id != nil {
-		st.BootedFrom = &sandboxv1.BootedFrom{SnapshotID: *id}
-		if ref := sbx.Spec.Source.SnapshotRef; ref != nil {
-			st.BootedFrom.SnapshotName = ref.Name
-		}
+		st.BootedFrom = bootedFrom(sbx, *id)
 	}
 	st.ObservedGeneration = sbx.Generation
 	return r.observe(ctx, sbx, resp)
+}
+
+// bootedFrom records the Vercel snapshot a Sandbox booted from, with the
+// SandboxSnapshot that named it, if any. Nil for a Sandbox that did not
+// boot from a snapshot.
+func bootedFrom(sbx *sandboxv1.Sandbox, snapshotID string) *sandboxv1.BootedFrom {
+	src := sbx.Spec.Source
+	switch {
+	case src.SnapshotRef != nil:
+		return &sandboxv1.BootedFrom{SnapshotID: snapshotID, SnapshotName: src.SnapshotRef.Name}
+	case src.SnapshotID != nil:
+		return &sandboxv1.BootedFrom{SnapshotID: snapshotID}
+	}
+	return nil
 }
 
 // observe records the remote state and takes the next step for it.
@@ -278,6 +289,11 @@ func (r *SandboxReconciler) observe(ctx context.Context, sbx *sandboxv1.Sandbox,
 	s := resp.Session
 	if s == nil {
 		return ctrl.Result{RequeueAfter: sessionStartPoll}, nil
+	}
+	if st.BootedFrom == nil && st.SessionID == "" && s.SourceSnapshotID != "" {
+		// Adopted (the create's answer was lost): the first session says
+		// which snapshot it booted from.
+		st.BootedFrom = bootedFrom(sbx, s.SourceSnapshotID)
 	}
 	sameSession := st.SessionID == s.ID
 	st.SessionID = s.ID

@@ -356,9 +356,12 @@ var _ = Describe("Sandbox", func() {
 		AfterEach(func() { emu.Faults().Reset() })
 
 		It("adopts a sandbox whose create committed but whose answer was lost, across a manager restart", func() {
+			snapID := snapshotWithFile("adopted.txt", "booted\n")
+			newSnapshot(ns, "lost-base", sandboxv1.SandboxSnapshotSpec{Source: sandboxv1.SandboxSnapshotSource{SnapshotID: &snapID}})
+			waitSnapshotReady(types.NamespacedName{Namespace: ns, Name: "lost-base"})
 			emu.Faults().CommitThenFail("createSandbox", 3, emulator.FailDropConnection)
 			key := types.NamespacedName{Namespace: ns, Name: "lost"}
-			newSandbox(ns, "lost", sandboxv1.SandboxSpec{Source: runtimeSource("node24")})
+			newSandbox(ns, "lost", sandboxv1.SandboxSpec{Source: sandboxv1.SandboxSource{SnapshotRef: &sandboxv1.LocalObjectReference{Name: "lost-base"}}})
 			Eventually(func() string { return getSandbox(key).Status.VercelName }).ShouldNot(BeEmpty())
 			name := getSandbox(key).Status.VercelName
 			Eventually(func() bool { _, ok := emu.Sandbox(name); return ok }).Should(BeTrue())
@@ -372,6 +375,7 @@ var _ = Describe("Sandbox", func() {
 				}
 			}
 			Expect(owned).To(Equal(1))
+			Expect(sbx.Status.BootedFrom).To(Equal(&sandboxv1.BootedFrom{SnapshotID: snapID, SnapshotName: "lost-base"}), "recorded from the adopted session")
 		})
 
 		It("confirms a delete whose answer was lost, across a manager restart", func() {
