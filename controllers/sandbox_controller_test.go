@@ -67,10 +67,11 @@ var _ = Describe("Sandbox", func() {
 
 			By("writing nothing on a reconcile that finds nothing to do")
 			before := writes.get(key)
-			gets := emu.RequestCount("getSandbox")
+			getsOf := func() int { return len(recorder.requests(http.MethodGet, "/"+sbx.Status.VercelName)) }
+			gets := getsOf()
 			sbx.Annotations = map[string]string{"touch": "1"}
 			Expect(k8sClient.Update(ctx, sbx)).To(Succeed())
-			Eventually(func() int64 { return emu.RequestCount("getSandbox") }).Should(BeNumerically(">", gets))
+			Eventually(getsOf).Should(BeNumerically(">", gets), "this sandbox was looked at in Vercel since the touch")
 			Consistently(func() int { return writes.get(key) }, 3*time.Second).Should(Equal(before))
 		})
 
