@@ -67,7 +67,7 @@ type step struct {
 	cleanup bool
 	// final steps run even after Ctrl-C: they stop the environment.
 	final bool
-	run     func(ctx context.Context) error
+	run   func(ctx context.Context) error
 }
 
 // tour holds what the steps share.

@@ -413,7 +413,7 @@ func lock(path string) (unlock func(), err error) {
 			"Use it (source %s), or stop it with Ctrl-C in its terminal or `kill %s`, then run `make dev` again",
 			filepath.Dir(path), holder, filepath.Join(filepath.Dir(path), "env"), holder)
 	}
-	if err := f.Truncate(0); err == nil {
+	if err = f.Truncate(0); err == nil {
 		_, err = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
 	if err != nil {

@@ -108,7 +108,7 @@ type tarDirMeta struct {
 func (x *tarExtraction) entry(hdr *tar.Header, body io.Reader) error {
 	name := hdr.Name
 	typ := hdr.Typeflag
-	//nolint:staticcheck // TypeRegA is deprecated but old writers still emit it.
+	//lint:ignore SA1019 TypeRegA is deprecated, but old writers still emit it.
 	if typ == tar.TypeRegA || typ == tar.TypeCont {
 		typ = tar.TypeReg
 	}

@@ -136,9 +136,8 @@ func (s *stream) close() error {
 // (Close may be called from any).
 type CommandStream struct {
 	*stream
-	cmd  *Command // latest command record
-	err  error    // sticky: io.EOF after the final record, or the failure
-	done bool
+	cmd *Command // latest command record
+	err error    // sticky: io.EOF after the final record, or the failure
 }
 
 // Next returns the next record. After the final command record (the one with
