@@ -4,6 +4,8 @@ IMG ?= sandbox-controller:latest
 LOCALBIN ?= $(shell pwd)/bin
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
+STATICCHECK ?= $(LOCALBIN)/staticcheck
+STATICCHECK_VERSION ?= v0.8.2
 KUSTOMIZE ?= kubectl kustomize
 KUBECTL ?= kubectl
 # envtest binaries are built from the Go module proxy by hack/envtest.sh.
@@ -40,6 +42,10 @@ fmt: ## Run go fmt.
 .PHONY: vet
 vet: ## Run go vet.
 	go vet ./...
+
+.PHONY: lint
+lint: staticcheck ## Run staticcheck (CI runs it too).
+	$(STATICCHECK) ./...
 
 .PHONY: test
 test: manifests generate fmt vet envtest ## Run all tests against envtest and the emulator.
@@ -97,6 +103,11 @@ undeploy: ## Remove the manager from the cluster in KUBECONFIG.
 	$(KUSTOMIZE) config/default | $(KUBECTL) delete --ignore-not-found -f -
 
 ##@ Tools
+
+.PHONY: staticcheck
+staticcheck: $(STATICCHECK) ## Build staticcheck into bin/.
+$(STATICCHECK):
+	GOBIN=$(LOCALBIN) go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
 .PHONY: controller-gen
 controller-gen: $(CONTROLLER_GEN) ## Build controller-gen into bin/.

@@ -15,6 +15,7 @@ var (
 	GroupVersion = schema.GroupVersion{Group: "sandbox.sentry.io", Version: "v1alpha1"}
 
 	// SchemeBuilder registers the kinds of this package with a runtime.Scheme.
+	//lint:ignore SA1019 kubebuilder's layout; replacing it means hand-written registration.
 	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
 
 	// AddToScheme adds the kinds of this package to a runtime.Scheme.

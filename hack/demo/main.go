@@ -450,7 +450,7 @@ func (t *tour) pause(ctx context.Context) error {
 		return fmt.Errorf("get session %s: %w", t.helloOld, err)
 	}
 	if s.Session.Status != vercel.SessionStopped {
-		return fmt.Errorf("Vercel reports session %s of hello %s, want stopped", t.helloOld, s.Session.Status)
+		return fmt.Errorf("session %s of hello is %s in Vercel, want stopped", t.helloOld, s.Session.Status)
 	}
 	fmt.Fprintf(t.out, "(Vercel API: session %s is stopped)\n", t.helloOld)
 	return nil
@@ -507,7 +507,7 @@ func (t *tour) nothingLeft(ctx context.Context) error {
 	}
 	fmt.Fprintf(t.out, "(Vercel API: %d sandboxes in the project)\n", len(left))
 	if len(names) > 0 {
-		return fmt.Errorf("Vercel sandboxes left behind: %s", strings.Join(names, ", "))
+		return fmt.Errorf("left behind in Vercel: sandboxes %s", strings.Join(names, ", "))
 	}
 	// Snapshots are billed storage: deleting a Sandbox deletes the automatic
 	// snapshots of its pauses, and deleting a SandboxSnapshot its own.
@@ -523,7 +523,7 @@ func (t *tour) nothingLeft(ctx context.Context) error {
 	}
 	fmt.Fprintf(t.out, "(Vercel API: %d snapshots left)\n", len(ids))
 	if len(ids) > 0 {
-		return fmt.Errorf("Vercel snapshots left behind: %s", strings.Join(ids, ", "))
+		return fmt.Errorf("left behind in Vercel: snapshots %s", strings.Join(ids, ", "))
 	}
 	return nil
 }

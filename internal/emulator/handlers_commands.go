@@ -353,7 +353,7 @@ type logLine struct {
 }
 
 func (n *ndjson) logRecord(r outputRecord) error {
-	return n.write(logLine{Stream: r.Stream, Data: r.Data})
+	return n.write(logLine(r))
 }
 
 // absSandboxPath cleans a command cwd as the sandbox sees it: relative
