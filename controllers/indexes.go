@@ -27,34 +27,24 @@ const (
 )
 
 func indexSandboxes(ctx context.Context, mgr ctrl.Manager) error {
-	return mgr.GetFieldIndexer().IndexField(ctx, &sandboxv1.Sandbox{}, indexSnapshotRef, func(o client.Object) []string {
-		if ref := o.(*sandboxv1.Sandbox).Spec.Source.SnapshotRef; ref != nil {
-			return []string{ref.Name}
-		}
-		return nil
+	return indexRef(ctx, mgr, &sandboxv1.Sandbox{}, indexSnapshotRef, func(o client.Object) *sandboxv1.LocalObjectReference {
+		return o.(*sandboxv1.Sandbox).Spec.Source.SnapshotRef
 	})
 }
 
 func indexForks(ctx context.Context, mgr ctrl.Manager) error {
-	return mgr.GetFieldIndexer().IndexField(ctx, &sandboxv1.SandboxFork{}, indexSnapshotRef, func(o client.Object) []string {
-		if ref := o.(*sandboxv1.SandboxFork).Spec.Source.SnapshotRef; ref != nil {
-			return []string{ref.Name}
-		}
-		return nil
+	return indexRef(ctx, mgr, &sandboxv1.SandboxFork{}, indexSnapshotRef, func(o client.Object) *sandboxv1.LocalObjectReference {
+		return o.(*sandboxv1.SandboxFork).Spec.Source.SnapshotRef
 	})
 }
 
 func indexSnapshots(ctx context.Context, mgr ctrl.Manager) error {
-	idx := mgr.GetFieldIndexer()
-	if err := idx.IndexField(ctx, &sandboxv1.SandboxSnapshot{}, indexSandboxRef, func(o client.Object) []string {
-		if ref := o.(*sandboxv1.SandboxSnapshot).Spec.Source.SandboxRef; ref != nil {
-			return []string{ref.Name}
-		}
-		return nil
+	if err := indexRef(ctx, mgr, &sandboxv1.SandboxSnapshot{}, indexSandboxRef, func(o client.Object) *sandboxv1.LocalObjectReference {
+		return o.(*sandboxv1.SandboxSnapshot).Spec.Source.SandboxRef
 	}); err != nil {
 		return err
 	}
-	return idx.IndexField(ctx, &sandboxv1.SandboxSnapshot{}, indexDependsOn, func(o client.Object) []string {
+	return mgr.GetFieldIndexer().IndexField(ctx, &sandboxv1.SandboxSnapshot{}, indexDependsOn, func(o client.Object) []string {
 		s := o.(*sandboxv1.SandboxSnapshot)
 		var keys []string
 		if h := s.Labels[sandboxv1.LabelContentHash]; h != "" {
@@ -64,6 +54,17 @@ func indexSnapshots(ctx context.Context, mgr ctrl.Manager) error {
 			keys = append(keys, "base:"+rcp.BaseSnapshotRef.Name)
 		}
 		return keys
+	})
+}
+
+// indexRef indexes the objects of obj's kind under field by the name of the
+// reference ref returns, if any.
+func indexRef(ctx context.Context, mgr ctrl.Manager, obj client.Object, field string, ref func(client.Object) *sandboxv1.LocalObjectReference) error {
+	return mgr.GetFieldIndexer().IndexField(ctx, obj, field, func(o client.Object) []string {
+		if r := ref(o); r != nil {
+			return []string{r.Name}
+		}
+		return nil
 	})
 }
 
