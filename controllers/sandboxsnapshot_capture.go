@@ -30,7 +30,11 @@ func (r *SandboxSnapshotReconciler) reconcileCapture(ctx context.Context, snap *
 			return ctrl.Result{}, err
 		}
 		if resumed {
-			if sbx, err := findSandbox(ctx, r, snap.Namespace, ref.Name); err == nil && sbx != nil {
+			sbx, err := findSandbox(ctx, r, snap.Namespace, ref.Name)
+			if err != nil {
+				return ctrl.Result{}, err
+			}
+			if sbx != nil {
 				if err := r.requestSandboxReconcile(ctx, sbx); err != nil {
 					return ctrl.Result{}, err
 				}
