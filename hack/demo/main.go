@@ -610,13 +610,13 @@ func (t *tour) runCmd(cmd *exec.Cmd) (string, error) {
 	return buf.String(), err
 }
 
-// sessions maps the Sandboxes a kubectl selector picks to their session ids.
 // sessionOf reads one Sandbox's status.sessionID.
 func (t *tour) sessionOf(ctx context.Context, name string) (string, error) {
 	out, err := t.kubectl(ctx, "get", "sbx", name, "-o", "jsonpath={.status.sessionID}")
 	return strings.TrimSpace(out), err
 }
 
+// sessions maps the Sandboxes a kubectl selector picks to their session ids.
 func (t *tour) sessions(ctx context.Context, selector string) (map[string]string, error) {
 	args := append([]string{"get", "sbx"}, strings.Fields(selector)...)
 	args = append(args, "-o", `jsonpath={range .items[*]}{.metadata.name} {.status.sessionID}{"\n"}{end}`)

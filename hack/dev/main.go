@@ -325,8 +325,9 @@ func newLayout(stateDir string) layout {
 }
 
 // startManager runs the manager with the controllers, set up as cmd/manager
-// sets them up (controllers.SetupWithManager), until ctx ends. It returns once the controllers
-// have started; the channel then yields the manager's result.
+// sets them up (controllers.SetupWithManager), until ctx ends. It returns
+// once the controllers have started; the channel then yields the manager's
+// result.
 func startManager(ctx context.Context, c config, cfg *rest.Config, vc vercel.Config) (chan error, error) {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 newScheme(),
@@ -423,7 +424,6 @@ func lock(path string) (unlock func(), err error) {
 	return func() { _ = f.Truncate(0); f.Close() }, nil
 }
 
-// proc is one process found in /proc.
 // killLeftovers kills the kube-apiserver and etcd of an earlier run on this
 // state dir that was itself killed (SIGKILL cannot be caught, and the control
 // plane runs in its own process group, so it outlived its parent). They are
