@@ -271,7 +271,7 @@ func (h *harness) runSnapshotStep(ctx context.Context, n int) (*KindResult, erro
 			r.NotReady = append(r.NotReady, describe(s.Name, string(s.Status.Phase), s.Status.Conditions))
 		}
 	}
-	return r, h.teardown(ctx, r, ns, inv0, n, &sandboxv1.SandboxSnapshot{}, &sandboxv1.Sandbox{})
+	return r, h.teardown(ctx, r, ns, inv0, &sandboxv1.SandboxSnapshot{}, &sandboxv1.Sandbox{})
 }
 
 // runForkStep: one Ready Sandbox and a snapshot of it (untimed), then one
@@ -379,7 +379,7 @@ func (h *harness) runForkStep(ctx context.Context, k int) (*KindResult, error) {
 	}
 	// The fork deletes its children; the snapshot and the source go at the
 	// same time, as in a namespace deletion.
-	return r, h.teardown(ctx, r, ns, inv0, k, &sandboxv1.SandboxFork{}, &sandboxv1.SandboxSnapshot{}, &sandboxv1.Sandbox{})
+	return r, h.teardown(ctx, r, ns, inv0, &sandboxv1.SandboxFork{}, &sandboxv1.SandboxSnapshot{}, &sandboxv1.Sandbox{})
 }
 
 func (h *harness) fillLatencies(r *KindResult, ready []time.Duration) {
@@ -393,7 +393,7 @@ func (h *harness) fillLatencies(r *KindResult, ready []time.Duration) {
 // teardown deletes every object of the given kinds in ns at once, waits
 // until they are all gone (their finalizers ran), and reports any Vercel
 // sandbox or snapshot created since inv0 that is still there.
-func (h *harness) teardown(ctx context.Context, r *KindResult, ns string, inv0 vercelInventory, n int, kinds ...client.Object) error {
+func (h *harness) teardown(ctx context.Context, r *KindResult, ns string, inv0 vercelInventory, kinds ...client.Object) error {
 	emu0 := h.emu.Counts()
 	writes0 := h.operator.writes.snapshot()
 	start := time.Now()
