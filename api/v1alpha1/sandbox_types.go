@@ -520,7 +520,7 @@ type SandboxStatus struct {
 // Sandbox persists.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:shortName=sbx,categories=sandboxes
+// +kubebuilder:resource:shortName=sbx,categories=sentry-sandboxes
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`,description="Lifecycle phase"
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,description="Session runs and setup succeeded"
 // +kubebuilder:printcolumn:name="Session",type=string,JSONPath=`.status.sessionID`,description="Current Vercel session id"

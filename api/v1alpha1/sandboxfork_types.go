@@ -207,7 +207,7 @@ type SandboxForkStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector
-// +kubebuilder:resource:shortName=sbxfork,categories=sandboxes
+// +kubebuilder:resource:shortName=sbxfork,categories=sentry-sandboxes
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`,description="Lifecycle phase"
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.readyText`,description="Ready children / desired replicas"
 // +kubebuilder:printcolumn:name="Source",type=string,JSONPath=`.status.snapshotRef.name`,description="SandboxSnapshot the children boot from"

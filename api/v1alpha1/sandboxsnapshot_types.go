@@ -368,7 +368,7 @@ type SandboxSnapshotStatus struct {
 // by id, or built from a recipe.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:shortName=sbxsnap,categories=sandboxes
+// +kubebuilder:resource:shortName=sbxsnap,categories=sentry-sandboxes
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`,description="Lifecycle phase"
 // +kubebuilder:printcolumn:name="Ready",type=boolean,JSONPath=`.status.readyToUse`,description="Sandboxes can boot from the snapshot"
 // +kubebuilder:printcolumn:name="SnapshotID",type=string,JSONPath=`.status.snapshotID`,description="Vercel snapshot id"
