@@ -4,10 +4,12 @@
 package main
 
 import (
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -15,8 +17,10 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
@@ -27,7 +31,10 @@ import (
 func main() {
 	var (
 		metricsAddr, probeAddr string
+		metrics                metricsFlags
 		leaderElect            bool
+		leaderElection         leaderElectionFlags
+		gracefulShutdown       time.Duration
 		vercelURL, tokenFile   string
 		teamID, projectID      string
 		requestsPerMinute      int
@@ -40,9 +47,19 @@ func main() {
 		kubeQPS                float64
 		kubeBurst              int
 	)
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "Address the Prometheus metrics endpoint binds to (HTTPS unless --metrics-secure=false); 0 disables it.")
+	flag.BoolVar(&metrics.secure, "metrics-secure", true, "Serve metrics over HTTPS, only to callers whose token the API server authenticates and authorizes for GET /metrics. --metrics-secure=false serves plain HTTP to anyone who can connect.")
+	flag.StringVar(&metrics.certPath, "metrics-cert-path", "", "Directory holding the metrics server's certificate and key (reloaded when they change); a self-signed certificate when unset.")
+	flag.StringVar(&metrics.certName, "metrics-cert-name", "tls.crt", "File name of the metrics server certificate in --metrics-cert-path.")
+	flag.StringVar(&metrics.certKey, "metrics-cert-key", "tls.key", "File name of the metrics server key in --metrics-cert-path.")
+	flag.BoolVar(&metrics.enableHTTP2, "enable-http2", false, "Allow HTTP/2 on the metrics server. Off by default because of the HTTP/2 stream cancellation and rapid reset CVEs (CVE-2023-44487, CVE-2023-39325).")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader so that only one manager replica reconciles at a time.")
+	flag.StringVar(&leaderElection.namespace, "leader-election-namespace", "", "Namespace of the leader election Lease; in a cluster it defaults to the manager's own namespace, out of a cluster it is required with --leader-elect.")
+	flag.DurationVar(&leaderElection.leaseDuration, "leader-election-lease-duration", 15*time.Second, "How long a standby replica waits after the leader's last renewal before taking over; also the takeover time when the leader dies without releasing the lease.")
+	flag.DurationVar(&leaderElection.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "How long the leader keeps retrying to renew the lease before it gives up leadership and exits.")
+	flag.DurationVar(&leaderElection.retryPeriod, "leader-election-retry-period", 2*time.Second, "How often replicas try to acquire or renew the lease.")
+	flag.DurationVar(&gracefulShutdown, "graceful-shutdown-timeout", 30*time.Second, "On SIGTERM, how long in-flight reconciles get to finish before the manager releases the lease and exits; keep the pod's terminationGracePeriodSeconds above it.")
 	flag.StringVar(&vercelURL, "vercel-api-url", "https://api.vercel.com", "Base URL of the Vercel Sandbox API (the emulator's URL when running locally).")
 	flag.StringVar(&tokenFile, "vercel-token-file", "", "File holding the Vercel token; the VERCEL_TOKEN environment variable is used when unset.")
 	flag.StringVar(&teamID, "vercel-team-id", os.Getenv("VERCEL_TEAM_ID"), "Vercel team id (default $VERCEL_TEAM_ID).")
@@ -61,6 +78,22 @@ func main() {
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("setup")
+
+	if leaderElect {
+		if err := leaderElection.validate(); err != nil {
+			fmt.Fprintln(os.Stderr, "error:", err)
+			os.Exit(2)
+		}
+	}
+	if gracefulShutdown < 0 {
+		fmt.Fprintln(os.Stderr, "error: --graceful-shutdown-timeout must not be negative")
+		os.Exit(2)
+	}
+	metricsOpts, metricsCertWatcher, err := metrics.serverOptions(metricsAddr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(2)
+	}
 
 	token, err := readToken(tokenFile)
 	if err != nil {
@@ -93,15 +126,31 @@ func main() {
 		}
 	}
 	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
-		HealthProbeBindAddress: probeAddr,
-		LeaderElection:         leaderElect,
-		LeaderElectionID:       "sandbox-controller.sandbox.sentry.io",
+		Scheme:                  scheme,
+		Metrics:                 metricsOpts,
+		HealthProbeBindAddress:  probeAddr,
+		GracefulShutdownTimeout: &gracefulShutdown,
+		LeaderElection:          leaderElect,
+		LeaderElectionID:        "sandbox-controller.sandbox.sentry.io",
+		LeaderElectionNamespace: leaderElection.namespace,
+		LeaseDuration:           &leaderElection.leaseDuration,
+		RenewDeadline:           &leaderElection.renewDeadline,
+		RetryPeriod:             &leaderElection.retryPeriod,
+		// A replica stopped by a rolling update or `kubectl delete pod`
+		// releases the lease once its reconciles have stopped, so the standby
+		// takes over within a retry period instead of a lease duration. Safe
+		// because main exits as soon as mgr.Start returns.
+		LeaderElectionReleaseOnCancel: true,
 	})
 	if err != nil {
 		log.Error(err, "Failed to create the manager")
 		os.Exit(1)
+	}
+	if metricsCertWatcher != nil {
+		if err := mgr.Add(metricsCertWatcher); err != nil {
+			log.Error(err, "Failed to add the metrics certificate watcher")
+			os.Exit(1)
+		}
 	}
 	if err := controllers.SetupWithManager(mgr, vcfg, controllers.Options{
 		MaxConcurrentReconciles: concurrency,
@@ -127,6 +176,63 @@ func main() {
 		log.Error(err, "Manager stopped with an error")
 		os.Exit(1)
 	}
+}
+
+// metricsFlags configure the metrics server as kubebuilder's scaffold does:
+// HTTPS behind the API server's TokenReview and SubjectAccessReview.
+type metricsFlags struct {
+	secure                      bool
+	certPath, certName, certKey string
+	enableHTTP2                 bool
+}
+
+// serverOptions returns the metrics server's options, and the watcher of the
+// given certificate (nil for a self-signed one), which the manager must run.
+func (f metricsFlags) serverOptions(bindAddress string) (metricsserver.Options, *certwatcher.CertWatcher, error) {
+	opts := metricsserver.Options{BindAddress: bindAddress, SecureServing: f.secure}
+	if !f.enableHTTP2 {
+		// HTTP/2 stream cancellation and rapid reset (CVE-2023-44487,
+		// CVE-2023-39325) let a client exhaust the server; HTTP/1.1 is
+		// plenty for a scrape.
+		opts.TLSOpts = append(opts.TLSOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
+	}
+	if !f.secure || bindAddress == "0" {
+		return opts, nil, nil
+	}
+	// Every scrape is authenticated (TokenReview) and authorized
+	// (SubjectAccessReview of GET on the non-resource URL /metrics) by the API
+	// server: config/rbac/metrics_auth_role.yaml lets the manager ask,
+	// metrics_reader_role.yaml is what a scraper binds to.
+	opts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	if f.certPath == "" {
+		return opts, nil, nil // controller-runtime generates a self-signed certificate
+	}
+	w, err := certwatcher.New(filepath.Join(f.certPath, f.certName), filepath.Join(f.certPath, f.certKey))
+	if err != nil {
+		return opts, nil, fmt.Errorf("metrics certificate in %s: %w", f.certPath, err)
+	}
+	opts.TLSOpts = append(opts.TLSOpts, func(c *tls.Config) { c.GetCertificate = w.GetCertificate })
+	return opts, w, nil
+}
+
+// leaderElectionFlags are the lease timings of client-go's leader election,
+// with the defaults of the Kubernetes components (15s, 10s, 2s).
+type leaderElectionFlags struct {
+	namespace                                 string
+	leaseDuration, renewDeadline, retryPeriod time.Duration
+}
+
+// validate refuses timings client-go would reject only once the manager runs.
+func (f leaderElectionFlags) validate() error {
+	switch {
+	case f.retryPeriod <= 0:
+		return errors.New("--leader-election-retry-period must be positive")
+	case float64(f.renewDeadline) <= 1.2*float64(f.retryPeriod): // client-go's leaderelection.JitterFactor
+		return errors.New("--leader-election-renew-deadline must be more than 1.2 times --leader-election-retry-period")
+	case f.leaseDuration <= f.renewDeadline:
+		return errors.New("--leader-election-lease-duration must be longer than --leader-election-renew-deadline")
+	}
+	return nil
 }
 
 // readToken returns the Vercel token from the file, else $VERCEL_TOKEN. The
