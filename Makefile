@@ -80,6 +80,28 @@ build: manifests generate fmt vet ## Build the manager and emulator binaries.
 run: manifests generate fmt vet ## Run the manager against the cluster in KUBECONFIG (needs VERCEL_TOKEN etc.).
 	go run ./cmd/manager $(ARGS)
 
+##@ Image
+
+CONTAINER_TOOL ?= docker
+# make image builds the manager into IMAGE_DIR and writes the image archive there.
+IMAGE_DIR ?= $(LOCALBIN)/image
+IMAGE_ARCHIVE ?= $(IMAGE_DIR)/sandbox-controller.oci.tar
+IMAGE_ARCH ?= $(shell go env GOARCH)
+CA_BUNDLE ?= /etc/ssl/certs/ca-certificates.crt
+
+.PHONY: docker-build
+docker-build: ## Build the manager image IMG from the Dockerfile with CONTAINER_TOOL (docker).
+	$(CONTAINER_TOOL) build -t $(IMG) .
+
+.PHONY: docker-push
+docker-push: ## Push the image IMG with CONTAINER_TOOL.
+	$(CONTAINER_TOOL) push $(IMG)
+
+.PHONY: image
+image: ## Build the same image without Docker or a registry, as an OCI archive named IMG (IMAGE_ARCHIVE, default bin/image/sandbox-controller.oci.tar).
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) go build -trimpath -ldflags='-s -w' -o $(IMAGE_DIR)/manager ./cmd/manager
+	go run ./hack/image -binary $(IMAGE_DIR)/manager -arch $(IMAGE_ARCH) -ca-bundle $(CA_BUNDLE) -tag $(IMG) -out $(IMAGE_ARCHIVE)
+
 ##@ Deployment
 
 .PHONY: install
