@@ -6,8 +6,16 @@ CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
 STATICCHECK ?= $(LOCALBIN)/staticcheck
 STATICCHECK_VERSION ?= v0.8.2
-KUSTOMIZE ?= kubectl kustomize
+KUSTOMIZE ?= $(LOCALBIN)/kustomize
+KUSTOMIZE_VERSION ?= v5.8.1
 KUBECTL ?= kubectl
+HELM ?= $(LOCALBIN)/helm
+HELM_VERSION ?= v3.22.0
+# Linked as helm's own Makefile does: its version, and the Kubernetes version of
+# its client-go (v0.37: 1.37), which `helm template` and `helm lint` assume.
+HELM_LDFLAGS ?= -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
+	-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=37 \
+	-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=37
 # envtest binaries are built from the Go module proxy by hack/envtest.sh.
 ENVTEST_K8S_VERSION ?= 1.37.2
 ENVTEST_ETCD_VERSION ?= 3.7.0
@@ -30,6 +38,11 @@ help: ## Display this help.
 .PHONY: manifests
 manifests: controller-gen ## Generate CRDs and RBAC from the kubebuilder markers.
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd paths="./api/..." paths="./controllers/..." output:crd:artifacts:config=config/crd/bases
+	$(MAKE) --no-print-directory chart
+
+.PHONY: chart
+chart: kustomize ## Regenerate the Helm chart's CRDs, RBAC and admission policy from config/ (make manifests runs it).
+	go run ./hack/chart -kustomize $(KUSTOMIZE)
 
 .PHONY: generate
 generate: controller-gen ## Generate DeepCopy methods.
@@ -48,25 +61,25 @@ lint: staticcheck ## Run staticcheck (CI runs it too).
 	$(STATICCHECK) ./...
 
 .PHONY: test
-test: manifests generate fmt vet envtest ## Run all tests against envtest and the emulator.
+test: manifests generate fmt vet envtest kustomize helm ## Run all tests against envtest and the emulator.
 	KUBEBUILDER_ASSETS="$$(./hack/envtest.sh)" go test $(GO_TEST_FLAGS) ./... -coverprofile cover.out
 
 .PHONY: bench
-bench: envtest ## Benchmark the operator against direct Vercel calls and a floor controller (report in bin/bench/; ARGS="-n 100,1000 -latency 0,50ms -outage 5m", see -h).
+bench: envtest kustomize ## Benchmark the operator against direct Vercel calls and a floor controller (report in bin/bench/; ARGS="-n 100,1000 -latency 0,50ms -outage 5m", see -h).
 	go build -o $(LOCALBIN)/bench/manager ./cmd/manager
 	KUBEBUILDER_ASSETS="$$(./hack/envtest.sh)" go run ./test/perf/cmd/bench -manager-bin $(LOCALBIN)/bench/manager -out $(LOCALBIN)/bench $(ARGS)
 
 .PHONY: dev
-dev: ## Run everything locally until Ctrl-C: control plane with the CRDs, Vercel emulator, manager (state in bin/dev/).
+dev: kustomize ## Run everything locally until Ctrl-C: control plane (with kube-controller-manager) with the CRDs, Vercel emulator, manager (state in bin/dev/).
 	go build -o $(LOCALBIN)/sandbox-dev ./hack/dev
 	KUBE_VERSION=$(ENVTEST_K8S_VERSION) ETCD_VERSION=$(ENVTEST_ETCD_VERSION) exec $(LOCALBIN)/sandbox-dev $(ARGS)
 
 .PHONY: demo
-demo: ## Scripted tour with kubectl against a fresh dev environment: samples, snapshot, fork, pause, resume, delete; exits 0 only if every step succeeded.
+demo: kustomize ## Scripted tour with kubectl against a fresh dev environment: samples, snapshot, fork, pause, resume, delete; exits 0 only if every step succeeded.
 	KUBEBUILDER_ASSETS="$$(KUBE_VERSION=$(ENVTEST_K8S_VERSION) ETCD_VERSION=$(ENVTEST_ETCD_VERSION) ./hack/envtest.sh)" go run ./hack/demo $(ARGS)
 
 .PHONY: envtest
-envtest: ## Build (once) the kube-apiserver and etcd binaries envtest needs; print their directory.
+envtest: ## Build (once) etcd, kube-apiserver and kube-controller-manager for the local control plane; print their directory.
 	@KUBE_VERSION=$(ENVTEST_K8S_VERSION) ETCD_VERSION=$(ENVTEST_ETCD_VERSION) ./hack/envtest.sh
 
 ##@ Build
@@ -105,24 +118,23 @@ image: ## Build the same image without Docker or a registry, as an OCI archive n
 ##@ Deployment
 
 .PHONY: install
-install: manifests ## Install the CRDs (and, on Kubernetes >= 1.36, the finalizer admission policy) into the cluster in KUBECONFIG.
-	$(KUSTOMIZE) config/crd | $(KUBECTL) apply --server-side -f -
-	$(KUSTOMIZE) config/admission | $(KUBECTL) apply --server-side -f - \
+install: manifests kustomize ## Install the CRDs (and, on Kubernetes >= 1.36, the finalizer admission policy) into the cluster in KUBECONFIG.
+	$(KUSTOMIZE) build config/crd | $(KUBECTL) apply --server-side -f -
+	$(KUSTOMIZE) build config/admission | $(KUBECTL) apply --server-side -f - \
 		|| echo "Skipped config/admission (needs admissionregistration.k8s.io/v1 MutatingAdmissionPolicy); the controllers add the finalizers themselves."
 
 .PHONY: uninstall
-uninstall: manifests ## Remove the CRDs and the admission policy from the cluster in KUBECONFIG.
-	-$(KUSTOMIZE) config/admission | $(KUBECTL) delete --ignore-not-found -f -
-	$(KUSTOMIZE) config/crd | $(KUBECTL) delete --ignore-not-found -f -
+uninstall: manifests kustomize ## Remove the CRDs (and so every object of the three kinds: see README "Uninstall") and the admission policy.
+	-$(KUSTOMIZE) build config/admission | $(KUBECTL) delete --ignore-not-found -f -
+	$(KUSTOMIZE) build config/crd | $(KUBECTL) delete --ignore-not-found -f -
 
 .PHONY: deploy
-deploy: manifests ## Deploy the manager into the cluster in KUBECONFIG (image $(IMG)).
-	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG) 2>/dev/null || true
-	$(KUSTOMIZE) config/default | $(KUBECTL) apply --server-side -f -
+deploy: manifests kustomize ## Deploy the manager into the cluster in KUBECONFIG (image $(IMG)).
+	./hack/render-deploy.sh "$(KUSTOMIZE)" "$(IMG)" | $(KUBECTL) apply --server-side -f -
 
 .PHONY: undeploy
-undeploy: ## Remove the manager from the cluster in KUBECONFIG.
-	$(KUSTOMIZE) config/default | $(KUBECTL) delete --ignore-not-found -f -
+undeploy: kustomize ## Remove the manager (and the CRDs, so every object of the three kinds) from the cluster in KUBECONFIG.
+	$(KUSTOMIZE) build config/default | $(KUBECTL) delete --ignore-not-found -f -
 
 ##@ Tools
 
@@ -130,6 +142,16 @@ undeploy: ## Remove the manager from the cluster in KUBECONFIG.
 staticcheck: $(STATICCHECK) ## Build staticcheck into bin/.
 $(STATICCHECK):
 	GOBIN=$(LOCALBIN) go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+.PHONY: kustomize
+kustomize: $(KUSTOMIZE) ## Build kustomize into bin/.
+$(KUSTOMIZE):
+	GOBIN=$(LOCALBIN) go install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION)
+
+.PHONY: helm
+helm: $(HELM) ## Build helm into bin/ (test/chart lints, renders and installs the chart with it).
+$(HELM):
+	GOBIN=$(LOCALBIN) go install -ldflags '$(HELM_LDFLAGS)' helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 
 .PHONY: controller-gen
 controller-gen: $(CONTROLLER_GEN) ## Build controller-gen into bin/.

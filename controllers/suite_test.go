@@ -32,13 +32,13 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 	"github.com/getsentry/sandbox-controller/controllers"
 	"github.com/getsentry/sandbox-controller/internal/admissionpolicy"
+	"github.com/getsentry/sandbox-controller/internal/controlplane"
 	"github.com/getsentry/sandbox-controller/internal/emulator"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
@@ -49,7 +49,6 @@ import (
 var (
 	cfg            *rest.Config
 	k8sClient      client.Client
-	testEnv        *envtest.Environment
 	emu            *emulator.Emulator
 	recorder       *recordingProxy
 	vc             *vercel.Client
@@ -81,16 +80,21 @@ var _ = BeforeSuite(func() {
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	Expect(assets).NotTo(BeEmpty(), "KUBEBUILDER_ASSETS is not set: run `make test`, which builds the envtest binaries with hack/envtest.sh")
 
-	testEnv = &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join(repoRoot, "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-		BinaryAssetsDirectory: assets,
-	}
-	cfg, err = testEnv.Start()
+	// The CRDs as `make install` renders them, and kube-controller-manager
+	// beside the API server (garbage collection of fork children, namespace
+	// deletion), as on a cluster.
+	crds, err := controlplane.Render(repoRoot, "config/crd")
+	Expect(err).NotTo(HaveOccurred())
+	cp, err := controlplane.Start(context.Background(), controlplane.Options{
+		AssetsDir:         assets,
+		ControllerManager: true,
+		CRDs:              crds,
+	})
 	Expect(err).NotTo(HaveOccurred())
 	// Registered at once, so a failure later in this setup does not leave
-	// kube-apiserver and etcd running. Cleanups run last-registered first.
-	DeferCleanup(func() { Expect(testEnv.Stop()).To(Succeed()) })
+	// the control plane running. Cleanups run last-registered first.
+	DeferCleanup(func() { Expect(cp.Stop()).To(Succeed()) })
+	cfg = cp.Config
 
 	scheme := runtime.NewScheme()
 	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
@@ -100,12 +104,8 @@ var _ = BeforeSuite(func() {
 	// As `make install` does: the finalizer is added at admission.
 	Expect(admissionpolicy.Install(context.Background(), k8sClient, filepath.Join(repoRoot, "config", "admission"), "default")).To(Succeed())
 
-	admin, err := testEnv.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
-	Expect(err).NotTo(HaveOccurred())
-	kc, err := admin.KubeConfig()
-	Expect(err).NotTo(HaveOccurred())
 	kubeconfigPath = filepath.Join(GinkgoT().TempDir(), "kubeconfig")
-	Expect(os.WriteFile(kubeconfigPath, kc, 0o600)).To(Succeed())
+	Expect(cp.WriteAdminKubeconfig(kubeconfigPath)).To(Succeed())
 
 	emu, err = emulator.New(emulator.Options{DataDir: GinkgoT().TempDir()})
 	Expect(err).NotTo(HaveOccurred())

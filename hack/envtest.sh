@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# Builds the envtest control-plane binaries (kube-apiserver, etcd) from the Go
-# module proxy and prints the directory that holds them (for KUBEBUILDER_ASSETS).
+# Builds the envtest control-plane binaries (kube-apiserver, etcd) and
+# kube-controller-manager from the Go module proxy and prints the directory
+# that holds them (for KUBEBUILDER_ASSETS). kube-controller-manager is not part
+# of envtest; internal/controlplane runs it beside the API server so that
+# namespace deletion, garbage collection, ServiceAccounts and ResourceQuota
+# work as on a real cluster.
 #
 # Why build: the usual download site of setup-envtest is not reachable from our
 # machines, but the Go module proxy is. k8s.io/kubernetes and etcd's server
@@ -8,7 +12,7 @@
 # `go install pkg@version` refuses them; a throwaway module that requires them
 # and replaces each staging module with its published version builds them.
 #
-# Honours KUBEBUILDER_ASSETS when it already holds both binaries. Caches by
+# Honours KUBEBUILDER_ASSETS when it already holds all three binaries. Caches by
 # version under bin/k8s/<k8s-version>-etcd-<etcd-version>/.
 set -euo pipefail
 
@@ -17,13 +21,17 @@ ETCD_VERSION=${ETCD_VERSION:-3.7.0}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${ENVTEST_DIR:-$ROOT/bin/k8s/${KUBE_VERSION}-etcd-${ETCD_VERSION}}
 
-if [[ -n "${KUBEBUILDER_ASSETS:-}" && -x "$KUBEBUILDER_ASSETS/kube-apiserver" && -x "$KUBEBUILDER_ASSETS/etcd" ]]; then
+if [[ -n "${KUBEBUILDER_ASSETS:-}" && -x "$KUBEBUILDER_ASSETS/kube-apiserver" && -x "$KUBEBUILDER_ASSETS/etcd" && -x "$KUBEBUILDER_ASSETS/kube-controller-manager" ]]; then
   echo "$KUBEBUILDER_ASSETS"
   exit 0
 fi
 
 mkdir -p "$OUT"
 log() { echo "envtest: $*" >&2; }
+# Several test binaries (and make targets) may ask at once: one builds, the
+# others wait for it instead of building into the same directories.
+exec 9>"$OUT/.lock"
+flock 9
 
 # build_in_module <dir> <module@version> <package> <output> <replace lines...>
 build_in_module() {
@@ -56,12 +64,13 @@ if [[ ! -x "$OUT/etcd" ]]; then
   build_in_module "$ROOT/bin/envtest-build/etcd" "go.etcd.io/etcd/server/v3@v$ETCD_VERSION" go.etcd.io/etcd/server/v3 "$OUT/etcd" "${reps[@]}"
 fi
 
-if [[ ! -x "$OUT/kube-apiserver" ]]; then
-  log "building kube-apiserver v$KUBE_VERSION (about 5 min on 2 cores)"
+for component in kube-apiserver kube-controller-manager; do
+  [[ -x "$OUT/$component" ]] && continue
+  log "building $component v$KUBE_VERSION (about 5 min on 2 cores; the second one reuses most of the first)"
   minor=${KUBE_VERSION#1.}
   mapfile -t reps < <(sed -n 's#^\s*\(k8s\.io/[^ ]*\) => \./staging/.*#\1#p' "$(modfile k8s.io/kubernetes@v$KUBE_VERSION)" |
     awk -v v="v0.$minor" '{print $1 " => " $1 " " v}')
-  build_in_module "$ROOT/bin/envtest-build/kube-apiserver" "k8s.io/kubernetes@v$KUBE_VERSION" k8s.io/kubernetes/cmd/kube-apiserver "$OUT/kube-apiserver" "${reps[@]}"
-fi
+  build_in_module "$ROOT/bin/envtest-build/$component" "k8s.io/kubernetes@v$KUBE_VERSION" "k8s.io/kubernetes/cmd/$component" "$OUT/$component" "${reps[@]}"
+done
 
 echo "$OUT"

@@ -97,19 +97,19 @@ func TestDev(t *testing.T) {
 		t.Errorf("manager logs reached the terminal; they belong in manager.log")
 	}
 	var pids []int
-	for _, m := range regexp.MustCompile(`(?m)^  (kube-apiserver|etcd) PID (\d+)$`).FindAllStringSubmatch(printed, -1) {
+	for _, m := range regexp.MustCompile(`(?m)^  (kube-apiserver|etcd|kube-controller-manager) PID (\d+)$`).FindAllStringSubmatch(printed, -1) {
 		pid, _ := strconv.Atoi(m[2])
 		pids = append(pids, pid)
 	}
-	if len(pids) != 2 {
-		t.Fatalf("want the PIDs of kube-apiserver and etcd in the banner, got %v", pids)
+	if len(pids) != 3 {
+		t.Fatalf("want the PIDs of etcd, kube-apiserver and kube-controller-manager in the banner, got %v", pids)
 	}
 	for _, pid := range pids {
 		if !alive(pid) {
 			t.Fatalf("control plane PID %d is not running", pid)
 		}
 	}
-	if found := processesUsing(stateDir); !slices.Contains(found, pids[0]) || !slices.Contains(found, pids[1]) {
+	if found := processesUsing(stateDir); !slices.Contains(found, pids[0]) || !slices.Contains(found, pids[1]) || !slices.Contains(found, pids[2]) {
 		t.Fatalf("/proc scan for %s found %v, want it to include %v", stateDir, found, pids)
 	}
 
@@ -166,6 +166,35 @@ func TestDev(t *testing.T) {
 	match(t, example, `Ready: session sbx_\S+`)
 	match(t, example, `Heartbeat 2: sandbox.sentry.io/last-activity=\S+`)
 	match(t, example, `Deleted Sandbox default/junior-test`)
+
+	// Deleting a namespace deletes its Sandboxes and their Vercel sandboxes,
+	// as on a cluster (kube-controller-manager's namespace controller runs).
+	step = time.Now()
+	runCmd(t, root, kenv, "kubectl", "create", "namespace", "scratch")
+	runCmd(t, root, kenv, "kubectl", "apply", "-n", "scratch", "-f", "config/samples/sandbox_v1alpha1_sandbox.yaml")
+	runCmd(t, root, kenv, "kubectl", "wait", "-n", "scratch", "--for=condition=Ready", "sandbox", "--all", "--timeout=90s")
+	listCtx, cancelList := context.WithTimeout(context.Background(), time.Minute)
+	defer cancelList()
+	inScratch := func() (names []string) {
+		remote, err := vc.ListAllSandboxes(listCtx, vercel.ListSandboxesOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range remote {
+			if strings.HasPrefix(s.Name, "scratch-") {
+				names = append(names, s.Name)
+			}
+		}
+		return names
+	}
+	if n := inScratch(); len(n) != 1 {
+		t.Fatalf("want one Vercel sandbox of namespace scratch before deleting it, got %v", n)
+	}
+	runCmd(t, root, kenv, "kubectl", "delete", "namespace", "scratch", "--wait=true", "--timeout=90s")
+	if n := inScratch(); len(n) > 0 {
+		t.Errorf("Vercel sandboxes %v outlived their deleted namespace", n)
+	}
+	t.Logf("namespace with a Ready Sandbox deleted in %s", time.Since(step).Round(time.Millisecond))
 
 	// Ctrl-C: a clean exit, and nothing left behind.
 	step = time.Now()

@@ -1,7 +1,8 @@
 // Command dev runs the local development environment behind `make dev`: a
-// kube-apiserver and etcd (envtest) with the CRDs installed, the Vercel
-// Sandbox API emulator, and the manager pointed at both, in the foreground
-// until Ctrl-C. It needs no cluster, no Vercel account and no Docker.
+// control plane (internal/controlplane: etcd, kube-apiserver and
+// kube-controller-manager) with the CRDs installed as `make install` renders
+// them, the Vercel Sandbox API emulator, and the manager pointed at both, in
+// the foreground until Ctrl-C. It needs no cluster, no Vercel account and no Docker.
 //
 // Everything it writes lives in the state directory (--state-dir, default
 // bin/dev): the admin kubeconfig, a sourceable env file, the logs, the
@@ -30,7 +31,6 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -39,6 +39,7 @@ import (
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 	"github.com/getsentry/sandbox-controller/controllers"
 	"github.com/getsentry/sandbox-controller/internal/admissionpolicy"
+	"github.com/getsentry/sandbox-controller/internal/controlplane"
 	"github.com/getsentry/sandbox-controller/internal/emulator"
 	"github.com/getsentry/sandbox-controller/internal/procfs"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
@@ -66,7 +67,7 @@ type config struct {
 func main() {
 	var c config
 	flag.StringVar(&c.stateDir, "state-dir", filepath.Join("bin", "dev"), "Directory for the kubeconfig, env file, logs, lock and all runtime data.")
-	flag.StringVar(&c.crdDir, "crd-dir", filepath.Join("config", "crd", "bases"), "Directory of the CRD manifests to install.")
+	flag.StringVar(&c.crdDir, "crd-kustomization", filepath.Join("config", "crd"), "Kustomization of the CRDs to install, rendered by bin/kustomize as `make install` renders it.")
 	flag.StringVar(&c.admissionDir, "admission-dir", filepath.Join("config", "admission"), "Directory of the admission policies to install (the finalizers at create).")
 	flag.StringVar(&c.emulatorExec, "emulator-exec", "", `How the emulator runs sandbox commands: "" (auto: namespace when possible, else host), "namespace", "host" or "none".`)
 	flag.StringVar(&c.metricsAddr, "metrics-bind-address", "0", "Address the manager's Prometheus metrics endpoint binds to; 0 disables it.")
@@ -117,16 +118,10 @@ func run(c config) int {
 
 	killLeftovers(stateDir)
 	paths := newLayout(stateDir)
-	for _, d := range []string{paths.etcd, paths.certs, paths.emulatorData} {
+	for _, d := range []string{paths.controlPlane, paths.emulatorData} {
 		if err := os.RemoveAll(d); err != nil {
 			return fail("clean %s: %v", d, err)
 		}
-	}
-	if err := os.MkdirAll(paths.etcd, 0o700); err != nil {
-		return fail("%v", err)
-	}
-	if err := os.MkdirAll(paths.certs, 0o700); err != nil {
-		return fail("%v", err)
 	}
 
 	assets, err := envtestAssets()
@@ -158,30 +153,31 @@ func run(c config) int {
 		for i := len(cleanups) - 1; i >= 0; i-- {
 			cleanups[i]()
 		}
-		_ = os.RemoveAll(paths.etcd)
-		_ = os.RemoveAll(paths.certs)
+		_ = os.RemoveAll(paths.controlPlane)
 		_ = os.Remove(paths.kubeconfig)
 		_ = os.Remove(paths.env)
 		fmt.Println("Stopped.")
 	}()
 
-	fmt.Printf("Starting the control plane (kube-apiserver and etcd from %s)…\n", assets)
-	env := &envtest.Environment{
-		CRDDirectoryPaths:     []string{c.crdDir},
-		ErrorIfCRDPathMissing: true,
-		BinaryAssetsDirectory: assets,
-	}
-	// Their files live under the state dir, so leftovers of a run killed
-	// with SIGKILL are recognisable (killLeftovers) and cleaned up.
-	env.ControlPlane.Etcd = &envtest.Etcd{DataDir: paths.etcd, Out: cpLog, Err: cpLog}
-	env.ControlPlane.APIServer = &envtest.APIServer{CertDir: paths.certs, Out: cpLog, Err: cpLog}
-	cfg, err := env.Start()
+	fmt.Printf("Starting the control plane (etcd, kube-apiserver and kube-controller-manager from %s)…\n", assets)
+	crds, err := controlplane.Render(".", c.crdDir)
 	if err != nil {
-		_ = env.Stop() // stops whichever of the two did start
+		return fail("render the CRDs: %v", err)
+	}
+	// Its files live under the state dir, so leftovers of a run killed with
+	// SIGKILL are recognisable (killLeftovers) and cleaned up.
+	cp, err := controlplane.Start(ctx, controlplane.Options{
+		AssetsDir:         assets,
+		StateDir:          paths.controlPlane,
+		ControllerManager: true,
+		CRDs:              crds,
+		Out:               cpLog,
+	})
+	if err != nil {
 		return fail("start the control plane: %v (its output: %s)", err, paths.controlPlaneLog)
 	}
 	cleanups = append(cleanups, func() {
-		if err := env.Stop(); err != nil {
+		if err := cp.Stop(); err != nil {
 			fmt.Fprintf(os.Stderr, "dev: stop the control plane: %v\n", err)
 		}
 	})
@@ -191,16 +187,9 @@ func run(c config) int {
 	for _, p := range procfs.ControlPlane() {
 		fmt.Printf("  %s PID %d\n", p.Name, p.PID)
 	}
-	admin, err := env.AddUser(envtest.User{Name: "dev-admin", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		return fail("add the admin user: %v", err)
-	}
-	kubeconfig, err := admin.KubeConfig()
-	if err != nil {
+	cfg := cp.Config
+	if err := cp.WriteAdminKubeconfig(paths.kubeconfig); err != nil {
 		return fail("admin kubeconfig: %v", err)
-	}
-	if err := os.WriteFile(paths.kubeconfig, kubeconfig, 0o600); err != nil {
-		return fail("%v", err)
 	}
 	kc, err := client.New(cfg, client.Options{Scheme: newScheme()})
 	if err != nil {
@@ -307,7 +296,7 @@ Other clients (e.g. the official Vercel SDK) reach the same backend with:
 type layout struct {
 	kubeconfig, env                          string
 	managerLog, emulatorLog, controlPlaneLog string
-	etcd, certs, emulatorData                string
+	controlPlane, emulatorData               string
 }
 
 func newLayout(stateDir string) layout {
@@ -318,8 +307,7 @@ func newLayout(stateDir string) layout {
 		managerLog:      p("manager.log"),
 		emulatorLog:     p("emulator.log"),
 		controlPlaneLog: p("control-plane.log"),
-		etcd:            p("etcd"),
-		certs:           p("kube-apiserver"),
+		controlPlane:    p("control-plane"),
 		emulatorData:    p("emulator"),
 	}
 }
@@ -424,11 +412,11 @@ func lock(path string) (unlock func(), err error) {
 	return func() { _ = f.Truncate(0); f.Close() }, nil
 }
 
-// killLeftovers kills the kube-apiserver and etcd of an earlier run on this
-// state dir that was itself killed (SIGKILL cannot be caught, and the control
-// plane runs in its own process group, so it outlived its parent). They are
-// recognised by their data and certificate directories under the state dir;
-// holding the lock proves no live run owns them.
+// killLeftovers kills the etcd, kube-apiserver and kube-controller-manager of
+// an earlier run on this state dir that was itself killed (SIGKILL cannot be
+// caught, and the control plane runs in its own process group, so it outlived
+// its parent). They are recognised by their files under the state dir's
+// control-plane directory; holding the lock proves no live run owns them.
 func killLeftovers(stateDir string) {
 	l := newLayout(stateDir)
 	for _, p := range procfs.List() {
@@ -436,7 +424,7 @@ func killLeftovers(stateDir string) {
 			continue
 		}
 		for _, a := range p.Args {
-			if a == l.etcd || a == l.certs || strings.HasSuffix(a, "="+l.etcd) || strings.HasSuffix(a, "="+l.certs) {
+			if strings.Contains(a, l.controlPlane+string(filepath.Separator)) {
 				fmt.Printf("Killing %s (PID %d), left running by an earlier run on %s\n", p.Name, p.PID, stateDir)
 				_ = syscall.Kill(p.PID, syscall.SIGKILL)
 				break

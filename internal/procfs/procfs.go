@@ -1,6 +1,6 @@
 // Package procfs reads the few process facts that `make dev` and the
-// benchmark need from Linux's /proc: which kube-apiserver and etcd a process
-// started (envtest runs them as children), and what is left of an earlier
+// benchmark need from Linux's /proc: which control-plane processes a process
+// started (envtest and internal/controlplane run them as children), and what is left of an earlier
 // run. Where there is no /proc (macOS) it finds nothing: the callers use the
 // facts for banners, clean-up and measurements only.
 package procfs
@@ -52,12 +52,12 @@ func ParentPID(pid int) int {
 	return 0
 }
 
-// ControlPlane returns the kube-apiserver and etcd this process started,
-// sorted by name.
+// ControlPlane returns the etcd, kube-apiserver and kube-controller-manager
+// this process started, sorted by name.
 func ControlPlane() []Process {
 	var out []Process
 	for _, p := range List() {
-		if (p.Name == "kube-apiserver" || p.Name == "etcd") && ParentPID(p.PID) == os.Getpid() {
+		if (p.Name == "kube-apiserver" || p.Name == "etcd" || p.Name == "kube-controller-manager") && ParentPID(p.PID) == os.Getpid() {
 			out = append(out, p)
 		}
 	}

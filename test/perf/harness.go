@@ -45,13 +45,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 	"github.com/getsentry/sandbox-controller/controllers"
 	"github.com/getsentry/sandbox-controller/internal/admissionpolicy"
+	"github.com/getsentry/sandbox-controller/internal/controlplane"
 	"github.com/getsentry/sandbox-controller/internal/emulator"
 	"github.com/getsentry/sandbox-controller/internal/httplimit"
 	"github.com/getsentry/sandbox-controller/internal/procfs"
@@ -196,7 +196,7 @@ const (
 // harness is one run's environment.
 type harness struct {
 	cfg    Config
-	env    *envtest.Environment
+	cp     *controlplane.ControlPlane
 	rest   *rest.Config
 	scheme *runtime.Scheme
 	kube   client.WithWatch
@@ -284,16 +284,18 @@ func (h *harness) start(ctx context.Context) error {
 	if assets == "" {
 		return errors.New("no envtest binaries: set KUBEBUILDER_ASSETS (make bench does, via hack/envtest.sh)")
 	}
-	h.env = &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-		BinaryAssetsDirectory: assets,
+	crds, err := controlplane.Render(root, "config/crd")
+	if err != nil {
+		return err
 	}
-	h.logf("starting envtest control plane (%s)", assets)
-	var err error
-	if h.rest, err = h.env.Start(); err != nil {
-		return fmt.Errorf("envtest: %w", err)
+	h.logf("starting the control plane (%s)", assets)
+	// Without kube-controller-manager: its garbage collector and quota
+	// informers would add their own API-server load to every arm, and the
+	// figures in docs/dev/performance.md were measured without it.
+	if h.cp, err = controlplane.Start(ctx, controlplane.Options{AssetsDir: assets, CRDs: crds}); err != nil {
+		return fmt.Errorf("control plane: %w", err)
 	}
+	h.rest = h.cp.Config
 	h.cpPIDs = map[string]string{}
 	for _, p := range procfs.ControlPlane() {
 		h.cpPIDs[p.Name] = strconv.Itoa(p.PID)
@@ -318,20 +320,12 @@ func (h *harness) start(ctx context.Context) error {
 	if err := admissionpolicy.Install(ctx, h.kube, filepath.Join(root, "config", "admission"), "default"); err != nil {
 		return err
 	}
-	admin, err := h.env.AddUser(envtest.User{Name: "bench-admin", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		return err
-	}
-	kc, err := admin.KubeConfig()
-	if err != nil {
-		return err
-	}
 	dir, err := os.MkdirTemp("", "sandbox-bench-")
 	if err != nil {
 		return err
 	}
 	h.kubeconfig = filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(h.kubeconfig, kc, 0o600); err != nil {
+	if err := h.cp.WriteAdminKubeconfig(h.kubeconfig); err != nil {
 		return err
 	}
 
@@ -388,8 +382,8 @@ func (h *harness) stop() {
 	if h.emu != nil {
 		_ = h.emu.Close()
 	}
-	if h.env != nil {
-		_ = h.env.Stop()
+	if h.cp != nil {
+		_ = h.cp.Stop()
 	}
 	if h.kubeconfig != "" {
 		_ = os.RemoveAll(filepath.Dir(h.kubeconfig))
