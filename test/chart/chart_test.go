@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -35,6 +36,7 @@ func TestLint(t *testing.T) {
 		{"logging.encoder=xml", "logging/encoder"},
 		{"terminationGracePeriodSeconds=30", "terminationGracePeriodSeconds (30) must exceed controller.gracefulShutdownTimeoutSeconds (30)"},
 		{"vercel.credentials.create=true", "vercel.credentials.token is required"},
+		{"replicas=2,leaderElection.enabled=false", "replicas > 1 needs leaderElection.enabled"},
 	} {
 		_, err := helm(t, "template", "r", chartPath, "--set", tc.set)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -112,6 +114,18 @@ func TestDefaults(t *testing.T) {
 		if pod := d.Spec.Template.Labels[k]; pod != v {
 			t.Errorf("metrics Service selects %s=%s, the pods have %q", k, v, pod)
 		}
+	}
+
+	if d.Spec.Strategy.Type != "" {
+		t.Errorf("with leader election the Deployment rolls (the new pod waits for the lease), got strategy %q", d.Spec.Strategy.Type)
+	}
+	// Without leader election two managers must never overlap.
+	d = theDeployment(t, render(t, "r", "ns", "--set", "leaderElection.enabled=false"))
+	if d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+		t.Errorf("leaderElection.enabled=false: strategy %q, want Recreate", d.Spec.Strategy.Type)
+	}
+	if args := d.Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--leader-elect=false") || slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--leader-election-namespace") }) {
+		t.Errorf("leaderElection.enabled=false: args %q", args)
 	}
 
 	// Disabled metrics: no Service, and the manager binds no metrics port.
@@ -345,6 +359,8 @@ func TestManagerMatchesConfig(t *testing.T) {
 		{"resources", gc.Resources, wc.Resources},
 		{"env", gc.Env, wc.Env},
 		{"command", gc.Command, wc.Command},
+		{"terminationGracePeriodSeconds", gp.TerminationGracePeriodSeconds, wp.TerminationGracePeriodSeconds},
+		{"replicas", got.Spec.Replicas, want.Spec.Replicas},
 	} {
 		if !apiequality.Semantic.DeepEqual(f.got, f.want) {
 			t.Errorf("%s differs from config/manager:\n chart  %+v\n config %+v", f.name, f.got, f.want)
