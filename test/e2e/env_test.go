@@ -206,7 +206,9 @@ func (e *env) startManager(name string, extra ...string) *managerProcess {
 			<-p.done
 		}
 		if t.Failed() {
-			t.Logf("%s log (last 8 KiB):\n%s", name, tail(p.log.String(), 8<<10))
+			full := filepath.Join(os.TempDir(), strings.ReplaceAll(t.Name(), "/", "_")+"-"+name+".log")
+			_ = os.WriteFile(full, []byte(p.log.String()), 0o600)
+			t.Logf("%s log (last 8 KiB; all of it in %s):\n%s", name, full, tail(p.log.String(), 8<<10))
 		}
 	})
 	e.waitHealthy(p)

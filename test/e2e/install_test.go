@@ -201,8 +201,19 @@ func testCategories(t *testing.T, e *env) {
 		}
 	}
 
-	// The command that used to delete every kind through the category.
-	if _, err := e.kubectl("delete", "sandboxes", "--all", "-n", ns, "--wait=true", "--timeout=60s"); err != nil {
+	// The command that used to delete every kind through the category. Not
+	// --wait: the fork re-creates its children under the same names at once.
+	out, err := e.kubectl("delete", "sandboxes", "--all", "-n", ns, "--wait=false")
+	must(t, err)
+	for _, want := range []string{"box", "box-fork-0", "box-fork-1"} {
+		if !strings.Contains(out, `sandbox.sandbox.sentry.io "`+want+`" deleted`) {
+			t.Errorf("kubectl delete sandboxes --all did not delete Sandbox %s:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "sandboxsnapshot") || strings.Contains(out, "sandboxfork") {
+		t.Errorf("kubectl delete sandboxes --all deleted other kinds:\n%s", out)
+	}
+	if _, err := e.kubectl("wait", "-n", ns, "--for=delete", "sandbox/box", "--timeout=60s"); err != nil {
 		t.Fatal(err)
 	}
 	for _, kept := range []string{"sandboxsnapshot/box-snap", "sandboxfork/box-fork"} {
