@@ -16,6 +16,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // DefaultBaseURL is the public API host (§2.1). The SDK's
@@ -114,7 +116,7 @@ type Client struct {
 
 	maxRetries    int
 	maxRetryAfter time.Duration
-	limiter       *bucket // nil: unpaced
+	limiter       *rate.Limiter // shared per credential; nil: unpaced
 
 	onRequest     func(string, int, time.Duration)
 	onLimiterWait func(time.Duration)
@@ -210,7 +212,7 @@ func New(cfg Config) (*Client, error) {
 		rpm = DefaultRequestsPerMinute
 	}
 	if rpm > 0 {
-		c.limiter = sharedBucket(limiterKey(c.baseURL, c.token, c.teamID), rpm)
+		c.limiter = sharedLimiter(limiterKey(c.baseURL, c.token, c.teamID), rpm)
 	}
 	return c, nil
 }
@@ -417,7 +419,7 @@ func (c *Client) pace(ctx context.Context) error {
 	if c.limiter == nil {
 		return ctx.Err()
 	}
-	d, err := c.limiter.wait(ctx)
+	d, err := waitLimiter(ctx, c.limiter)
 	if err != nil {
 		return err
 	}

@@ -151,41 +151,50 @@ func TestNewValidatesAndDefaults(t *testing.T) {
 	}
 }
 
-func TestBucketRate(t *testing.T) {
-	now := time.Unix(1000, 0)
-	b := newBucket(600, func() time.Time { return now }) // 10/s, burst 10
+// The limiter lets a second's worth of requests through at once, then one
+// every 1/rate; later callers queue behind earlier ones.
+func TestLimiterRate(t *testing.T) {
+	lim := newLimiter(600) // 10/s, burst 10
+	now := time.Now()
+	delay := func() time.Duration { return lim.ReserveN(now, 1).DelayFrom(now) }
 	for i := range 10 {
-		if d := b.reserve(); d != 0 {
+		if d := delay(); d != 0 {
 			t.Fatalf("request %d within the burst waited %v", i, d)
 		}
 	}
-	if d := b.reserve(); d != 100*time.Millisecond {
+	if d := delay(); d != 100*time.Millisecond {
 		t.Errorf("11th waits %v, want 100ms", d)
 	}
-	if d := b.reserve(); d != 200*time.Millisecond {
+	if d := delay(); d != 200*time.Millisecond {
 		t.Errorf("12th waits %v, want 200ms (queued behind the 11th)", d)
 	}
 	now = now.Add(time.Second) // 10 tokens refill, 2 owed
 	for i := range 8 {
-		if d := b.reserve(); d != 0 {
+		if d := delay(); d != 0 {
 			t.Fatalf("after refill, request %d waited %v", i, d)
 		}
 	}
-	if d := b.reserve(); d <= 0 {
+	if d := delay(); d <= 0 {
 		t.Error("bucket over-refilled")
 	}
-	// A lower rate from a second client wins.
-	b.setRate(60)
-	if b.rate != 1 || b.burst != 1 {
-		t.Errorf("rate %v burst %v after setRate(60)", b.rate, b.burst)
+	if b := newLimiter(30).Burst(); b != 1 {
+		t.Errorf("burst at 30/min = %d, want 1", b)
 	}
-	b.setRate(6000)
-	if b.rate != 1 {
-		t.Error("a higher rate raised the shared limit")
+
+	// A lower rate from a second client wins; a higher one does not raise
+	// the shared limit.
+	key := limiterKey("https://api.example", testToken(t), "team_1")
+	shared := sharedLimiter(key, 6000)
+	if sharedLimiter(key, 60) != shared || shared.Limit() != 1 || shared.Burst() != 1 {
+		t.Errorf("rate %v burst %d after a client asked for 60/min", shared.Limit(), shared.Burst())
+	}
+	sharedLimiter(key, 6000)
+	if shared.Limit() != 1 || shared.Burst() != 1 {
+		t.Errorf("a higher rate raised the shared limit to %v, burst %d", shared.Limit(), shared.Burst())
 	}
 }
 
-// Clients with the same credential share one bucket; the limiter really
+// Clients with the same credential share one limiter; the limiter really
 // paces requests and reports its waits.
 func TestLimiterSharedPerCredential(t *testing.T) {
 	f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, n int, body []byte) { writeJSON(w, 200, map[string]any{}) })
@@ -201,10 +210,10 @@ func TestLimiterSharedPerCredential(t *testing.T) {
 	tok := testToken(t)
 	a, b := mk(tok, "team_1"), mk(tok, "team_1")
 	if a.limiter != b.limiter {
-		t.Fatal("same credential, different buckets")
+		t.Fatal("same credential, different limiters")
 	}
 	if mk(tok, "team_2").limiter == a.limiter || mk(tok+"x", "team_1").limiter == a.limiter {
-		t.Fatal("different credentials share a bucket")
+		t.Fatal("different credentials share a limiter")
 	}
 	registryMu.Lock()
 	for k := range registry {
@@ -239,16 +248,22 @@ func TestLimiterSharedPerCredential(t *testing.T) {
 }
 
 func TestLimiterWaitHonoursContext(t *testing.T) {
-	now := time.Unix(0, 0)
-	b := newBucket(60, func() time.Time { return now }) // 1/s, burst 1
-	b.reserve()
+	lim := newLimiter(60) // 1/s, burst 1
+	if !lim.Allow() {
+		t.Fatal("a new limiter has no token")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	if _, err := b.wait(ctx); !errors.Is(err, context.DeadlineExceeded) {
+	start := time.Now()
+	if _, err := waitLimiter(ctx, lim); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err = %v", err)
 	}
-	// The abandoned reservation was returned: the next caller waits 1 s, not 2.
-	if d := b.reserve(); d != time.Second {
-		t.Errorf("next reservation waits %v, want 1s", d)
+	if el := time.Since(start); el < 20*time.Millisecond || el > 500*time.Millisecond {
+		t.Errorf("wait returned after %v, want when the context expired (20ms)", el)
+	}
+	// The abandoned reservation was returned: the next caller waits under
+	// 1 s, not 2.
+	if d := lim.Reserve().Delay(); d > time.Second || d < 500*time.Millisecond {
+		t.Errorf("next reservation waits %v, want just under 1s", d)
 	}
 }

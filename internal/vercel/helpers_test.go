@@ -59,7 +59,7 @@ func (f *fakeAPI) requests() []recorded {
 func (f *fakeAPI) count() int { return len(f.requests()) }
 
 // testToken is unique per test so that the package-level limiter registry
-// never shares a bucket between tests.
+// never shares a limiter between tests.
 func testToken(t *testing.T) string {
 	return "tok-SECRET-" + strings.NewReplacer("/", "-", " ", "_").Replace(t.Name())
 }
