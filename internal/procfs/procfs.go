@@ -17,7 +17,7 @@ import (
 // Process is one entry of /proc.
 type Process struct {
 	PID  int
-	Name string // the command name (/proc/<pid>/comm)
+	Name string // the command name (/proc/<pid>/comm, whole when the kernel cut it)
 	Args []string
 }
 
@@ -35,7 +35,14 @@ func List() []Process {
 			continue
 		}
 		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		out = append(out, Process{PID: pid, Name: strings.TrimSpace(string(comm)), Args: strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")})
+		args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+		name := strings.TrimSpace(string(comm))
+		// The kernel cuts comm at 15 bytes ("kube-controller"); the
+		// executable's file name is whole.
+		if base := filepath.Base(args[0]); len(name) == 15 && strings.HasPrefix(base, name) {
+			name = base
+		}
+		out = append(out, Process{PID: pid, Name: name, Args: args})
 	}
 	return out
 }
