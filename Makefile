@@ -19,7 +19,7 @@ HELM_LDFLAGS ?= -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
 # envtest binaries are built from the Go module proxy by hack/envtest.sh.
 ENVTEST_K8S_VERSION ?= 1.37.2
 ENVTEST_ETCD_VERSION ?= 3.7.0
-GO_TEST_FLAGS ?= -race
+GO_TEST_FLAGS ?= -race -timeout 30m
 
 SHELL = /usr/bin/env bash -o pipefail
 .SHELLFLAGS = -ec
