@@ -20,13 +20,16 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// DefaultBaseURL is the public API host (§2.1). The SDK's
-// https://vercel.com/api works too; BaseURL may carry such a path prefix.
+// DefaultBaseURL is the public API host (docs/dev/vercel-sandbox-api.md §2.1).
+// The SDK's https://vercel.com/api works too; BaseURL may carry such a path
+// prefix.
 const DefaultBaseURL = "https://api.vercel.com"
 
 // Defaults applied by New to zero Config fields.
 const (
-	DefaultRequestsPerMinute = 10000 // Pro plan control-plane limit (§8)
+	// DefaultRequestsPerMinute is the Pro plan's control-plane limit
+	// (docs/dev/vercel-sandbox-api.md §8).
+	DefaultRequestsPerMinute = 10000
 	DefaultMaxRetryAfter     = 20 * time.Second
 	DefaultMaxRetries        = 2
 )
@@ -40,14 +43,15 @@ type Config struct {
 	BaseURL string
 	// Token is a Vercel access token; it needs TeamID and ProjectID.
 	Token string
-	// TeamID is sent as the teamId query parameter on every request (§2.3).
+	// TeamID is sent as the teamId query parameter on every request
+	// (docs/dev/vercel-sandbox-api.md §2.3).
 	TeamID string
 	// ProjectID scopes creates (body) and name-addressed and list calls (query).
 	ProjectID string
 	// OIDCToken is a Vercel OIDC JWT used as the bearer token. Its unverified
 	// payload supplies TeamID (owner_id) and ProjectID (project_id) when those
-	// are empty (§2.2). The client does not refresh it: build a new Client
-	// with a fresh token before it expires.
+	// are empty (docs/dev/vercel-sandbox-api.md §2.2). The client does not
+	// refresh it: build a new Client with a fresh token before it expires.
 	OIDCToken string
 	// HTTPClient defaults to a client on http.DefaultTransport. Its Timeout
 	// must be 0: streaming calls may last hours, so every call is bounded by
@@ -140,9 +144,10 @@ func New(cfg Config) (*Client, error) {
 		maxRetryAfter: cfg.MaxRetryAfter,
 		onRequest:     cfg.OnRequest,
 		onLimiterWait: cfg.OnLimiterWait,
-		backoffBase:   400 * time.Millisecond, // the SDK's minTimeout (§7.5)
-		retries:       newRetryBudget(),
-		sleep:         sleepCtx,
+		// The SDK's minTimeout (docs/dev/vercel-sandbox-api.md §7.5).
+		backoffBase: 400 * time.Millisecond,
+		retries:     newRetryBudget(),
+		sleep:       sleepCtx,
 	}
 
 	base := cfg.BaseURL
@@ -217,9 +222,9 @@ func New(cfg Config) (*Client, error) {
 	return c, nil
 }
 
-// oidcClaims reads owner_id and project_id from a JWT payload without
-// verifying it, as the SDK does (§2.2): the server verifies; the client only
-// needs the scope.
+// oidcClaims reads owner_id and project_id from a JWT payload without verifying
+// it, as the SDK does (docs/dev/vercel-sandbox-api.md §2.2): the server
+// verifies; the client only needs the scope.
 func oidcClaims(tok string) (team, project string, err error) {
 	parts := strings.Split(tok, ".")
 	if len(parts) != 3 {
@@ -270,7 +275,8 @@ const (
 	// sendOnce: re-sending could repeat a side effect (an unnamed create, a
 	// command run, a snapshot, a fork, a file write, a timeout extension).
 	sendOnce retryPolicy = iota
-	// retryable: reads and calls whose repetition is harmless (§9b).
+	// retryable: reads and calls whose repetition is harmless
+	// (docs/dev/vercel-sandbox-api.md §9b).
 	retryable
 )
 
@@ -503,8 +509,9 @@ func closeBody(b io.ReadCloser) {
 	b.Close()
 }
 
-// checkMediaType compares Content-Type by media type, ignoring parameters
-// such as charset (§9b), instead of the SDK's exact string match.
+// checkMediaType compares Content-Type by media type, ignoring parameters such
+// as charset (docs/dev/vercel-sandbox-api.md §9b), instead of the SDK's exact
+// string match.
 func checkMediaType(endpoint string, resp *http.Response, want string) error {
 	ct := resp.Header.Get("Content-Type")
 	if mediaType(ct) != want {

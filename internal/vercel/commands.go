@@ -21,8 +21,9 @@ func commandPath(sessionID, cmdID string) string {
 	return sessionPath(sessionID) + "/cmd/" + url.PathEscape(cmdID)
 }
 
-// normalizeCommand sends args and env as [] and {} rather than null, as the
-// SDK does (§5.8): the server's schema types them as array and object.
+// normalizeCommand sends args and env as [] and {} rather than null, as the SDK
+// does (docs/dev/vercel-sandbox-api.md §5.8): the server's schema types them as
+// array and object.
 func normalizeCommand(req RunCommandRequest) RunCommandRequest {
 	if req.Args == nil {
 		req.Args = []string{}
@@ -34,8 +35,8 @@ func normalizeCommand(req RunCommandRequest) RunCommandRequest {
 }
 
 // RunCommand starts a detached command and returns it with ExitCode nil
-// (§5.8). req.Wait and req.Logs are ignored. It is never re-sent: a repeat
-// would run the command twice.
+// (docs/dev/vercel-sandbox-api.md §5.8). req.Wait and req.Logs are ignored. It
+// is never re-sent: a repeat would run the command twice.
 func (c *Client) RunCommand(ctx context.Context, sessionID string, req RunCommandRequest) (*Command, error) {
 	if err := checkID(EPRunCommand, "session id", sessionID); err != nil {
 		return nil, err
@@ -53,10 +54,10 @@ func (c *Client) RunCommand(ctx context.Context, sessionID string, req RunComman
 	return &out.Command, nil
 }
 
-// RunCommandStream runs a command with wait=true and returns its NDJSON
-// stream: a command record when it starts, its output when req.Logs is set,
-// and a final command record with the exit code (§5.8). The stream lives as
-// long as the command; ctx bounds it. The caller must Close it.
+// RunCommandStream runs a command with wait=true and returns its NDJSON stream:
+// a command record when it starts, its output when req.Logs is set, and a final
+// command record with the exit code (docs/dev/vercel-sandbox-api.md §5.8). The
+// stream lives as long as the command; ctx bounds it. The caller must Close it.
 func (c *Client) RunCommandStream(ctx context.Context, sessionID string, req RunCommandRequest) (*CommandStream, error) {
 	if err := checkID(EPRunCommand, "session id", sessionID); err != nil {
 		return nil, err
@@ -214,7 +215,8 @@ func (s *LogStream) Next() (Record, error) {
 		if rec.Command == nil {
 			return rec, nil
 		}
-		// The logs endpoint sends no command records (§5.8); skip any.
+		// The logs endpoint sends no command records
+		// (docs/dev/vercel-sandbox-api.md §5.8); skip any.
 	}
 	return Record{}, s.err
 }
@@ -223,7 +225,8 @@ func (s *LogStream) Next() (Record, error) {
 func (s *LogStream) Close() error { return s.close() }
 
 // GetCommand reads a command. With wait it blocks until the command exits
-// (§5.8), which may take as long as the command runs: bound it with ctx.
+// (docs/dev/vercel-sandbox-api.md §5.8), which may take as long as the command
+// runs: bound it with ctx.
 func (c *Client) GetCommand(ctx context.Context, sessionID, cmdID string, wait bool) (*Command, error) {
 	if err := checkID(EPGetCommand, "session id", sessionID); err != nil {
 		return nil, err
@@ -278,7 +281,8 @@ func (c *Client) KillCommand(ctx context.Context, sessionID, cmdID string, signa
 }
 
 // CommandLogs replays a command's output from the start and follows it until
-// the command exits (§5.8). The caller must Close the stream.
+// the command exits (docs/dev/vercel-sandbox-api.md §5.8). The caller must
+// Close the stream.
 func (c *Client) CommandLogs(ctx context.Context, sessionID, cmdID string) (*LogStream, error) {
 	if err := checkID(EPCommandLogs, "session id", sessionID); err != nil {
 		return nil, err

@@ -1,9 +1,10 @@
 package vercel_test
 
 // Contract tests: every endpoint through the real client against the emulator
-// over loopback. They assert what the API document promises; when one fails
-// because the emulator deviates from it, the deviation is recorded in
-// EMULATOR_GAPS.md instead of weakening the test.
+// over loopback. They assert what docs/dev/vercel-sandbox-api.md promises. The
+// emulator's known deviations from the real API are listed in
+// docs/dev/emulator-gaps.md; a test that fails because the emulator deviates is
+// fixed in the emulator or recorded there, never weakened.
 
 import (
 	"bytes"
@@ -121,8 +122,9 @@ func mustCreate(t *testing.T, env *contractEnv, req vercel.CreateSandboxRequest)
 	return resp
 }
 
-// The checkers below assert the fields §3 marks required: the SDKs validate
-// responses strictly, so a missing one breaks a real client (§9.19).
+// The checkers below assert the fields docs/dev/vercel-sandbox-api.md §3 marks
+// required: the SDKs validate responses strictly, so a missing one breaks a
+// real client (docs/dev/vercel-sandbox-api.md §9, item 19).
 
 func checkSession(t *testing.T, s *vercel.Session) {
 	t.Helper()

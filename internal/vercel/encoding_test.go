@@ -12,7 +12,7 @@ import (
 
 // TestRequestEncoding checks, for every endpoint, what goes on the wire:
 // method, escaped path, query (teamId always; projectId vs project per
-// §2.3), body and content type.
+// docs/dev/vercel-sandbox-api.md §2.3), body and content type.
 func TestRequestEncoding(t *testing.T) {
 	ctx := context.Background()
 	cases := []struct {
@@ -314,7 +314,7 @@ func TestBaseURLPrefix(t *testing.T) {
 }
 
 // TestResponseDecoding: answers decode into the typed structs and unknown
-// fields are ignored (§2.5).
+// fields are ignored (docs/dev/vercel-sandbox-api.md §2.5).
 func TestResponseDecoding(t *testing.T) {
 	f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, n int, body []byte) {
 		w.Header().Set("Content-Type", "application/json; charset=utf-8")

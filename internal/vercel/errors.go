@@ -12,8 +12,8 @@ import (
 	"unicode/utf8"
 )
 
-// Error codes the API sends in the {"error":{"code"}} envelope (§7.2), and the
-// client-side stream codes (§7.4).
+// Error codes the API sends in the {"error":{"code"}} envelope, and the
+// client-side stream codes (docs/dev/vercel-sandbox-api.md §7.2, §7.4).
 const (
 	CodeBadRequest            = "bad_request"
 	CodeNotFound              = "not_found"
@@ -54,8 +54,9 @@ const (
 type APIError struct {
 	// Status is the HTTP status code.
 	Status int
-	// Code is error.code from the envelope (§7.1), or, for non-envelope
-	// bodies such as {"error":"gone"}, the string found there; "" if none.
+	// Code is error.code from the envelope
+	// (docs/dev/vercel-sandbox-api.md §7.1), or, for non-envelope bodies such
+	// as {"error":"gone"}, the string found there; "" if none.
 	Code string
 	// Message is error.message, or a bounded excerpt of a non-JSON body.
 	Message string
@@ -106,8 +107,9 @@ func (e *TransientError) Error() string {
 func (e *TransientError) Unwrap() error { return e.Err }
 
 // StreamError is an error carried inside an NDJSON stream
-// ({"stream":"error","data":{code,message}}, §3.8), or CodeStreamEndedEarly
-// when the stream closed before the command finished (§7.4).
+// ({"stream":"error","data":{code,message}}), or CodeStreamEndedEarly when the
+// stream closed before the command finished
+// (docs/dev/vercel-sandbox-api.md §3.8, §7.4).
 type StreamError struct {
 	Code    string
 	Message string
@@ -147,8 +149,8 @@ const (
 )
 
 // newAPIError builds an APIError from a non-2xx response whose body has been
-// read. It tolerates the §7.1 envelope, {"error":"<code>"}, {"message":…},
-// any other text, and an empty body.
+// read. It tolerates the envelope of docs/dev/vercel-sandbox-api.md §7.1,
+// {"error":"<code>"}, {"message":…}, any other text, and an empty body.
 func newAPIError(endpoint string, resp *http.Response, body []byte, token string) *APIError {
 	e := &APIError{
 		Status:     resp.StatusCode,
@@ -188,7 +190,8 @@ func decodeErrorBody(body []byte) (code, message string) {
 				message = env.Message
 			}
 		case json.Unmarshal(raw.Error, &s) == nil:
-			// {"error":"gone"}: a bare code (an SDK test uses this shape, §7.1).
+			// {"error":"gone"}: a bare code (an SDK test uses this shape,
+			// docs/dev/vercel-sandbox-api.md §7.1).
 			code = s
 		}
 	}
@@ -212,7 +215,8 @@ func scrub(s, token string, max int) string {
 	return strings.ToValidUTF8(s, "�")
 }
 
-// parseRetryAfter reads delay-seconds or an HTTP date (RFC 9110 §10.2.3).
+// parseRetryAfter reads delay-seconds or an HTTP date
+// (https://www.rfc-editor.org/rfc/rfc9110#section-10.2.3).
 func parseRetryAfter(v string, now time.Time) time.Duration {
 	v = strings.TrimSpace(v)
 	if v == "" {
@@ -284,10 +288,10 @@ func IsSnapshotting(err error) bool {
 	return hasStatusCode(err, http.StatusUnprocessableEntity, CodeSandboxSnapshotting)
 }
 
-// IsConflict reports a 409, and also the 400 with which the live API answers
-// a create whose name already exists (§5.1, I2): both mean "the thing you are
-// creating is already there", which a controller with deterministic names
-// handles by adopting it.
+// IsConflict reports a 409, and also the 400 with which the live API answers a
+// create whose name already exists (docs/dev/vercel-sandbox-api.md §5.1, source
+// I2): both mean "the thing you are creating is already there", which a
+// controller with deterministic names handles by adopting it.
 func IsConflict(err error) bool {
 	e, ok := asAPIError(err)
 	return ok && (e.Status == http.StatusConflict || isDuplicateName(e))
@@ -388,8 +392,9 @@ func isStreamCode(err error, code string) bool {
 
 // isDuplicateName recognises the answer to a create whose name is taken. The
 // live API sends 400 bad_request with a message pointing at GET
-// /sandboxes/:name (I2); the OpenAPI document also lists 409 (§5.1). The exact
-// wording is not published, so match loosely on the message.
+// /sandboxes/:name; the OpenAPI document also lists 409
+// (docs/dev/vercel-sandbox-api.md §5.1, source I2). The exact wording is not
+// published, so match loosely on the message.
 func isDuplicateName(e *APIError) bool {
 	if e.Status == http.StatusConflict {
 		return true

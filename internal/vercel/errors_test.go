@@ -11,8 +11,9 @@ import (
 	"time"
 )
 
-// TestErrorDecoding sends each error shape the spec lists (§7) through the
-// real client and checks the decoded fields and every classifier.
+// TestErrorDecoding sends each error shape docs/dev/vercel-sandbox-api.md §7
+// lists through the real client and checks the decoded fields and every
+// classifier.
 func TestErrorDecoding(t *testing.T) {
 	type preds map[string]bool
 	cases := []struct {

@@ -13,8 +13,9 @@ import (
 	"time"
 )
 
-// DefaultCwd is the working directory of every session in practice (§3.1);
-// relative paths given to WriteFiles are resolved against it.
+// DefaultCwd is the working directory of every session in practice
+// (docs/dev/vercel-sandbox-api.md §3.1); relative paths given to WriteFiles are
+// resolved against it.
 const DefaultCwd = "/vercel/sandbox"
 
 // File is one file for WriteFiles. Mode is the permission bits (0 = 0644).
@@ -24,9 +25,10 @@ type File struct {
 	Mode    int64
 }
 
-// tarEntryName mirrors the SDK's normalizePath (§5.9): absolute paths are
-// cleaned, relative ones joined onto DefaultCwd, and the result made relative
-// to "/" because the upload is sent with x-cwd: /.
+// tarEntryName mirrors the SDK's normalizePath
+// (docs/dev/vercel-sandbox-api.md §5.9): absolute paths are cleaned, relative
+// ones joined onto DefaultCwd, and the result made relative to "/" because the
+// upload is sent with x-cwd: /.
 func tarEntryName(p string) (string, error) {
 	if p == "" || strings.ContainsRune(p, 0) {
 		return "", fmt.Errorf("invalid path %q", p)
@@ -79,10 +81,10 @@ func buildTarGz(files []File, now time.Time) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// WriteFiles uploads files into the session as one gzip'd tar (§5.9),
-// creating parent directories and overwriting existing files. It is sent
-// once (an upload is not known to be atomic); writing the same files again
-// is the caller's decision.
+// WriteFiles uploads files into the session as one gzip'd tar
+// (docs/dev/vercel-sandbox-api.md §5.9), creating parent directories and
+// overwriting existing files. It is sent once (an upload is not known to be
+// atomic); writing the same files again is the caller's decision.
 func (c *Client) WriteFiles(ctx context.Context, sessionID string, files []File) error {
 	if err := checkID(EPWriteFiles, "session id", sessionID); err != nil {
 		return err
@@ -107,10 +109,10 @@ func (c *Client) WriteFiles(ctx context.Context, sessionID string, files []File)
 	return c.do(ctx, r, nil)
 }
 
-// ReadFile returns a file's bytes (§5.9). A relative path resolves against
-// cwd ("" = the session's working directory). A missing file is an
-// *APIError for which IsNotFound is true. Reading is retried like a GET:
-// the POST has no side effect.
+// ReadFile returns a file's bytes (docs/dev/vercel-sandbox-api.md §5.9). A
+// relative path resolves against cwd ("" = the session's working directory). A
+// missing file is an *APIError for which IsNotFound is true. Reading is retried
+// like a GET: the POST has no side effect.
 func (c *Client) ReadFile(ctx context.Context, sessionID, path, cwd string) ([]byte, error) {
 	if err := checkID(EPReadFile, "session id", sessionID); err != nil {
 		return nil, err
@@ -135,8 +137,9 @@ func (c *Client) ReadFile(ctx context.Context, sessionID, path, cwd string) ([]b
 	return b, nil
 }
 
-// Mkdir creates a directory (§5.9). recursive is always sent explicitly
-// because the API's default is disputed (OpenAPI true, SDK mock false).
+// Mkdir creates a directory (docs/dev/vercel-sandbox-api.md §5.9). recursive is
+// always sent explicitly because the API's default is disputed (OpenAPI true,
+// SDK mock false).
 func (c *Client) Mkdir(ctx context.Context, sessionID, path, cwd string, recursive bool) error {
 	if err := checkID(EPMkdir, "session id", sessionID); err != nil {
 		return err

@@ -40,9 +40,10 @@ func readTarGz(t *testing.T, b []byte) []tarEntry {
 	}
 }
 
-// TestWriteFilesLayout checks the upload against §5.9/§9b: gzip'd tar,
-// x-cwd "/", entry names relative to "/", relative paths under
-// /vercel/sandbox, one regular entry per file and no directory entries.
+// TestWriteFilesLayout checks the upload against
+// docs/dev/vercel-sandbox-api.md §5.9 and §9b: gzip'd tar, x-cwd "/", entry
+// names relative to "/", relative paths under /vercel/sandbox, one regular
+// entry per file and no directory entries.
 func TestWriteFilesLayout(t *testing.T) {
 	f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, n int, body []byte) { writeJSON(w, 200, map[string]any{}) })
 	c, _ := newTestClient(t, f, nil)
@@ -98,7 +99,8 @@ func TestReadFile(t *testing.T) {
 	f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, n int, body []byte) {
 		switch {
 		case strings.Contains(string(body), "missing"):
-			w.WriteHeader(404) // the SDK's mock sends an empty body (§5.9)
+			// Vercel's mock sends an empty body (docs/dev/vercel-sandbox-api.md §5.9).
+			w.WriteHeader(404)
 		case strings.Contains(string(body), "json"):
 			writeJSON(w, 200, map[string]any{})
 		default:

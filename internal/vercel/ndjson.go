@@ -9,10 +9,11 @@ import (
 	"io"
 )
 
-// Record is one decoded NDJSON record of a command stream (§3.8): either a
-// command status (Command set) or a chunk of output (Stream is "stdout" or
-// "stderr", Data an arbitrary chunk, not necessarily a whole line). In-band
-// errors are not records: Next returns them as *StreamError.
+// Record is one decoded NDJSON record of a command stream
+// (docs/dev/vercel-sandbox-api.md §3.8): either a command status (Command set)
+// or a chunk of output (Stream is "stdout" or "stderr", Data an arbitrary
+// chunk, not necessarily a whole line). In-band errors are not records: Next
+// returns them as *StreamError.
 type Record struct {
 	Command *Command
 	Stream  string
@@ -27,14 +28,15 @@ const (
 )
 
 // maxNDJSONLine bounds one record. The server's chunk size is not published
-// (§9b); 16 MiB is far above any sensible chunk and keeps a runaway line
-// from exhausting memory.
+// (docs/dev/vercel-sandbox-api.md §9b); 16 MiB is far above any sensible chunk
+// and keeps a runaway line from exhausting memory.
 const maxNDJSONLine = 16 << 20
 
 var errLineTooLong = errors.New("NDJSON record longer than 16 MiB")
 
-// ndjsonDecoder reads records line by line, skipping blank lines (§9b) and
-// record kinds it does not know (the API may add some).
+// ndjsonDecoder reads records line by line, skipping blank lines
+// (docs/dev/vercel-sandbox-api.md §9b) and record kinds it does not know (the
+// API may add some).
 type ndjsonDecoder struct {
 	r        *bufio.Reader
 	endpoint string

@@ -47,10 +47,12 @@ func checkID(endpoint, what, id string) error {
 	return nil
 }
 
-// sandboxPath escapes the name like the SDK's encodeURIComponent (§9b).
+// sandboxPath escapes the name like the SDK's encodeURIComponent
+// (docs/dev/vercel-sandbox-api.md §9b).
 func sandboxPath(name string) string { return "/v2/sandboxes/" + url.PathEscape(name) }
 
-// projectQuery scopes name-addressed calls (§2.3: projectId query).
+// projectQuery scopes name-addressed calls
+// (docs/dev/vercel-sandbox-api.md §2.3: projectId query).
 func (c *Client) projectQuery() url.Values {
 	q := url.Values{}
 	if c.projectID != "" {
@@ -59,7 +61,8 @@ func (c *Client) projectQuery() url.Values {
 	return q
 }
 
-// listQuery scopes list calls (§2.3: project query).
+// listQuery scopes list calls (docs/dev/vercel-sandbox-api.md §2.3: project
+// query).
 func (c *Client) listQuery(limit int, cursor, sortOrder string) url.Values {
 	q := url.Values{}
 	if c.projectID != "" {
@@ -78,8 +81,9 @@ func (c *Client) listQuery(limit int, cursor, sortOrder string) url.Values {
 }
 
 // CreateSandbox creates a named sandbox and its first session: POST
-// /v3/sandboxes, or /v2/sandboxes when req.Runtime is set (only /v2 accepts
-// a runtime, §5.1). An empty req.ProjectID is filled from the Config.
+// /v3/sandboxes, or /v2/sandboxes when req.Runtime is set (only /v2 accepts a
+// runtime, docs/dev/vercel-sandbox-api.md §5.1). An empty req.ProjectID is
+// filled from the Config.
 //
 // Without a name the request is sent once: a retry after a lost answer would
 // create a second sandbox. With a name it is retried on 5xx, connection
@@ -116,7 +120,8 @@ func (c *Client) CreateSandbox(ctx context.Context, req CreateSandboxRequest) (*
 
 // GetSandbox reads a named sandbox and its current session. With resume, a
 // sandbox whose session is not running gets a new session from its latest
-// snapshot (410 snapshot_not_found if there is none, §5.2).
+// snapshot (410 snapshot_not_found if there is none,
+// docs/dev/vercel-sandbox-api.md §5.2).
 func (c *Client) GetSandbox(ctx context.Context, name string, resume bool) (*SandboxResponse, error) {
 	if err := checkID(EPGetSandbox, "sandbox name", name); err != nil {
 		return nil, err
@@ -135,8 +140,9 @@ func (c *Client) GetSandbox(ctx context.Context, name string, resume bool) (*San
 }
 
 // UpdateSandbox changes a sandbox's settings for future sessions (PATCH,
-// §5.4); with resume it also starts a session if none is running. It is sent
-// once: with resume, a repeat could start a session the caller did not see.
+// docs/dev/vercel-sandbox-api.md §5.4); with resume it also starts a session if
+// none is running. It is sent once: with resume, a repeat could start a session
+// the caller did not see.
 func (c *Client) UpdateSandbox(ctx context.Context, name string, req UpdateSandboxRequest, resume bool) (*SandboxResponse, error) {
 	if err := checkID(EPUpdateSandbox, "sandbox name", name); err != nil {
 		return nil, err
@@ -156,9 +162,10 @@ func (c *Client) UpdateSandbox(ctx context.Context, name string, req UpdateSandb
 	return &out, nil
 }
 
-// DeleteSandbox stops and deletes a named sandbox (§5.5). Its snapshots
-// survive unless deleteOrphanSnapshots. A retry after a lost answer may see
-// 404: callers treat IsNotFound from a delete as "deleted".
+// DeleteSandbox stops and deletes a named sandbox
+// (docs/dev/vercel-sandbox-api.md §5.5). Its snapshots survive unless
+// deleteOrphanSnapshots. A retry after a lost answer may see 404: callers treat
+// IsNotFound from a delete as "deleted".
 func (c *Client) DeleteSandbox(ctx context.Context, name string, deleteOrphanSnapshots bool) (*Sandbox, error) {
 	if err := checkID(EPDeleteSandbox, "sandbox name", name); err != nil {
 		return nil, err
@@ -177,9 +184,9 @@ func (c *Client) DeleteSandbox(ctx context.Context, name string, deleteOrphanSna
 	return &out.Sandbox, nil
 }
 
-// ForkSandbox creates a new sandbox from another's current snapshot (§5.6).
-// It is never re-sent: a lost answer is recovered by the caller with
-// GetSandbox on the fork's name.
+// ForkSandbox creates a new sandbox from another's current snapshot
+// (docs/dev/vercel-sandbox-api.md §5.6). It is never re-sent: a lost answer is
+// recovered by the caller with GetSandbox on the fork's name.
 func (c *Client) ForkSandbox(ctx context.Context, name string, req ForkSandboxRequest) (*SandboxResponse, error) {
 	if err := checkID(EPForkSandbox, "sandbox name", name); err != nil {
 		return nil, err
@@ -195,8 +202,9 @@ func (c *Client) ForkSandbox(ctx context.Context, name string, req ForkSandboxRe
 	return &out, nil
 }
 
-// ListSandboxesOptions are the GET /v2/sandboxes filters (§5.3). Zero values
-// are not sent, so the server defaults apply.
+// ListSandboxesOptions are the GET /v2/sandboxes filters
+// (docs/dev/vercel-sandbox-api.md §5.3). Zero values are not sent, so the
+// server defaults apply.
 type ListSandboxesOptions struct {
 	// Limit is the page size, 1–50 (server default 20).
 	Limit int

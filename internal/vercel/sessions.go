@@ -12,7 +12,8 @@ import (
 // a no-op for real ids and keeps a malformed one inside its path segment.
 func sessionPath(id string) string { return "/v2/sandboxes/sessions/" + url.PathEscape(id) }
 
-// ListSessionsOptions are the GET /v2/sandboxes/sessions filters (§5.7).
+// ListSessionsOptions are the GET /v2/sandboxes/sessions filters
+// (docs/dev/vercel-sandbox-api.md §5.7).
 type ListSessionsOptions struct {
 	// Name restricts the list to one named sandbox's sessions.
 	Name string
@@ -51,7 +52,7 @@ func (c *Client) ListAllSessions(ctx context.Context, opts ListSessionsOptions) 
 }
 
 // GetSession reads a session and its routes. A stopped session still answers
-// 200 with its final status (§4).
+// 200 with its final status (docs/dev/vercel-sandbox-api.md §4).
 func (c *Client) GetSession(ctx context.Context, id string) (*SessionResponse, error) {
 	if err := checkID(EPGetSession, "session id", id); err != nil {
 		return nil, err
@@ -64,8 +65,9 @@ func (c *Client) GetSession(ctx context.Context, id string) (*SessionResponse, e
 	return &out, nil
 }
 
-// StopSession stops a session for good (§5.7); a persistent sandbox is
-// snapshotted first and the answer then carries Sandbox and Snapshot.
+// StopSession stops a session for good (docs/dev/vercel-sandbox-api.md §5.7); a
+// persistent sandbox is snapshotted first and the answer then carries Sandbox
+// and Snapshot.
 //
 // Stop is retried: if a retry finds the session already stopped (410
 // sandbox_stopped) after an attempt that may have committed, the session is
@@ -92,9 +94,10 @@ func (c *Client) StopSession(ctx context.Context, id string) (*StopSessionRespon
 	return &out, nil
 }
 
-// ExtendTimeout adds d (≥ 1 s) to the running session's timeout (§5.7). The
-// server answers 400 sandbox_timeout_invalid beyond the plan maximum. It is
-// sent once: extensions add up, so a repeat would extend twice.
+// ExtendTimeout adds d (≥ 1 s) to the running session's timeout
+// (docs/dev/vercel-sandbox-api.md §5.7). The server answers 400
+// sandbox_timeout_invalid beyond the plan maximum. It is sent once: extensions
+// add up, so a repeat would extend twice.
 func (c *Client) ExtendTimeout(ctx context.Context, id string, d time.Duration) (*Session, error) {
 	if err := checkID(EPExtendTimeout, "session id", id); err != nil {
 		return nil, err
@@ -113,8 +116,9 @@ func (c *Client) ExtendTimeout(ctx context.Context, id string, d time.Duration) 
 	return &out.Session, nil
 }
 
-// UpdateNetworkPolicy replaces the running session's network policy (§5.7).
-// The answer's policy lists injected header names, never their values.
+// UpdateNetworkPolicy replaces the running session's network policy
+// (docs/dev/vercel-sandbox-api.md §5.7). The answer's policy lists injected
+// header names, never their values.
 func (c *Client) UpdateNetworkPolicy(ctx context.Context, id string, p NetworkPolicy) (*Session, error) {
 	if err := checkID(EPUpdateNetworkPolicy, "session id", id); err != nil {
 		return nil, err

@@ -10,9 +10,9 @@ import (
 func snapshotPath(id string) string { return "/v2/sandboxes/snapshots/" + url.PathEscape(id) }
 
 // CreateSnapshot captures the session's filesystem; the session stops
-// afterwards (§5.10). expiration nil sends no body (the sandbox's default
-// applies); 0 means never expire. It is sent once: a repeat would fail on
-// the stopped session or, worse, capture twice.
+// afterwards (docs/dev/vercel-sandbox-api.md §5.10). expiration nil sends no
+// body (the sandbox's default applies); 0 means never expire. It is sent once:
+// a repeat would fail on the stopped session or, worse, capture twice.
 func (c *Client) CreateSnapshot(ctx context.Context, sessionID string, expiration *time.Duration) (*SnapshotResponse, error) {
 	if err := checkID(EPCreateSnapshot, "session id", sessionID); err != nil {
 		return nil, err
@@ -34,7 +34,8 @@ func (c *Client) CreateSnapshot(ctx context.Context, sessionID string, expiratio
 }
 
 // GetSnapshot reads a snapshot. A deleted one may answer 200 with status
-// "deleted" or 404, depending on the server (§5.10).
+// "deleted" or 404, depending on the server
+// (docs/dev/vercel-sandbox-api.md §5.10).
 func (c *Client) GetSnapshot(ctx context.Context, id string) (*Snapshot, error) {
 	if err := checkID(EPGetSnapshot, "snapshot id", id); err != nil {
 		return nil, err
@@ -47,7 +48,8 @@ func (c *Client) GetSnapshot(ctx context.Context, id string) (*Snapshot, error) 
 	return &out.Snapshot, nil
 }
 
-// ListSnapshotsOptions are the GET /v2/sandboxes/snapshots filters (§5.10).
+// ListSnapshotsOptions are the GET /v2/sandboxes/snapshots filters
+// (docs/dev/vercel-sandbox-api.md §5.10).
 type ListSnapshotsOptions struct {
 	// Name restricts the list to one named sandbox's snapshots.
 	Name string

@@ -2,13 +2,15 @@ package vercel
 
 import "encoding/json"
 
-// Wire types of the Vercel Sandbox REST API v2 (../shared/vercel-sandbox-api.md §3).
-// Field names and JSON tags are the contract: the emulator serves these same
-// structs, and the contract tests decode them through the real client.
-// Timestamps are integer milliseconds since the Unix epoch; durations are
-// milliseconds; optional fields are omitted when unset.
+// Wire types of the Vercel Sandbox REST API v2
+// (docs/dev/vercel-sandbox-api.md §3). Field names and JSON tags are the
+// contract: the emulator serves these same structs, and the contract tests
+// decode them through the real client. Timestamps are integer milliseconds
+// since the Unix epoch; durations are milliseconds; optional fields are omitted
+// when unset.
 
-// SessionStatus is the status of one VM boot (§4).
+// SessionStatus is the status of one VM boot
+// (docs/dev/vercel-sandbox-api.md §4).
 type SessionStatus string
 
 const (
@@ -26,7 +28,8 @@ func (s SessionStatus) Terminal() bool {
 	return s == SessionStopped || s == SessionFailed || s == SessionAborted
 }
 
-// Session is one VM boot of a named sandbox (§3.1).
+// Session is one VM boot of a named sandbox
+// (docs/dev/vercel-sandbox-api.md §3.1).
 type Session struct {
 	ID                  string           `json:"id"`
 	Memory              int64            `json:"memory"`
@@ -60,7 +63,8 @@ type NetworkTransfer struct {
 	Egress  int64 `json:"egress"`
 }
 
-// Sandbox is a named sandbox: the long-lived entity whose sessions come and go (§3.2).
+// Sandbox is a named sandbox: the long-lived entity whose sessions come and go
+// (docs/dev/vercel-sandbox-api.md §3.2).
 type Sandbox struct {
 	Name                     string             `json:"name"`
 	Persistent               bool               `json:"persistent"`
@@ -97,7 +101,8 @@ type KeepLastSnapshots struct {
 	DeleteEvicted *bool  `json:"deleteEvicted,omitempty"`
 }
 
-// Route is the public URL of one exposed port (§3.3).
+// Route is the public URL of one exposed port
+// (docs/dev/vercel-sandbox-api.md §3.3).
 type Route struct {
 	URL       string `json:"url"`
 	Subdomain string `json:"subdomain"`
@@ -105,7 +110,8 @@ type Route struct {
 	System    bool   `json:"system,omitempty"`
 }
 
-// Command is one process started in a session (§3.4). ExitCode is null until it exits.
+// Command is one process started in a session
+// (docs/dev/vercel-sandbox-api.md §3.4). ExitCode is null until it exits.
 type Command struct {
 	ID         string   `json:"id"`
 	Name       string   `json:"name"`
@@ -117,7 +123,8 @@ type Command struct {
 	StartedAt  int64    `json:"startedAt"`
 }
 
-// SnapshotStatus is the status of a snapshot (§4).
+// SnapshotStatus is the status of a snapshot
+// (docs/dev/vercel-sandbox-api.md §4).
 type SnapshotStatus string
 
 const (
@@ -126,7 +133,8 @@ const (
 	SnapshotFailed  SnapshotStatus = "failed"
 )
 
-// Snapshot is a saved filesystem a session can boot from (§3.5).
+// Snapshot is a saved filesystem a session can boot from
+// (docs/dev/vercel-sandbox-api.md §3.5).
 type Snapshot struct {
 	ID              string         `json:"id"`
 	SourceSessionID string         `json:"sourceSessionId"`
@@ -142,15 +150,16 @@ type Snapshot struct {
 	ParentID        string         `json:"parentId,omitempty"`
 }
 
-// Network policy modes (§3.6).
+// Network policy modes (docs/dev/vercel-sandbox-api.md §3.6).
 const (
 	NetworkAllowAll = "allow-all"
 	NetworkDenyAll  = "deny-all"
 	NetworkCustom   = "custom"
 )
 
-// NetworkPolicy is the mode form (§3.6 A) used in requests, and the response form
-// (§3.6 C) in which injection rules carry only header names, never values.
+// NetworkPolicy is the mode form used in requests, and the response form in
+// which injection rules carry only header names, never values
+// (docs/dev/vercel-sandbox-api.md §3.6 A and C).
 type NetworkPolicy struct {
 	Mode           string          `json:"mode,omitempty"`
 	AllowedDomains []string        `json:"allowedDomains,omitempty"`
@@ -159,8 +168,9 @@ type NetworkPolicy struct {
 	InjectionRules []InjectionRule `json:"injectionRules,omitempty"`
 	ForwardRules   []ForwardRule   `json:"forwardRules,omitempty"`
 
-	// Allow and Subnets carry the v2 allow/subnets request form (§3.6 B), kept
-	// raw: the operator sends the mode form, but the emulator accepts both.
+	// Allow and Subnets carry the v2 allow/subnets request form
+	// (docs/dev/vercel-sandbox-api.md §3.6 B), kept raw: the operator sends the
+	// mode form, but the emulator accepts both.
 	Allow   json.RawMessage `json:"allow,omitempty"`
 	Subnets json.RawMessage `json:"subnets,omitempty"`
 }
@@ -181,13 +191,15 @@ type ForwardRule struct {
 	Match      json.RawMessage `json:"match,omitempty"`
 }
 
-// Pagination is the v2 cursor pagination block (§3.7); Next is null on the last page.
+// Pagination is the v2 cursor pagination block
+// (docs/dev/vercel-sandbox-api.md §3.7); Next is null on the last page.
 type Pagination struct {
 	Count int64   `json:"count"`
 	Next  *string `json:"next"`
 }
 
-// Source is where a new sandbox's filesystem comes from (§5.1).
+// Source is where a new sandbox's filesystem comes from
+// (docs/dev/vercel-sandbox-api.md §5.1).
 type Source struct {
 	Type       string `json:"type"` // git | tarball | snapshot
 	URL        string `json:"url,omitempty"`
@@ -211,8 +223,9 @@ type Resources struct {
 	Memory int64 `json:"memory,omitempty"`
 }
 
-// CreateSandboxRequest is the body of POST /v3/sandboxes (or /v2 with Runtime) (§5.1).
-// ProjectID is filled in by the client from its configuration when empty.
+// CreateSandboxRequest is the body of POST /v3/sandboxes (or /v2 with Runtime;
+// docs/dev/vercel-sandbox-api.md §5.1). ProjectID is filled in by the client
+// from its configuration when empty.
 type CreateSandboxRequest struct {
 	Name               string             `json:"name,omitempty"`
 	ProjectID          string             `json:"projectId,omitempty"`
@@ -232,8 +245,9 @@ type CreateSandboxRequest struct {
 	FailoverRegions    []string           `json:"failoverRegions,omitempty"`
 }
 
-// ForkSandboxRequest is the body of POST /v2/sandboxes/{name}/fork (§5.6): the
-// create fields minus source and runtime; every field set overrides the source's.
+// ForkSandboxRequest is the body of POST /v2/sandboxes/{name}/fork
+// (docs/dev/vercel-sandbox-api.md §5.6): the create fields minus source and
+// runtime; every field set overrides the source's.
 type ForkSandboxRequest struct {
 	Name               string             `json:"name,omitempty"`
 	Resources          *Resources         `json:"resources,omitempty"`
@@ -248,8 +262,9 @@ type ForkSandboxRequest struct {
 	Region             string             `json:"region,omitempty"`
 }
 
-// UpdateSandboxRequest is the body of PATCH /v2/sandboxes/{name} (§5.4); only
-// the fields set change, and they apply to future sessions.
+// UpdateSandboxRequest is the body of PATCH /v2/sandboxes/{name}
+// (docs/dev/vercel-sandbox-api.md §5.4); only the fields set change, and they
+// apply to future sessions.
 //
 // Env, Ports and Tags use omitzero, not omitempty: nil leaves them unchanged,
 // while an empty non-nil map or slice is sent as {} / [] and clears them, as
@@ -267,7 +282,8 @@ type UpdateSandboxRequest struct {
 	Tags               map[string]string  `json:"tags,omitzero"`
 }
 
-// SandboxResponse answers create, get, patch and fork (§5.1–5.6).
+// SandboxResponse answers create, get, patch and fork
+// (docs/dev/vercel-sandbox-api.md §5.1–5.6).
 type SandboxResponse struct {
 	Sandbox Sandbox  `json:"sandbox"`
 	Session *Session `json:"session,omitempty"`
@@ -301,7 +317,8 @@ type StopSessionResponse struct {
 	Snapshot *Snapshot `json:"snapshot,omitempty"`
 }
 
-// RunCommandRequest is the body of POST …/cmd (§5.8).
+// RunCommandRequest is the body of POST …/cmd
+// (docs/dev/vercel-sandbox-api.md §5.8).
 type RunCommandRequest struct {
 	Command     string            `json:"command"`
 	Args        []string          `json:"args"`
@@ -373,7 +390,8 @@ type ListSnapshotsResponse struct {
 	Pagination Pagination `json:"pagination"`
 }
 
-// ErrorEnvelope is the error body of every non-2xx answer (§7.1).
+// ErrorEnvelope is the error body of every non-2xx answer
+// (docs/dev/vercel-sandbox-api.md §7.1).
 type ErrorEnvelope struct {
 	Error ErrorBody `json:"error"`
 }
