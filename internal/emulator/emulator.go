@@ -1,12 +1,11 @@
-// Package emulator is a local, faithful emulator of the Vercel Sandbox REST
-// API v2 (see docs/dev/emulator-internals.md and the shared API document §9).
-//
-// The server half (this file, server.go, state.go, handlers_*.go, validate.go,
-// faults.go, clock.go, admin.go, paginate.go) implements routing, auth and
-// scoping, the state machine of named sandboxes, sessions, commands and
-// snapshots, validation, limits, fault injection and counters. The runtime
-// half (sandboxfs.go, tarx.go, exec.go, output.go) implements what a session
-// is on disk and how its commands run.
+// Package emulator serves a local, faithful emulation of the Vercel Sandbox
+// REST API (v2, and the v3/v4 routes the SDKs use) over HTTP: routing, auth and
+// scoping (server.go), the state machine of named sandboxes, sessions, commands
+// and snapshots (state*.go, handlers_*.go), validation (validate.go), limits,
+// fault injection (faults.go), counters, the clock and the /_emulator admin
+// endpoints. What a session is on disk and how its commands run is package
+// sandboxruntime; this package only calls its exported names. See
+// docs/dev/emulator-internals.md.
 //
 // Choices where the API document says [unknown] or [inferred]:
 //
@@ -19,7 +18,7 @@
 //   - A second stop answers 200 with the unchanged session (or 410,
 //     Options.SecondStopStatus). A duplicate name is 400 bad_request (or 409).
 //   - Commands killed by a session stop or timeout exit 137; a kill exits
-//     128+signal (runtime half). Killing a finished command answers it
+//     128+signal (sandboxruntime). Killing a finished command answers it
 //     unchanged. Open log/wait streams end with the final record.
 //   - Command, file, snapshot, extend and network-policy calls — reads
 //     included — on a dead session answer 410 sandbox_stopped; GET of the
@@ -71,6 +70,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/getsentry/sandbox-controller/internal/emulator/sandboxruntime"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
 
@@ -201,7 +201,7 @@ type Emulator struct {
 	token   string
 	dataDir string
 	tempDir bool
-	runner  *runner
+	runner  *sandboxruntime.Runner
 	faults  *Faults
 	handler http.Handler
 
@@ -288,7 +288,7 @@ func New(opts Options) (*Emulator, error) {
 	default:
 		return nil, fmt.Errorf("emulator: Exec must be \"\", \"namespace\", \"host\" or \"none\", not %q", opts.Exec)
 	}
-	r, err := newRunner(execMode(opts.Exec))
+	r, err := sandboxruntime.NewRunner(sandboxruntime.Mode(opts.Exec))
 	if err != nil {
 		return nil, fmt.Errorf("emulator: exec mode %q: %w", opts.Exec, err)
 	}
@@ -382,14 +382,14 @@ func (e *Emulator) Clock() Clock { return e.clock }
 func (e *Emulator) Faults() *Faults { return e.faults }
 
 // ExecMode is the effective command execution mode ("namespace", "host" or "none").
-func (e *Emulator) ExecMode() string { return string(e.runner.mode()) }
+func (e *Emulator) ExecMode() string { return string(e.runner.Mode()) }
 
 // ExecDescription is a one-line description of how commands run.
-func (e *Emulator) ExecDescription() string { return e.runner.describe() }
+func (e *Emulator) ExecDescription() string { return e.runner.Describe() }
 
 // ScriptExit makes command `name` exit with code in exec mode "none"
 // (other commands exit 0 there).
-func (e *Emulator) ScriptExit(name string, code int) { e.runner.setScriptedExit(name, code) }
+func (e *Emulator) ScriptExit(name string, code int) { e.runner.SetScriptedExit(name, code) }
 
 // DataDir is where session and snapshot files live.
 func (e *Emulator) DataDir() string { return e.dataDir }
@@ -409,7 +409,7 @@ func (e *Emulator) Close() error {
 	}
 	// Kill every process first, so open log/wait streams end.
 	e.mu.Lock()
-	var procs []*proc
+	var procs []*sandboxruntime.Process
 	for _, s := range e.st.sessions {
 		for _, c := range s.commands {
 			if c.proc != nil && !c.exited {
@@ -419,7 +419,7 @@ func (e *Emulator) Close() error {
 	}
 	e.mu.Unlock()
 	for _, p := range procs {
-		p.terminate()
+		p.Terminate()
 	}
 	var errs []error
 	e.srvMu.Lock()

@@ -11,13 +11,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/getsentry/sandbox-controller/internal/emulator/sandboxruntime"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
-
-// noneFS stands in for a session filesystem in exec mode "none", where
-// commands never touch the disk: sessions get a directory only when a file
-// is written.
-var noneFS = &sandboxFS{}
 
 func commandNotFound(id string) *apiError { return notFound("Command %s not found.", id) }
 
@@ -37,10 +33,10 @@ func (e *Emulator) commandLocked(rc *reqCtx) (*commandRec, *apiError) {
 }
 
 // waitCommand records a command's exit time as soon as it exits.
-func (e *Emulator) waitCommand(c *commandRec, p *proc) {
+func (e *Emulator) waitCommand(c *commandRec, p *sandboxruntime.Process) {
 	defer e.wg.Done()
-	<-p.done()
-	code, _ := p.exitCode()
+	<-p.Done()
+	code, _ := p.ExitCode()
 	e.mu.Lock()
 	if !c.exited {
 		c.exited, c.exitCode, c.finishedAt = true, code, e.nowMs()
@@ -69,11 +65,11 @@ func (e *Emulator) handleRunCommand(rc *reqCtx) {
 		rc.fail(err)
 		return
 	}
+	// In exec mode "none" commands never touch the disk: a session gets a
+	// directory only when a file is written.
 	fsys := s.fs
-	if fsys == nil {
-		if e.runner.mode() == execNone {
-			fsys = noneFS
-		} else if fsys, err = e.fsLocked(s); err != nil {
+	if fsys == nil && e.runner.Mode() != sandboxruntime.ModeNone {
+		if fsys, err = e.fsLocked(s); err != nil {
 			e.unlock()
 			rc.fail(err)
 			return
@@ -88,11 +84,11 @@ func (e *Emulator) handleRunCommand(rc *reqCtx) {
 		env = map[string]string{}
 	}
 	maps.Copy(env, b.Env)
-	spec := procSpec{FS: fsys, Name: *b.Command, Args: b.Args, Cwd: cwd, Env: env, Sudo: b.Sudo != nil && *b.Sudo}
+	spec := sandboxruntime.Command{FS: fsys, Name: *b.Command, Args: b.Args, Cwd: cwd, Env: env, Sudo: b.Sudo != nil && *b.Sudo}
 	if b.Timeout != nil {
 		spec.Timeout = time.Duration(*b.Timeout) * time.Millisecond
 	}
-	p, serr := e.runner.start(spec)
+	p, serr := e.runner.Start(spec)
 	if serr != nil {
 		e.unlock()
 		rc.fail(runtimeError(serr))
@@ -109,7 +105,7 @@ func (e *Emulator) handleRunCommand(rc *reqCtx) {
 		proc:        p,
 	}
 	s.commands = append(s.commands, c)
-	if code, exited := p.exitCode(); exited {
+	if code, exited := p.ExitCode(); exited {
 		c.exited, c.exitCode, c.finishedAt = true, code, c.startedAt
 	} else {
 		e.wg.Add(1)
@@ -129,12 +125,12 @@ func (e *Emulator) handleRunCommand(rc *reqCtx) {
 	}
 	ctx := rc.r.Context()
 	if logs {
-		if err := p.output().follow(ctx, nd.logRecord); err != nil {
+		if err := p.Output().Follow(ctx, nd.logRecord); err != nil {
 			return
 		}
 	}
 	select {
-	case <-p.done():
+	case <-p.Done():
 	case <-ctx.Done():
 		return
 	}
@@ -144,10 +140,10 @@ func (e *Emulator) handleRunCommand(rc *reqCtx) {
 	_ = nd.write(map[string]any{"command": last})
 }
 
-// runtimeError maps an error of the runtime half to an API answer.
+// runtimeError maps an error of package sandboxruntime to an API answer.
 func runtimeError(err error) *apiError {
 	switch {
-	case errors.Is(err, errInvalidPath):
+	case errors.Is(err, sandboxruntime.ErrInvalidInput):
 		return badRequest("%s", err.Error())
 	case errors.Is(err, os.ErrNotExist):
 		return notFound("%s", err.Error())
@@ -156,7 +152,7 @@ func runtimeError(err error) *apiError {
 }
 
 // fsLocked returns the session's filesystem, creating it on first use.
-func (e *Emulator) fsLocked(s *sessionRec) (*sandboxFS, *apiError) {
+func (e *Emulator) fsLocked(s *sessionRec) (*sandboxruntime.FS, *apiError) {
 	f, err := e.ensureFSLocked(s)
 	if err != nil {
 		return nil, &apiError{status: 500, code: "internal_server_error", message: "Could not prepare the session filesystem: " + err.Error()}
@@ -194,7 +190,7 @@ func (e *Emulator) handleGetCommand(rc *reqCtx) {
 		if !c.exited {
 			e.unlock()
 			select {
-			case <-c.proc.done():
+			case <-c.proc.Done():
 			case <-rc.r.Context().Done():
 				return
 			}
@@ -233,14 +229,14 @@ func (e *Emulator) handleKillCommand(rc *reqCtx) {
 	e.unlock()
 	// Killing a command that already exited answers it unchanged.
 	if !exited && p != nil {
-		if kerr := p.kill(*b.Signal); kerr != nil && !errors.Is(kerr, os.ErrProcessDone) {
+		if kerr := p.Kill(*b.Signal); kerr != nil && !errors.Is(kerr, os.ErrProcessDone) {
 			rc.fail(runtimeError(kerr))
 			return
 		}
 		// Give the signal a moment to take effect so the answer usually shows the exit.
 		t := time.NewTimer(200 * time.Millisecond)
 		select {
-		case <-p.done():
+		case <-p.Done():
 		case <-t.C:
 		case <-rc.r.Context().Done():
 		}
@@ -265,7 +261,7 @@ func (e *Emulator) handleCommandLogs(rc *reqCtx) {
 	nd := newNDJSON(rc.w)
 	nd.start()
 	if p != nil {
-		_ = p.output().follow(rc.r.Context(), nd.logRecord)
+		_ = p.Output().Follow(rc.r.Context(), nd.logRecord)
 	}
 }
 
@@ -352,7 +348,7 @@ type logLine struct {
 	Data   string `json:"data"`
 }
 
-func (n *ndjson) logRecord(r outputRecord) error {
+func (n *ndjson) logRecord(r sandboxruntime.Record) error {
 	return n.write(logLine(r))
 }
 

@@ -6,11 +6,13 @@ import (
 	"net/http"
 	"path"
 	"strconv"
+
+	"github.com/getsentry/sandbox-controller/internal/emulator/sandboxruntime"
 )
 
 // fileSessionLocked finds the live session of a file operation and its
 // filesystem (created on first use when create is set; nil otherwise).
-func (e *Emulator) fileSessionLocked(rc *reqCtx, create bool) (*sessionRec, *sandboxFS, *apiError) {
+func (e *Emulator) fileSessionLocked(rc *reqCtx, create bool) (*sessionRec, *sandboxruntime.FS, *apiError) {
 	s, err := e.liveSessionLocked(rc)
 	if err != nil {
 		return nil, nil, err
@@ -36,7 +38,7 @@ func (e *Emulator) handleWriteFiles(rc *reqCtx) {
 		return
 	}
 	// Extraction streams the body and may take long: no lock held.
-	if xerr := f.extractTarGz(cwd, http.MaxBytesReader(rc.w, rc.r.Body, 8<<30)); xerr != nil {
+	if xerr := f.ExtractTarGz(cwd, http.MaxBytesReader(rc.w, rc.r.Body, 8<<30)); xerr != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(xerr, &mbe) {
 			rc.fail(&apiError{status: 413, code: "payload_too_large", message: "Request body too large."})
@@ -73,7 +75,7 @@ func (e *Emulator) handleReadFile(rc *reqCtx) {
 		rc.fail(notFound("File %s not found.", *b.Path))
 		return
 	}
-	data, rerr := f.readFile(*b.Path, cwd)
+	data, rerr := f.ReadFile(*b.Path, cwd)
 	if rerr != nil {
 		if errors.Is(rerr, fs.ErrNotExist) {
 			rc.fail(notFound("File %s not found.", *b.Path))
@@ -113,7 +115,7 @@ func (e *Emulator) handleMkdir(rc *reqCtx) {
 		rc.fail(err)
 		return
 	}
-	if merr := f.mkdir(*b.Path, cwd, recursive); merr != nil {
+	if merr := f.Mkdir(*b.Path, cwd, recursive); merr != nil {
 		rc.fail(runtimeError(merr))
 		return
 	}

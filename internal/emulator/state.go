@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/getsentry/sandbox-controller/internal/emulator/sandboxruntime"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
 
@@ -117,7 +118,7 @@ type sessionRec struct {
 	doneCh  chan struct{} // closed when terminal
 	inStop  bool          // a stop/snapshot job owns the session
 
-	fs       *sandboxFS // nil until needed
+	fs       *sandboxruntime.FS // nil until needed
 	commands []*commandRec
 }
 
@@ -162,7 +163,7 @@ type commandRec struct {
 	exited      bool
 	exitCode    int
 	attachStdin bool
-	proc        *proc
+	proc        *sandboxruntime.Process
 }
 
 // snapshotRec is one snapshot.
@@ -406,7 +407,7 @@ func (e *Emulator) observeExit(c *commandRec) {
 	if c.exited || c.proc == nil {
 		return
 	}
-	if code, ok := c.proc.exitCode(); ok {
+	if code, ok := c.proc.ExitCode(); ok {
 		c.exited, c.exitCode, c.finishedAt = true, code, e.nowMs()
 	}
 }

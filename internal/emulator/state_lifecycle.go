@@ -1,21 +1,12 @@
 package emulator
 
 import (
-	"archive/tar"
-	"compress/gzip"
 	"container/heap"
-	"context"
 	"fmt"
-	"io"
-	"io/fs"
-	"net/http"
-	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
-	"time"
 
+	"github.com/getsentry/sandbox-controller/internal/emulator/sandboxruntime"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
 
@@ -79,9 +70,9 @@ func (e *Emulator) checkConcurrency(team string) *apiError {
 
 // bootSpec says where a new session's filesystem comes from.
 type bootSpec struct {
-	snap   *snapshotRec   // restore from this snapshot
-	live   *sandboxFS     // copy this live filesystem (fork of a running sandbox without snapshot)
-	source *vercel.Source // git or tarball source to materialise
+	snap   *snapshotRec       // restore from this snapshot
+	live   *sandboxruntime.FS // copy this live filesystem (fork of a running sandbox without snapshot)
+	source *vercel.Source     // git or tarball source to materialise
 }
 
 // startSessionLocked creates a new session of sb (pending), registers it and
@@ -117,7 +108,7 @@ func (e *Emulator) startSessionLocked(sb *sandboxRec, boot bootSpec, now int64) 
 	if boot.live != nil {
 		s.booting = true
 	}
-	if boot.source != nil && boot.source.Type != vercel.SourceSnapshot && e.runner.mode() != "none" {
+	if boot.source != nil && boot.source.Type != vercel.SourceSnapshot && e.runner.Mode() != sandboxruntime.ModeNone {
 		s.booting = true
 	}
 	e.st.sessions[s.id] = s
@@ -164,27 +155,27 @@ func (e *Emulator) bootSession(s *sessionRec, boot bootSpec) {
 	id := s.id
 	dir := e.sessionDir(id)
 	var (
-		sfs *sandboxFS
+		sfs *sandboxruntime.FS
 		err error
 	)
 	switch {
 	case boot.snap != nil && s.booting && boot.snap.dir != "":
-		sfs, err = restoreSandboxFS(boot.snap.dir, dir)
+		sfs, err = sandboxruntime.RestoreFS(boot.snap.dir, dir)
 	case boot.live != nil:
 		tmp := filepath.Join(e.dataDir, "tmp", id)
-		if _, err = boot.live.snapshotTo(tmp); err == nil {
-			sfs, err = restoreSandboxFS(tmp, dir)
+		if _, err = boot.live.SnapshotTo(tmp); err == nil {
+			sfs, err = sandboxruntime.RestoreFS(tmp, dir)
 		}
 		_ = os.RemoveAll(tmp)
 		if err != nil {
 			e.log.Warn("emulator: fork could not copy the live filesystem; starting fresh", "session", id, "err", err)
 			_ = os.RemoveAll(dir)
-			sfs, err = newSandboxFS(dir)
+			sfs, err = sandboxruntime.NewFS(dir)
 		}
 	default:
-		sfs, err = newSandboxFS(dir)
+		sfs, err = sandboxruntime.NewFS(dir)
 	}
-	if err == nil && boot.source != nil && e.runner.mode() != "none" {
+	if err == nil && boot.source != nil && e.runner.Mode() != sandboxruntime.ModeNone {
 		switch boot.source.Type {
 		case vercel.SourceGit:
 			if gerr := e.gitClone(sfs, boot.source); gerr != nil {
@@ -204,7 +195,7 @@ func (e *Emulator) bootSession(s *sessionRec, boot bootSpec) {
 	if s.status != vercel.SessionPending || s.inStop || !s.booting {
 		// Stopped or deleted while booting: drop what was prepared.
 		if sfs != nil {
-			e.trash = append(e.trash, func() { _ = sfs.remove() })
+			e.trash = append(e.trash, func() { _ = sfs.Remove() })
 		}
 		return
 	}
@@ -221,11 +212,11 @@ func (e *Emulator) bootSession(s *sessionRec, boot bootSpec) {
 }
 
 // ensureFSLocked gives a session its filesystem on first use.
-func (e *Emulator) ensureFSLocked(s *sessionRec) (*sandboxFS, error) {
+func (e *Emulator) ensureFSLocked(s *sessionRec) (*sandboxruntime.FS, error) {
 	if s.fs != nil {
 		return s.fs, nil
 	}
-	f, err := newSandboxFS(e.sessionDir(s.id))
+	f, err := sandboxruntime.NewFS(e.sessionDir(s.id))
 	if err != nil {
 		return nil, err
 	}
@@ -251,8 +242,8 @@ type stopJob struct {
 	snap       bool
 	expiration int64
 	snapID     string
-	procs      []*proc
-	fs         *sandboxFS
+	procs      []*sandboxruntime.Process
+	fs         *sandboxruntime.FS
 	size       int64
 	err        error
 	result     *snapshotRec
@@ -310,15 +301,15 @@ func (e *Emulator) runStopJob(j *stopJob) {
 		j.hook()
 	}
 	for _, p := range j.procs {
-		p.terminate()
+		p.Terminate()
 	}
 	if j.fs == nil {
 		return
 	}
 	if j.snap {
-		j.size, j.err = j.fs.snapshotTo(e.snapshotDir(j.snapID))
+		j.size, j.err = j.fs.SnapshotTo(e.snapshotDir(j.snapID))
 	}
-	if err := j.fs.remove(); err != nil {
+	if err := j.fs.Remove(); err != nil {
 		e.log.Warn("emulator: removing session filesystem", "session", j.s.id, "err", err)
 	}
 }
@@ -566,156 +557,4 @@ func (e *Emulator) sweep() {
 		e.finishStopLocked(j, now)
 	}
 	e.unlock()
-}
-
-// ---- sources ----
-
-// gitClone clones a git source into /vercel/sandbox when git exists and the
-// URL is local (a path or file://); other URLs are only recorded.
-func (e *Emulator) gitClone(sfs *sandboxFS, src *vercel.Source) error {
-	git, err := exec.LookPath("git")
-	if err != nil {
-		return fmt.Errorf("git not installed")
-	}
-	u := src.URL
-	if parsed, perr := url.Parse(u); perr == nil && parsed.Scheme != "" && parsed.Scheme != "file" {
-		return fmt.Errorf("only local (file://) git URLs are cloned by the emulator")
-	}
-	tmp, err := os.MkdirTemp(filepath.Join(e.dataDir), "clone-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(tmp)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	args := []string{"clone", "--quiet"}
-	if src.Depth > 0 {
-		args = append(args, "--depth", fmt.Sprint(src.Depth))
-		if strings.HasPrefix(u, "/") {
-			u = "file://" + u // --depth is ignored for plain local paths
-		}
-	}
-	if src.Revision != "" && src.Depth > 0 {
-		args = append(args, "--no-single-branch")
-	}
-	args = append(args, "--", u, filepath.Join(tmp, "repo"))
-	cmd := exec.CommandContext(ctx, git, args...)
-	cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("git clone: %v: %s", err, strings.TrimSpace(string(out)))
-	}
-	if src.Revision != "" {
-		co := exec.CommandContext(ctx, git, "-C", filepath.Join(tmp, "repo"), "checkout", "--quiet", src.Revision)
-		if out, err := co.CombinedOutput(); err != nil {
-			return fmt.Errorf("git checkout %s: %v: %s", src.Revision, err, strings.TrimSpace(string(out)))
-		}
-	}
-	return extractDirInto(sfs, filepath.Join(tmp, "repo"), defaultCwd)
-}
-
-// extractDirInto copies a host directory into the sandbox at cwd by packing
-// it as a gzip'd tar and feeding it to extractTarGz (the runtime's only
-// import path).
-func extractDirInto(sfs *sandboxFS, dir, cwd string) error {
-	pr, pw := io.Pipe()
-	go func() {
-		gz := gzip.NewWriter(pw)
-		tw := tar.NewWriter(gz)
-		err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			rel, _ := filepath.Rel(dir, path)
-			if rel == "." {
-				return nil
-			}
-			info, err := d.Info()
-			if err != nil {
-				return err
-			}
-			var link string
-			if info.Mode()&fs.ModeSymlink != 0 {
-				if link, err = os.Readlink(path); err != nil {
-					return err
-				}
-				if filepath.IsAbs(link) {
-					return nil // absolute symlinks would escape the sandbox
-				}
-			} else if !info.Mode().IsRegular() && !info.IsDir() {
-				return nil
-			}
-			hdr, err := tar.FileInfoHeader(info, link)
-			if err != nil {
-				return err
-			}
-			hdr.Name = filepath.ToSlash(rel)
-			if info.IsDir() {
-				hdr.Name += "/"
-			}
-			hdr.Uname, hdr.Gname, hdr.Uid, hdr.Gid = "", "", 0, 0
-			if err := tw.WriteHeader(hdr); err != nil {
-				return err
-			}
-			if info.Mode().IsRegular() {
-				f, err := os.Open(path)
-				if err != nil {
-					return err
-				}
-				_, err = io.Copy(tw, f)
-				f.Close()
-				return err
-			}
-			return nil
-		})
-		if err == nil {
-			err = tw.Close()
-		}
-		if err == nil {
-			err = gz.Close()
-		}
-		pw.CloseWithError(err)
-	}()
-	err := sfs.extractTarGz(cwd, pr)
-	_ = pr.CloseWithError(io.ErrClosedPipe)
-	return err
-}
-
-// fetchTarball downloads a tarball source (http, https, file:// or a local
-// path) and extracts it into /vercel/sandbox.
-func (e *Emulator) fetchTarball(sfs *sandboxFS, raw string) error {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return err
-	}
-	var body io.ReadCloser
-	switch u.Scheme {
-	case "http", "https":
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, raw, nil)
-		if err != nil {
-			return err
-		}
-		tr := &http.Transport{Proxy: http.ProxyFromEnvironment, DisableKeepAlives: true}
-		defer tr.CloseIdleConnections()
-		resp, err := (&http.Client{Transport: tr}).Do(req)
-		if err != nil {
-			return err
-		}
-		if resp.StatusCode != http.StatusOK {
-			resp.Body.Close()
-			return fmt.Errorf("GET %s: %s", raw, resp.Status)
-		}
-		body = resp.Body
-	case "file", "":
-		f, err := os.Open(u.Path)
-		if err != nil {
-			return err
-		}
-		body = f
-	default:
-		return fmt.Errorf("unsupported tarball URL scheme %q", u.Scheme)
-	}
-	defer body.Close()
-	return sfs.extractTarGz(defaultCwd, body)
 }

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/getsentry/sandbox-controller/internal/emulator/sandboxruntime"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
 
@@ -57,7 +58,7 @@ const (
 	defaultRegion  = "iad1"
 	defaultRuntime = "node24"
 	defaultImage   = "vercel/sandbox/universal:latest"
-	defaultCwd     = "/vercel/sandbox"
+	defaultCwd     = sandboxruntime.Workdir
 	defaultVCPUs   = 2
 	memoryPerVCPU  = 2048
 	sevenDaysMs    = int64(7 * 24 * 3600 * 1000)

@@ -1,4 +1,4 @@
-package emulator
+package sandboxruntime
 
 import (
 	"errors"
@@ -15,7 +15,7 @@ import (
 	"syscall"
 )
 
-// This file is the runtime half's model of a session's filesystem. A session is a
+// This file models one session's filesystem. A session is a
 // host directory that stands for the sandbox's "/": the sandbox path /vercel/sandbox/a.txt
 // is <root>/vercel/sandbox/a.txt, /tmp/x is <root>/tmp/x, /etc/hostname is
 // <root>/etc/hostname. Every access made by the emulator itself (fs/read, fs/write,
@@ -32,14 +32,16 @@ import (
 // Commands (exec.go) see the same tree because, in namespace mode, they are
 // chrooted into it.
 
-// errInvalidPath marks errors caused by the request: a path or tar entry that
-// escapes the sandbox, an absolute or escaping symlink in an upload, a hard link or
-// device in an upload, a corrupt gzip/tar stream, a directory where a file is
-// expected, ... The server answers them with 400 bad_request and the error's message.
-var errInvalidPath = errors.New("invalid path")
+// ErrInvalidInput marks errors caused by the caller's input: a path or tar entry
+// that escapes the sandbox, an absolute or escaping symlink in an upload, a hard
+// link or device in an upload, a corrupt gzip/tar stream, a directory where a file
+// is expected, an empty command name, a bad signal, ... Their messages are written
+// for the API client: the emulator answers them with 400 bad_request and the
+// error's message.
+var ErrInvalidInput = errors.New("invalid input")
 
 // requestError is an error caused by the request. It satisfies
-// errors.Is(err, errInvalidPath), and errors.Is against its cause (e.g.
+// errors.Is(err, ErrInvalidInput), and errors.Is against its cause (e.g.
 // fs.ErrExist), and its message is meant for the API client.
 type requestError struct {
 	msg   string
@@ -48,7 +50,7 @@ type requestError struct {
 
 func (e *requestError) Error() string        { return e.msg }
 func (e *requestError) Unwrap() error        { return e.cause }
-func (e *requestError) Is(target error) bool { return target == errInvalidPath }
+func (e *requestError) Is(target error) bool { return target == ErrInvalidInput }
 
 // requestErrorf returns a requestError with a formatted message and an optional cause.
 func requestErrorf(cause error, format string, args ...any) error {
@@ -56,9 +58,9 @@ func requestErrorf(cause error, format string, args ...any) error {
 }
 
 const (
-	// sandboxWorkdir is the sandbox's working directory, the default for commands and
+	// Workdir is the sandbox's working directory, the default for commands and
 	// for relative paths in the fs API.
-	sandboxWorkdir = "/vercel/sandbox"
+	Workdir = "/vercel/sandbox"
 	// sandboxUserHome is the home directory of the unprivileged user vercel-sandbox.
 	sandboxUserHome = "/home/vercel-sandbox"
 	// maxSymlinkHops bounds symlink resolution, like the kernel's ELOOP limit.
@@ -94,19 +96,19 @@ var sandboxUser = sync.OnceValue(func() sandboxIdentity {
 // (it runs as root). Otherwise everything simply belongs to the emulator's user.
 var chownAllowed = sync.OnceValue(func() bool { return os.Geteuid() == 0 })
 
-// sandboxFS is one session's filesystem: a host directory that stands for the
+// FS is one session's filesystem: a host directory that stands for the
 // sandbox's "/" (at least /vercel/sandbox, /tmp and /home/vercel-sandbox live
 // inside it). It holds no open files and starts no goroutines, so an idle session
 // costs only this struct.
-type sandboxFS struct {
+type FS struct {
 	root string // absolute host path of the sandbox's "/"
 }
 
-// newSandboxFS creates (or reuses) dir as a session filesystem with the standard
+// NewFS creates (or reuses) dir as a session filesystem with the standard
 // writable areas /vercel/sandbox, /tmp, /home/vercel-sandbox and /root. When the
 // emulator runs as root, the user's areas belong to the sandbox user so that
 // non-sudo commands can write to them.
-func newSandboxFS(dir string) (*sandboxFS, error) {
+func NewFS(dir string) (*FS, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, err
@@ -114,16 +116,16 @@ func newSandboxFS(dir string) (*sandboxFS, error) {
 	if err := os.MkdirAll(abs, 0o755); err != nil {
 		return nil, fmt.Errorf("create sandbox filesystem: %w", err)
 	}
-	f := &sandboxFS{root: abs}
+	f := &FS{root: abs}
 	if err := f.ensureLayout(); err != nil {
 		return nil, err
 	}
 	return f, nil
 }
 
-// restoreSandboxFS creates a session filesystem at dir from a snapshot taken with
-// snapshotTo. dir must not exist yet or be empty.
-func restoreSandboxFS(snapshotDir, dir string) (*sandboxFS, error) {
+// RestoreFS creates a session filesystem at dir from a snapshot taken with
+// SnapshotTo. dir must not exist yet or be empty.
+func RestoreFS(snapshotDir, dir string) (*FS, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, err
@@ -134,7 +136,7 @@ func restoreSandboxFS(snapshotDir, dir string) (*sandboxFS, error) {
 	if _, err := copySandboxTree(snapshotDir, abs); err != nil {
 		return nil, fmt.Errorf("restore snapshot: %w", err)
 	}
-	f := &sandboxFS{root: abs}
+	f := &FS{root: abs}
 	// A snapshot always has the layout, but an old or hand-made one might not.
 	if err := f.ensureLayout(); err != nil {
 		return nil, err
@@ -144,7 +146,7 @@ func restoreSandboxFS(snapshotDir, dir string) (*sandboxFS, error) {
 
 // ensureLayout creates the standard directories that are missing. The root must be
 // searchable by the sandbox user: it is the "/" of its commands.
-func (f *sandboxFS) ensureLayout() error {
+func (f *FS) ensureLayout() error {
 	if err := os.Chmod(f.root, 0o755); err != nil {
 		return err
 	}
@@ -190,8 +192,8 @@ func (f *sandboxFS) ensureLayout() error {
 	return nil
 }
 
-// remove deletes the session's directory.
-func (f *sandboxFS) remove() error {
+// Remove deletes the session's directory.
+func (f *FS) Remove() error {
 	err := os.RemoveAll(f.root)
 	if err == nil {
 		return nil
@@ -212,9 +214,9 @@ func (f *sandboxFS) remove() error {
 // relative to /vercel/sandbox. ".." never goes above "/".
 func sandboxAbs(p, cwd string) string {
 	if cwd == "" {
-		cwd = sandboxWorkdir
+		cwd = Workdir
 	} else if !path.IsAbs(cwd) {
-		cwd = path.Join(sandboxWorkdir, cwd)
+		cwd = path.Join(Workdir, cwd)
 	}
 	if path.IsAbs(p) {
 		return path.Clean(p)
@@ -235,7 +237,7 @@ func pathComponents(p string) []string {
 // Lenient mode (strict false) is what a process chrooted into the root sees: ".."
 // stops at "/", absolute symlink targets restart from the session root. Strict mode
 // is for writes from uploads: any symlink with an absolute target and any ".." that
-// would leave the root is refused with errInvalidPath.
+// would leave the root is refused with ErrInvalidInput.
 //
 // A component that exists but is not a directory makes the resolution fail with an
 // error wrapping syscall.ENOTDIR.
@@ -308,7 +310,7 @@ func resolveSandboxPath(r *os.Root, p string, followLast, strict bool) (string, 
 
 // hostPath returns the host path of the sandbox path p (lenient resolution). Used
 // for host-mode commands, which cannot be chrooted.
-func (f *sandboxFS) hostPath(p string) (string, error) {
+func (f *FS) hostPath(p string) (string, error) {
 	r, err := os.OpenRoot(f.root)
 	if err != nil {
 		return "", err
@@ -321,13 +323,13 @@ func (f *sandboxFS) hostPath(p string) (string, error) {
 	return filepath.Join(f.root, filepath.FromSlash(rel)), nil
 }
 
-// readFile returns the content of the regular file at the sandbox path p
+// ReadFile returns the content of the regular file at the sandbox path p
 // (relative to cwd, "" = /vercel/sandbox). A missing file, or a path through a
 // non-directory, gives an error satisfying errors.Is(err, fs.ErrNotExist); a
-// directory or special file gives errInvalidPath. Symlinks are followed as the
+// directory or special file gives ErrInvalidInput. Symlinks are followed as the
 // sandbox would, absolute ones from the session root, so a link to /etc/passwd
 // reads the session's /etc/passwd (normally missing), never the host's.
-func (f *sandboxFS) readFile(p, cwd string) ([]byte, error) {
+func (f *FS) ReadFile(p, cwd string) ([]byte, error) {
 	if p == "" {
 		return nil, requestErrorf(nil, "path is required")
 	}
@@ -366,12 +368,12 @@ func (f *sandboxFS) readFile(p, cwd string) ([]byte, error) {
 	return io.ReadAll(file)
 }
 
-// mkdir creates the directory at the sandbox path p (relative to cwd). With
+// Mkdir creates the directory at the sandbox path p (relative to cwd). With
 // recursive it creates missing parents and accepts an existing directory (mkdir
 // -p); without, the parent must exist and the path must not (errors wrapping
-// fs.ErrNotExist and fs.ErrExist respectively, both also errInvalidPath). New
+// fs.ErrNotExist and fs.ErrExist respectively, both also ErrInvalidInput). New
 // directories belong to the sandbox user.
-func (f *sandboxFS) mkdir(p, cwd string, recursive bool) error {
+func (f *FS) Mkdir(p, cwd string, recursive bool) error {
 	if p == "" {
 		return requestErrorf(nil, "path is required")
 	}
@@ -413,7 +415,7 @@ func (f *sandboxFS) mkdir(p, cwd string, recursive bool) error {
 
 // ensureSandboxDir makes the absolute sandbox path abs a directory, creating missing
 // components (mkdir -p), and returns its root-relative, symlink-free path. An
-// existing non-directory on the way is an errInvalidPath. strict is as for
+// existing non-directory on the way is an ErrInvalidInput. strict is as for
 // resolveSandboxPath.
 func ensureSandboxDir(r *os.Root, abs string, strict bool) (string, error) {
 	rel, err := resolveSandboxPath(r, abs, true, strict)
@@ -467,12 +469,12 @@ func chownToSandboxUser(r *os.Root, rel string) error {
 	return r.Lchown(rel, u.uid, u.gid)
 }
 
-// snapshotTo copies the session's tree (directories, regular files, symlinks, with
+// SnapshotTo copies the session's tree (directories, regular files, symlinks, with
 // modes, times and, when running as root, owners) into dir, which must not exist
 // yet or be empty, and returns the snapshot's size: the content bytes plus
 // snapshotEntryBytes per entry including the root, so it is always > 0. Sockets,
 // FIFOs and devices a command may have created are skipped.
-func (f *sandboxFS) snapshotTo(dir string) (int64, error) {
+func (f *FS) SnapshotTo(dir string) (int64, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return 0, fmt.Errorf("create snapshot: %w", err)
 	}
@@ -489,7 +491,7 @@ const maxCopyDepth = 1024
 
 // copySandboxTree copies the tree under src into the existing, empty directory dst
 // without ever following a symlink out of src, and returns the snapshot size (see
-// snapshotTo).
+// SnapshotTo).
 func copySandboxTree(src, dst string) (int64, error) {
 	sr, err := os.OpenRoot(src)
 	if err != nil {

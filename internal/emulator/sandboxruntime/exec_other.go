@@ -1,6 +1,6 @@
 //go:build !linux
 
-package emulator
+package sandboxruntime
 
 import (
 	"errors"
@@ -12,7 +12,7 @@ import (
 func probeNamespace() error { return errors.New("mount namespaces need Linux") }
 
 // enterSandbox is never called outside Linux (namespace mode is never selected).
-func enterSandbox(*sandboxFS, string) error { return errors.New("mount namespaces need Linux") }
+func enterSandbox(*FS, string) error { return errors.New("mount namespaces need Linux") }
 
 // newSysProcAttr returns the process attributes of a command: its own process
 // group and the given credentials.

@@ -1,4 +1,4 @@
-package emulator
+package sandboxruntime
 
 import (
 	"archive/tar"
@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -18,7 +19,7 @@ import (
 // gzip bomb cannot fill the host's disk. A variable so tests can lower it.
 var maxExtractBytes int64 = 8 << 30
 
-// extractTarGz unpacks a gzip-compressed tar stream (the body of fs/write) into
+// ExtractTarGz unpacks a gzip-compressed tar stream (the body of fs/write) into
 // the session, relative to the sandbox directory cwd (the x-cwd header; "" means
 // /vercel/sandbox), which is created if missing. Missing parent directories are
 // created, existing files and symlinks are replaced (as tar does), entry modes are
@@ -26,7 +27,7 @@ var maxExtractBytes int64 = 8 << 30
 // user. Entries are accepted as the JS SDK's tar-stream writes them: ustar with
 // PAX or GNU long names, regular files, directories and symlinks.
 //
-// Refused with errInvalidPath, which stops the extraction (entries before the bad
+// Refused with ErrInvalidInput, which stops the extraction (entries before the bad
 // one stay written, as with tar):
 //   - names that are absolute or contain a ".." component;
 //   - symlinks with an absolute target or one that leaves the session root;
@@ -37,7 +38,7 @@ var maxExtractBytes int64 = 8 << 30
 //     entry types;
 //   - a file where a directory exists, a corrupt gzip or tar stream, and more than
 //     maxExtractBytes of content.
-func (f *sandboxFS) extractTarGz(cwd string, r io.Reader) error {
+func (f *FS) ExtractTarGz(cwd string, r io.Reader) error {
 	zr, err := gzip.NewReader(r)
 	if err != nil {
 		return requestErrorf(err, "invalid gzip stream: %v", err)
@@ -50,7 +51,7 @@ func (f *sandboxFS) extractTarGz(cwd string, r io.Reader) error {
 	}
 	defer root.Close()
 
-	base := sandboxWorkdir
+	base := Workdir
 	if cwd != "" {
 		base = sandboxAbs(cwd, "")
 	}
@@ -89,7 +90,7 @@ func (f *sandboxFS) extractTarGz(cwd string, r io.Reader) error {
 	return extractErr
 }
 
-// tarExtraction is the state of one extractTarGz call.
+// tarExtraction is the state of one ExtractTarGz call.
 type tarExtraction struct {
 	root   *os.Root
 	base   string // absolute sandbox directory entry names are relative to
@@ -267,4 +268,73 @@ func (r *tarBodyReader) Read(p []byte) (int, error) {
 		r.err = err
 	}
 	return n, err
+}
+
+// CopyDir copies the host directory hostDir into the session at the sandbox
+// directory cwd ("" = /vercel/sandbox): directories, regular files and relative
+// symlinks; absolute symlinks (which would point out of the sandbox) and special
+// files are left out. The tree is packed as a gzip'd tar stream and fed to
+// ExtractTarGz, so it obeys exactly the rules of an upload.
+func (f *FS) CopyDir(hostDir, cwd string) error {
+	pr, pw := io.Pipe()
+	go func() {
+		gz := gzip.NewWriter(pw)
+		tw := tar.NewWriter(gz)
+		err := filepath.WalkDir(hostDir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			rel, _ := filepath.Rel(hostDir, p)
+			if rel == "." {
+				return nil
+			}
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			var link string
+			if info.Mode()&fs.ModeSymlink != 0 {
+				if link, err = os.Readlink(p); err != nil {
+					return err
+				}
+				if filepath.IsAbs(link) {
+					return nil // absolute symlinks would escape the sandbox
+				}
+			} else if !info.Mode().IsRegular() && !info.IsDir() {
+				return nil
+			}
+			hdr, err := tar.FileInfoHeader(info, link)
+			if err != nil {
+				return err
+			}
+			hdr.Name = filepath.ToSlash(rel)
+			if info.IsDir() {
+				hdr.Name += "/"
+			}
+			hdr.Uname, hdr.Gname, hdr.Uid, hdr.Gid = "", "", 0, 0
+			if err := tw.WriteHeader(hdr); err != nil {
+				return err
+			}
+			if info.Mode().IsRegular() {
+				in, err := os.Open(p)
+				if err != nil {
+					return err
+				}
+				_, err = io.Copy(tw, in)
+				in.Close()
+				return err
+			}
+			return nil
+		})
+		if err == nil {
+			err = tw.Close()
+		}
+		if err == nil {
+			err = gz.Close()
+		}
+		pw.CloseWithError(err)
+	}()
+	err := f.ExtractTarGz(cwd, pr)
+	_ = pr.CloseWithError(io.ErrClosedPipe)
+	return err
 }

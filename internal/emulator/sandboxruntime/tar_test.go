@@ -1,4 +1,4 @@
-package emulator
+package sandboxruntime
 
 import (
 	"archive/tar"
@@ -144,7 +144,7 @@ func TestTarExtract(t *testing.T) {
 	cases := []struct {
 		name    string
 		cwd     string
-		setup   func(t *testing.T, f *sandboxFS, parent string)
+		setup   func(t *testing.T, f *FS, parent string)
 		body    []byte
 		wantErr bool
 		want    []rtFile
@@ -218,13 +218,13 @@ func TestTarExtract(t *testing.T) {
 		},
 		{
 			name:  "overwrite",
-			setup: func(t *testing.T, f *sandboxFS, _ string) { rtWrite(t, f, "vercel/sandbox/a", "old content", 0o600) },
+			setup: func(t *testing.T, f *FS, _ string) { rtWrite(t, f, "vercel/sandbox/a", "old content", 0o600) },
 			body:  rtTarGz(t, rtTarEntry{name: "a", body: "new"}),
 			want:  []rtFile{{path: "vercel/sandbox/a", content: "new", mode: 0o644}},
 		},
 		{
 			name: "existing symlink at the file's path is replaced, not followed",
-			setup: func(t *testing.T, f *sandboxFS, parent string) {
+			setup: func(t *testing.T, f *FS, parent string) {
 				rtWrite(t, f, "vercel/sandbox/target", "keep", 0o644)
 				rtSymlink(t, f, "vercel/sandbox/rel", "target")
 				rtSymlink(t, f, "vercel/sandbox/abs", filepath.Join(parent, "outside"))
@@ -238,7 +238,7 @@ func TestTarExtract(t *testing.T) {
 		},
 		{
 			name:  "write through a symlink that stays inside",
-			setup: func(t *testing.T, f *sandboxFS, _ string) { rtSymlink(t, f, "vercel/sandbox/t", "../../tmp") },
+			setup: func(t *testing.T, f *FS, _ string) { rtSymlink(t, f, "vercel/sandbox/t", "../../tmp") },
 			body:  rtTarGz(t, rtTarEntry{name: "t/f", body: "via link"}),
 			want:  []rtFile{{path: "tmp/f", content: "via link", mode: 0o644}},
 		},
@@ -300,20 +300,20 @@ func TestTarExtract(t *testing.T) {
 		},
 		{
 			name:    "write through existing absolute symlink",
-			setup:   func(t *testing.T, f *sandboxFS, parent string) { rtSymlink(t, f, "vercel/sandbox/out", parent) },
+			setup:   func(t *testing.T, f *FS, parent string) { rtSymlink(t, f, "vercel/sandbox/out", parent) },
 			body:    rtTarGz(t, rtTarEntry{name: "out/evil", body: "x"}),
 			wantErr: true,
 		},
 		{
 			name:    "write through existing escaping symlink",
-			setup:   func(t *testing.T, f *sandboxFS, _ string) { rtSymlink(t, f, "vercel/sandbox/up", "../../../..") },
+			setup:   func(t *testing.T, f *FS, _ string) { rtSymlink(t, f, "vercel/sandbox/up", "../../../..") },
 			body:    rtTarGz(t, rtTarEntry{name: "up/evil", body: "x"}),
 			wantErr: true,
 		},
 		{
 			name:    "x-cwd through existing absolute symlink",
 			cwd:     "/vercel/sandbox/out",
-			setup:   func(t *testing.T, f *sandboxFS, parent string) { rtSymlink(t, f, "vercel/sandbox/out", parent) },
+			setup:   func(t *testing.T, f *FS, parent string) { rtSymlink(t, f, "vercel/sandbox/out", parent) },
 			body:    rtTarGz(t, rtTarEntry{name: "evil", body: "x"}),
 			wantErr: true,
 		},
@@ -336,13 +336,13 @@ func TestTarExtract(t *testing.T) {
 		},
 		{
 			name:    "file where a directory is",
-			setup:   func(t *testing.T, f *sandboxFS, _ string) { rtWrite(t, f, "vercel/sandbox/d/x", "", 0o644) },
+			setup:   func(t *testing.T, f *FS, _ string) { rtWrite(t, f, "vercel/sandbox/d/x", "", 0o644) },
 			body:    rtTarGz(t, rtTarEntry{name: "d", body: "x"}),
 			wantErr: true,
 		},
 		{
 			name:    "file below a file",
-			setup:   func(t *testing.T, f *sandboxFS, _ string) { rtWrite(t, f, "vercel/sandbox/file", "", 0o644) },
+			setup:   func(t *testing.T, f *FS, _ string) { rtWrite(t, f, "vercel/sandbox/file", "", 0o644) },
 			body:    rtTarGz(t, rtTarEntry{name: "file/x", body: "x"}),
 			wantErr: true,
 		},
@@ -367,10 +367,10 @@ func TestTarExtract(t *testing.T) {
 			if tc.setup != nil {
 				tc.setup(t, f, parent)
 			}
-			err := f.extractTarGz(tc.cwd, bytes.NewReader(tc.body))
+			err := f.ExtractTarGz(tc.cwd, bytes.NewReader(tc.body))
 			if tc.wantErr {
-				if !errors.Is(err, errInvalidPath) {
-					t.Fatalf("extractTarGz = %v, want errInvalidPath", err)
+				if !errors.Is(err, ErrInvalidInput) {
+					t.Fatalf("extractTarGz = %v, want ErrInvalidInput", err)
 				}
 			} else if err != nil {
 				t.Fatalf("extractTarGz = %v", err)
@@ -415,11 +415,11 @@ func TestTarExtractBudget(t *testing.T) {
 	maxExtractBytes = 100
 	defer func() { maxExtractBytes = old }()
 	f, _ := rtNewFS(t)
-	err := f.extractTarGz("", bytes.NewReader(rtTarGz(t,
+	err := f.ExtractTarGz("", bytes.NewReader(rtTarGz(t,
 		rtTarEntry{name: "a", body: strings.Repeat("a", 60)},
 		rtTarEntry{name: "b", body: strings.Repeat("b", 60)})))
-	if !errors.Is(err, errInvalidPath) {
-		t.Fatalf("extractTarGz over budget = %v, want errInvalidPath", err)
+	if !errors.Is(err, ErrInvalidInput) {
+		t.Fatalf("extractTarGz over budget = %v, want ErrInvalidInput", err)
 	}
 }
 
@@ -428,20 +428,88 @@ func TestTarExtractThenReadFile(t *testing.T) {
 	body := rtTarGz(t,
 		rtTarEntry{name: "vercel/sandbox/hello.txt", body: "hello"},
 		rtTarEntry{name: "etc/app.conf", body: "conf"})
-	if err := f.extractTarGz("/", bytes.NewReader(body)); err != nil {
+	if err := f.ExtractTarGz("/", bytes.NewReader(body)); err != nil {
 		t.Fatal(err)
 	}
 	for p, want := range map[string]string{"hello.txt": "hello", "/vercel/sandbox/hello.txt": "hello", "/etc/app.conf": "conf"} {
-		if b, err := f.readFile(p, ""); err != nil || string(b) != want {
+		if b, err := f.ReadFile(p, ""); err != nil || string(b) != want {
 			t.Errorf("readFile(%q) = %q, %v; want %q", p, b, err, want)
 		}
+	}
+}
+
+func TestCopyDir(t *testing.T) {
+	host := t.TempDir()
+	for p, body := range map[string]string{"a.txt": "hello", "sub/b.sh": "#!/bin/sh\n"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(host, p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(host, p), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []string{"sub", "sub/b.sh"} {
+		if err := os.Chmod(filepath.Join(host, p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("a.txt", filepath.Join(host, "rel")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/etc/passwd", filepath.Join(host, "abs")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(host, "fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	f, parent := rtNewFS(t)
+	if err := f.CopyDir(host, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.CopyDir(host, "/opt/copy"); err != nil {
+		t.Fatal(err)
+	}
+	for _, base := range []string{"vercel/sandbox", "opt/copy"} {
+		got := rtTree(t, filepath.Join(f.root, base))
+		want := map[string]rtTreeEntry{
+			".":        {mode: fs.ModeDir | 0o755},
+			"a.txt":    {mode: 0o644, content: "hello"},
+			"sub":      {mode: fs.ModeDir | 0o755},
+			"sub/b.sh": {mode: 0o755, content: "#!/bin/sh\n"},
+			"rel":      {mode: fs.ModeSymlink | 0o777, content: "a.txt"},
+		}
+		for name, w := range want {
+			g, ok := got[name]
+			if !ok {
+				t.Errorf("%s/%s: missing after CopyDir", base, name)
+				continue
+			}
+			if g.mode != w.mode || g.content != w.content {
+				t.Errorf("%s/%s: mode %v content %q, want mode %v content %q", base, name, g.mode, g.content, w.mode, w.content)
+			}
+		}
+		for name := range got {
+			if _, ok := want[name]; !ok {
+				t.Errorf("%s/%s: copied, but absolute symlinks and FIFOs must be left out", base, name)
+			}
+		}
+	}
+	if b, err := f.ReadFile("rel", ""); err != nil || string(b) != "hello" {
+		t.Errorf("ReadFile(rel) = %q, %v; want hello", b, err)
+	}
+	if extra := rtEntriesOutside(t, parent, f.root); len(extra) > 0 {
+		t.Errorf("CopyDir wrote outside the session root: %v", extra)
+	}
+	if err := f.CopyDir(filepath.Join(host, "missing"), ""); err == nil {
+		t.Error("CopyDir of a missing host directory succeeded")
 	}
 }
 
 // rtFuzzTraps prepares a session whose root holds symlinks that lead out of it,
 // the ways an earlier command could have left them, and returns the directory
 // outside the root that they point to.
-func rtFuzzTraps(t testing.TB, f *sandboxFS, parent string) {
+func rtFuzzTraps(t testing.TB, f *FS, parent string) {
 	outside := filepath.Join(parent, "outside")
 	if err := os.Mkdir(outside, 0o755); err != nil {
 		t.Fatal(err)
@@ -471,13 +539,13 @@ func FuzzExtractTarGz(f *testing.F) {
 	f.Cleanup(func() { maxExtractBytes = old })
 	f.Fuzz(func(t *testing.T, cwd string, body []byte) {
 		parent := t.TempDir()
-		sfs, err := newSandboxFS(filepath.Join(parent, "root"))
+		sfs, err := NewFS(filepath.Join(parent, "root"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		rtFuzzTraps(t, sfs, parent)
-		err = sfs.extractTarGz(cwd, bytes.NewReader(body))
-		if err != nil && !errors.Is(err, errInvalidPath) && !strings.Contains(err.Error(), "file name too long") {
+		err = sfs.ExtractTarGz(cwd, bytes.NewReader(body))
+		if err != nil && !errors.Is(err, ErrInvalidInput) && !strings.Contains(err.Error(), "file name too long") {
 			// Only the request may be at fault, save for names the filesystem cannot store.
 			var pe *fs.PathError
 			if !errors.As(err, &pe) {

@@ -1,4 +1,4 @@
-package emulator
+package sandboxruntime
 
 import (
 	"context"
@@ -14,20 +14,20 @@ const maxOutputBytes = 64 << 20
 // outputTruncatedNotice is the record appended once when maxOutputBytes is reached.
 const outputTruncatedNotice = "\n[sandbox emulator: output truncated after 64 MiB]\n"
 
-// outputRecord is one chunk of a command's output, as read from the process: a chunk
+// Record is one chunk of a command's output, as read from the process: a chunk
 // is whatever one read returned (not necessarily a line), never splitting a UTF-8
 // sequence. Stream is "stdout" or "stderr".
-type outputRecord struct {
+type Record struct {
 	Stream string
 	Data   string
 }
 
-// outputLog is the append-only, followable log of one command's output. Any number
+// Output is the append-only, followable log of one command's output. Any number
 // of readers may follow it concurrently, from the start, while it grows. Once closed
 // (the command has exited and its pipes are drained) it never changes again.
-type outputLog struct {
+type Output struct {
 	mu        sync.Mutex
-	records   []outputRecord
+	records   []Record
 	size      int  // bytes of output kept
 	truncated bool // maxOutputBytes reached: further output is dropped
 	closed    bool
@@ -36,21 +36,21 @@ type outputLog struct {
 	changed chan struct{}
 }
 
-// newOutputLog returns an open, empty log.
-func newOutputLog() *outputLog {
-	return &outputLog{changed: make(chan struct{})}
+// newOutput returns an open, empty log.
+func newOutput() *Output {
+	return &Output{changed: make(chan struct{})}
 }
 
 // closedEmptyLog is shared by every command that never ran (exec mode "none"): it
 // costs nothing per command.
-var closedEmptyLog = func() *outputLog {
-	l := newOutputLog()
+var closedEmptyLog = func() *Output {
+	l := newOutput()
 	l.close()
 	return l
 }()
 
 // append adds one record and wakes the followers. Appends after close are dropped.
-func (l *outputLog) append(stream, data string) {
+func (l *Output) append(stream, data string) {
 	if data == "" {
 		return
 	}
@@ -60,10 +60,10 @@ func (l *outputLog) append(stream, data string) {
 		return
 	}
 	if l.size+len(data) > maxOutputBytes {
-		l.records = append(l.records, outputRecord{Stream: "stderr", Data: outputTruncatedNotice})
+		l.records = append(l.records, Record{Stream: "stderr", Data: outputTruncatedNotice})
 		l.truncated = true
 	} else {
-		l.records = append(l.records, outputRecord{Stream: stream, Data: data})
+		l.records = append(l.records, Record{Stream: stream, Data: data})
 		l.size += len(data)
 	}
 	close(l.changed)
@@ -71,7 +71,7 @@ func (l *outputLog) append(stream, data string) {
 }
 
 // close marks the log complete and wakes the followers. It is idempotent.
-func (l *outputLog) close() {
+func (l *Output) close() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
@@ -82,18 +82,18 @@ func (l *outputLog) close() {
 }
 
 // snapshot returns a copy of the records so far and whether the log is closed.
-func (l *outputLog) snapshot() ([]outputRecord, bool) {
+func (l *Output) snapshot() ([]Record, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return append([]outputRecord(nil), l.records...), l.closed
+	return append([]Record(nil), l.records...), l.closed
 }
 
-// follow calls fn for every record from the start, then for new ones as they
+// Follow calls fn for every record from the start, then for new ones as they
 // arrive, and returns when the command has exited and all records were passed
 // (nil), when fn returns an error (that error), or when ctx ends (ctx.Err()).
 // fn is never called with the log's lock held, so it may block (e.g. on a slow
 // HTTP client) without holding up the command or other followers.
-func (l *outputLog) follow(ctx context.Context, fn func(outputRecord) error) error {
+func (l *Output) Follow(ctx context.Context, fn func(Record) error) error {
 	next := 0
 	for {
 		if err := ctx.Err(); err != nil {

@@ -1,6 +1,6 @@
 //go:build linux
 
-package emulator
+package sandboxruntime
 
 import (
 	"errors"
@@ -96,8 +96,8 @@ var hostEntries = sync.OnceValue(func() []hostEntry {
 // of it. Mount points missing in the session are created (empty directories and
 // the host's /bin-style symlinks); entries the session has replaced with
 // something else are left alone and not mounted. A missing cwd is an
-// errInvalidPath error.
-func enterSandbox(f *sandboxFS, cwd string) error {
+// ErrInvalidInput error.
+func enterSandbox(f *FS, cwd string) error {
 	if err := syscall.Unshare(syscall.CLONE_NEWNS); err != nil {
 		return fmt.Errorf("unshare mount namespace: %w", err)
 	}

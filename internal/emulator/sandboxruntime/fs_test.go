@@ -1,4 +1,4 @@
-package emulator
+package sandboxruntime
 
 import (
 	"bytes"
@@ -15,10 +15,10 @@ import (
 
 // rtNewFS creates a session filesystem in a fresh directory and returns it with
 // the directory around it, which tests walk to prove nothing escaped the root.
-func rtNewFS(t *testing.T) (f *sandboxFS, parent string) {
+func rtNewFS(t *testing.T) (f *FS, parent string) {
 	t.Helper()
 	parent = t.TempDir()
-	f, err := newSandboxFS(filepath.Join(parent, "root"))
+	f, err := NewFS(filepath.Join(parent, "root"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +26,7 @@ func rtNewFS(t *testing.T) (f *sandboxFS, parent string) {
 }
 
 // rtWrite creates a file (and its parents) at the sandbox path p directly on disk.
-func rtWrite(t *testing.T, f *sandboxFS, p, content string, mode os.FileMode) {
+func rtWrite(t *testing.T, f *FS, p, content string, mode os.FileMode) {
 	t.Helper()
 	host := filepath.Join(f.root, filepath.FromSlash(p))
 	if err := os.MkdirAll(filepath.Dir(host), 0o755); err != nil {
@@ -41,7 +41,7 @@ func rtWrite(t *testing.T, f *sandboxFS, p, content string, mode os.FileMode) {
 }
 
 // rtSymlink creates a symlink at the sandbox path p directly on disk.
-func rtSymlink(t *testing.T, f *sandboxFS, p, target string) {
+func rtSymlink(t *testing.T, f *FS, p, target string) {
 	t.Helper()
 	host := filepath.Join(f.root, filepath.FromSlash(p))
 	if err := os.MkdirAll(filepath.Dir(host), 0o755); err != nil {
@@ -110,11 +110,11 @@ func TestSandboxFSLayout(t *testing.T) {
 	}
 	// Reusing an existing directory keeps its content.
 	rtWrite(t, f, "vercel/sandbox/keep.txt", "kept", 0o644)
-	g, err := newSandboxFS(f.root)
+	g, err := NewFS(f.root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b, err := g.readFile("keep.txt", ""); err != nil || string(b) != "kept" {
+	if b, err := g.ReadFile("keep.txt", ""); err != nil || string(b) != "kept" {
 		t.Fatalf("readFile after reopening = %q, %v", b, err)
 	}
 }
@@ -177,15 +177,15 @@ func TestSandboxFSReadFile(t *testing.T) {
 		{"empty path", "", "", invalid},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b, err := f.readFile(tc.path, tc.cwd)
+			b, err := f.ReadFile(tc.path, tc.cwd)
 			switch tc.want {
 			case notExist:
 				if !errors.Is(err, fs.ErrNotExist) {
 					t.Fatalf("readFile(%q) = %q, %v; want fs.ErrNotExist", tc.path, b, err)
 				}
 			case invalid:
-				if !errors.Is(err, errInvalidPath) {
-					t.Fatalf("readFile(%q) = %q, %v; want errInvalidPath", tc.path, b, err)
+				if !errors.Is(err, ErrInvalidInput) {
+					t.Fatalf("readFile(%q) = %q, %v; want ErrInvalidInput", tc.path, b, err)
 				}
 			default:
 				if err != nil || string(b) != tc.want {
@@ -206,7 +206,7 @@ func TestSandboxFSMkdir(t *testing.T) {
 		name      string
 		path, cwd string
 		recursive bool
-		wantErr   error  // nil, errInvalidPath (+ fs.ErrExist / fs.ErrNotExist)
+		wantErr   error  // nil, ErrInvalidInput (+ fs.ErrExist / fs.ErrNotExist)
 		also      error  // second error the result must match
 		created   string // host path relative to the root that must be a directory
 	}{
@@ -214,18 +214,18 @@ func TestSandboxFSMkdir(t *testing.T) {
 		{name: "absolute", path: "/tmp/d2", created: "tmp/d2"},
 		{name: "recursive", path: "x/y/z", recursive: true, created: "vercel/sandbox/x/y/z"},
 		{name: "recursive existing", path: "/vercel/sandbox", recursive: true, created: "vercel/sandbox"},
-		{name: "existing", path: "/vercel/sandbox", wantErr: errInvalidPath, also: fs.ErrExist},
-		{name: "missing parent", path: "p/q", wantErr: errInvalidPath, also: fs.ErrNotExist},
-		{name: "file in the way", path: "file", recursive: true, wantErr: errInvalidPath},
-		{name: "below a file", path: "file/sub", recursive: true, wantErr: errInvalidPath},
-		{name: "root", path: "/", wantErr: errInvalidPath, also: fs.ErrExist},
+		{name: "existing", path: "/vercel/sandbox", wantErr: ErrInvalidInput, also: fs.ErrExist},
+		{name: "missing parent", path: "p/q", wantErr: ErrInvalidInput, also: fs.ErrNotExist},
+		{name: "file in the way", path: "file", recursive: true, wantErr: ErrInvalidInput},
+		{name: "below a file", path: "file/sub", recursive: true, wantErr: ErrInvalidInput},
+		{name: "root", path: "/", wantErr: ErrInvalidInput, also: fs.ErrExist},
 		{name: "through absolute symlink", path: "abs/tool", recursive: true, created: "opt/tool"},
 		{name: "through host-path symlink", path: "hostabs/evil", recursive: true,
 			created: filepath.Join(strings.TrimPrefix(parent, "/"), "evil")},
 		{name: "dotdot", path: "../../../../etc/x", recursive: true, created: "etc/x"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := f.mkdir(tc.path, tc.cwd, tc.recursive)
+			err := f.Mkdir(tc.path, tc.cwd, tc.recursive)
 			if tc.wantErr == nil && err != nil {
 				t.Fatalf("mkdir(%q) = %v", tc.path, err)
 			}
@@ -317,7 +317,7 @@ func TestSandboxFSSnapshotRoundTrip(t *testing.T) {
 	delete(before, "tmp/fifo") // not part of a snapshot
 
 	snap := filepath.Join(parent, "snap")
-	size, err := f.snapshotTo(snap)
+	size, err := f.SnapshotTo(snap)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,7 +335,7 @@ func TestSandboxFSSnapshotRoundTrip(t *testing.T) {
 	rtWrite(t, f, "vercel/sandbox/a.txt", "changed", 0o644)
 	rtWrite(t, f, "vercel/sandbox/new.txt", "new", 0o644)
 
-	g, err := restoreSandboxFS(snap, filepath.Join(parent, "restored"))
+	g, err := RestoreFS(snap, filepath.Join(parent, "restored"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,24 +354,24 @@ func TestSandboxFSSnapshotRoundTrip(t *testing.T) {
 			t.Errorf("%s restored with owner %d, want %d", name, got.uid, want.uid)
 		}
 	}
-	if b, err := g.readFile("a.txt", ""); err != nil || string(b) != "hello" {
+	if b, err := g.ReadFile("a.txt", ""); err != nil || string(b) != "hello" {
 		t.Errorf("restored a.txt = %q, %v; want the snapshot's content", b, err)
 	}
-	if b, err := g.readFile("link", ""); err != nil || string(b) != "sbx" {
+	if b, err := g.ReadFile("link", ""); err != nil || string(b) != "sbx" {
 		t.Errorf("restored link = %q, %v", b, err)
 	}
 	// The restored session is independent of the snapshot, which can serve again.
-	if err := g.remove(); err != nil {
+	if err := g.Remove(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(g.root); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("remove left %s behind: %v", g.root, err)
 	}
-	h, err := restoreSandboxFS(snap, filepath.Join(parent, "restored2"))
+	h, err := RestoreFS(snap, filepath.Join(parent, "restored2"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b, err := h.readFile("/vercel/sandbox/ro/f", ""); err != nil || string(b) != "in ro" {
+	if b, err := h.ReadFile("/vercel/sandbox/ro/f", ""); err != nil || string(b) != "in ro" {
 		t.Errorf("second restore: ro/f = %q, %v", b, err)
 	}
 }
@@ -388,34 +388,34 @@ func TestSandboxFSRestoreOddLayout(t *testing.T) {
 	rtSymlink(t, f, "vercel", "/opt")
 	rtWrite(t, f, "tmp", "not a directory", 0o644)
 	snap := filepath.Join(parent, "snap")
-	if _, err := f.snapshotTo(snap); err != nil {
+	if _, err := f.SnapshotTo(snap); err != nil {
 		t.Fatal(err)
 	}
-	g, err := restoreSandboxFS(snap, filepath.Join(parent, "restored"))
+	g, err := RestoreFS(snap, filepath.Join(parent, "restored"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if target, err := os.Readlink(filepath.Join(g.root, "vercel")); err != nil || target != "/opt" {
 		t.Fatalf("restored /vercel -> %q, %v", target, err)
 	}
-	if err := g.mkdir("/opt/sandbox", "", true); err != nil {
+	if err := g.Mkdir("/opt/sandbox", "", true); err != nil {
 		t.Fatal(err)
 	}
-	if err := g.extractTarGz("/opt/sandbox", bytes.NewReader(rtTarGz(t, rtTarEntry{name: "f", body: "x"}))); err != nil {
+	if err := g.ExtractTarGz("/opt/sandbox", bytes.NewReader(rtTarGz(t, rtTarEntry{name: "f", body: "x"}))); err != nil {
 		t.Fatal(err)
 	}
-	if b, err := g.readFile("f", ""); err != nil || string(b) != "x" {
+	if b, err := g.ReadFile("f", ""); err != nil || string(b) != "x" {
 		t.Fatalf("readFile through the restored symlink = %q, %v", b, err)
 	}
 }
 
 func TestSandboxFSSnapshotEmpty(t *testing.T) {
 	parent := t.TempDir()
-	f := &sandboxFS{root: filepath.Join(parent, "bare")}
+	f := &FS{root: filepath.Join(parent, "bare")}
 	if err := os.Mkdir(f.root, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	size, err := f.snapshotTo(filepath.Join(parent, "snap"))
+	size, err := f.SnapshotTo(filepath.Join(parent, "snap"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -423,7 +423,7 @@ func TestSandboxFSSnapshotEmpty(t *testing.T) {
 		t.Fatalf("size of an empty tree = %d, want %d (one header)", size, snapshotEntryBytes)
 	}
 	// Restoring a bare snapshot still gives the standard layout.
-	g, err := restoreSandboxFS(filepath.Join(parent, "snap"), filepath.Join(parent, "restored"))
+	g, err := RestoreFS(filepath.Join(parent, "snap"), filepath.Join(parent, "restored"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -438,7 +438,7 @@ func TestSandboxFSRemoveUnwritable(t *testing.T) {
 	if err := os.Chmod(filepath.Join(f.root, "vercel/sandbox/locked"), 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.remove(); err != nil {
+	if err := f.Remove(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(f.root); !errors.Is(err, fs.ErrNotExist) {
@@ -472,7 +472,7 @@ func TestSandboxFSIdleCost(t *testing.T) {
 		t.Skip("creates thousands of directories")
 	}
 	const n = 1000
-	r, err := newRunner(execNone)
+	r, err := NewRunner(ModeNone)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -482,9 +482,9 @@ func TestSandboxFSIdleCost(t *testing.T) {
 	var ms0, ms1, ms2 runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&ms0)
-	sessions := make([]*sandboxFS, 0, n)
+	sessions := make([]*FS, 0, n)
 	for i := 0; i < n; i++ {
-		f, err := newSandboxFS(filepath.Join(parent, "s", "sbx_"+strconv.Itoa(i)))
+		f, err := NewFS(filepath.Join(parent, "s", "sbx_"+strconv.Itoa(i)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -492,9 +492,9 @@ func TestSandboxFSIdleCost(t *testing.T) {
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&ms1)
-	procs := make([]*proc, 0, n)
+	procs := make([]*Process, 0, n)
 	for _, f := range sessions {
-		p, err := r.start(procSpec{FS: f, Name: "npm", Args: []string{"install"}, Env: map[string]string{"CI": "1"}})
+		p, err := r.Start(Command{FS: f, Name: "npm", Args: []string{"install"}, Env: map[string]string{"CI": "1"}})
 		if err != nil {
 			t.Fatal(err)
 		}

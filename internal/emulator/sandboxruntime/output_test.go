@@ -1,4 +1,4 @@
-package emulator
+package sandboxruntime
 
 import (
 	"context"
@@ -12,10 +12,10 @@ import (
 )
 
 // rtCollect follows l to the end and returns its records.
-func rtCollect(t *testing.T, ctx context.Context, l *outputLog) []outputRecord {
+func rtCollect(t *testing.T, ctx context.Context, l *Output) []Record {
 	t.Helper()
-	var out []outputRecord
-	if err := l.follow(ctx, func(r outputRecord) error {
+	var out []Record
+	if err := l.Follow(ctx, func(r Record) error {
 		out = append(out, r)
 		return nil
 	}); err != nil {
@@ -29,10 +29,10 @@ func TestRuntimeOutputLogFollowers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
-	l := newOutputLog()
+	l := newOutput()
 	l.append("stdout", "early\n")
 	const followers = 8
-	results := make([][]outputRecord, followers)
+	results := make([][]Record, followers)
 	var wg sync.WaitGroup
 	for i := range followers {
 		wg.Add(1)
@@ -41,14 +41,14 @@ func TestRuntimeOutputLogFollowers(t *testing.T) {
 			results[i] = rtCollect(t, ctx, l)
 		}()
 	}
-	var want []outputRecord
-	want = append(want, outputRecord{"stdout", "early\n"})
+	var want []Record
+	want = append(want, Record{"stdout", "early\n"})
 	for i := range 100 {
 		stream := "stdout"
 		if i%3 == 0 {
 			stream = "stderr"
 		}
-		rec := outputRecord{stream, strings.Repeat("x", i+1)}
+		rec := Record{stream, strings.Repeat("x", i+1)}
 		l.append(rec.Stream, rec.Data)
 		want = append(want, rec)
 		if i%10 == 0 {
@@ -77,7 +77,7 @@ func TestRuntimeOutputLogFollowers(t *testing.T) {
 
 func TestRuntimeOutputLogFollowEnds(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	l := newOutputLog()
+	l := newOutput()
 	l.append("stdout", "a")
 
 	// The context ends the follow of a log that stays open.
@@ -85,7 +85,7 @@ func TestRuntimeOutputLogFollowEnds(t *testing.T) {
 	errc := make(chan error, 1)
 	seen := make(chan struct{}, 1)
 	go func() {
-		errc <- l.follow(ctx, func(outputRecord) error { seen <- struct{}{}; return nil })
+		errc <- l.Follow(ctx, func(Record) error { seen <- struct{}{}; return nil })
 	}()
 	<-seen
 	cancel()
@@ -100,13 +100,13 @@ func TestRuntimeOutputLogFollowEnds(t *testing.T) {
 
 	// An error from fn stops the follow and is returned.
 	stop := errors.New("client went away")
-	if err := l.follow(context.Background(), func(outputRecord) error { return stop }); err != stop {
+	if err := l.Follow(context.Background(), func(Record) error { return stop }); err != stop {
 		t.Fatalf("follow = %v, want fn's error", err)
 	}
 }
 
 func TestRuntimeOutputLogCap(t *testing.T) {
-	l := newOutputLog()
+	l := newOutput()
 	chunk := strings.Repeat("y", 1<<20)
 	for range maxOutputBytes/len(chunk) + 3 {
 		l.append("stdout", chunk)

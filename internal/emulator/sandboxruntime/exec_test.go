@@ -1,4 +1,4 @@
-package emulator
+package sandboxruntime
 
 import (
 	"bytes"
@@ -20,9 +20,9 @@ import (
 
 // rtNamespaceRunner returns a namespace-mode runner, or skips the test where
 // mount namespaces are unavailable (not root, no CAP_SYS_ADMIN, not Linux).
-func rtNamespaceRunner(t *testing.T) *runner {
+func rtNamespaceRunner(t *testing.T) *Runner {
 	t.Helper()
-	r, err := newRunner(execNamespace)
+	r, err := NewRunner(ModeNamespace)
 	if err != nil {
 		t.Skipf("namespace mode unavailable: %v", err)
 	}
@@ -36,19 +36,19 @@ type rtResult struct {
 }
 
 // rtWait waits for p to finish and returns its output and exit code.
-func rtWait(t *testing.T, p *proc) rtResult {
+func rtWait(t *testing.T, p *Process) rtResult {
 	t.Helper()
 	select {
-	case <-p.done():
+	case <-p.Done():
 	case <-time.After(30 * time.Second):
-		p.terminate()
+		p.Terminate()
 		t.Fatal("command did not finish within 30s")
 	}
-	code, exited := p.exitCode()
+	code, exited := p.ExitCode()
 	if !exited {
 		t.Fatal("done closed but exitCode reports a running command")
 	}
-	recs, closed := p.output().snapshot()
+	recs, closed := p.Output().snapshot()
 	if !closed {
 		t.Fatal("done closed but the output log is still open")
 	}
@@ -68,9 +68,9 @@ func rtWait(t *testing.T, p *proc) rtResult {
 }
 
 // rtRun starts spec and waits for it.
-func rtRun(t *testing.T, r *runner, spec procSpec) rtResult {
+func rtRun(t *testing.T, r *Runner, spec Command) rtResult {
 	t.Helper()
-	p, err := r.start(spec)
+	p, err := r.Start(spec)
 	if err != nil {
 		t.Fatalf("start %s %q: %v", spec.Name, spec.Args, err)
 	}
@@ -78,9 +78,9 @@ func rtRun(t *testing.T, r *runner, spec procSpec) rtResult {
 }
 
 // rtSh runs a shell script in the sandbox.
-func rtSh(t *testing.T, r *runner, f *sandboxFS, sudo bool, script string) rtResult {
+func rtSh(t *testing.T, r *Runner, f *FS, sudo bool, script string) rtResult {
 	t.Helper()
-	return rtRun(t, r, procSpec{FS: f, Name: "sh", Args: []string{"-c", script}, Sudo: sudo})
+	return rtRun(t, r, Command{FS: f, Name: "sh", Args: []string{"-c", script}, Sudo: sudo})
 }
 
 func TestExecNamespaceAbsolutePaths(t *testing.T) {
@@ -93,7 +93,7 @@ func TestExecNamespaceAbsolutePaths(t *testing.T) {
 		t.Fatalf("command = %+v, want exit 0 printing the cwd /vercel/sandbox", res)
 	}
 	for _, p := range []string{"a.txt", "/vercel/sandbox/a.txt"} {
-		if b, err := f.readFile(p, ""); err != nil || string(b) != "x\n" {
+		if b, err := f.ReadFile(p, ""); err != nil || string(b) != "x\n" {
 			t.Fatalf("readFile(%q) = %q, %v; want \"x\\n\"", p, b, err)
 		}
 	}
@@ -102,22 +102,22 @@ func TestExecNamespaceAbsolutePaths(t *testing.T) {
 	body := rtTarGz(t,
 		rtTarEntry{name: "tmp/f", body: "from tar"},
 		rtTarEntry{name: "vercel/sandbox/bin/hello", body: "#!/bin/sh\necho hello from $0\n", mode: 0o755})
-	if err := f.extractTarGz("/", bytes.NewReader(body)); err != nil {
+	if err := f.ExtractTarGz("/", bytes.NewReader(body)); err != nil {
 		t.Fatal(err)
 	}
-	if res := rtRun(t, r, procSpec{FS: f, Name: "cat", Args: []string{"/tmp/f"}}); res.code != 0 || res.stdout != "from tar" {
+	if res := rtRun(t, r, Command{FS: f, Name: "cat", Args: []string{"/tmp/f"}}); res.code != 0 || res.stdout != "from tar" {
 		t.Fatalf("cat /tmp/f = %+v", res)
 	}
-	res := rtRun(t, r, procSpec{FS: f, Name: "hello", Env: map[string]string{"PATH": "/vercel/sandbox/bin:/usr/bin:/bin"}})
+	res := rtRun(t, r, Command{FS: f, Name: "hello", Env: map[string]string{"PATH": "/vercel/sandbox/bin:/usr/bin:/bin"}})
 	if res.code != 0 || res.stdout != "hello from /vercel/sandbox/bin/hello\n" {
 		t.Fatalf("uploaded program on PATH = %+v", res)
 	}
-	if res := rtRun(t, r, procSpec{FS: f, Name: "./bin/hello"}); res.code != 0 {
+	if res := rtRun(t, r, Command{FS: f, Name: "./bin/hello"}); res.code != 0 {
 		t.Fatalf("./bin/hello = %+v", res)
 	}
 
 	// cwd is honoured and the sandbox's /tmp is the session's.
-	res = rtRun(t, r, procSpec{FS: f, Name: "sh", Args: []string{"-c", "pwd; echo t > t.txt"}, Cwd: "/tmp"})
+	res = rtRun(t, r, Command{FS: f, Name: "sh", Args: []string{"-c", "pwd; echo t > t.txt"}, Cwd: "/tmp"})
 	if res.code != 0 || res.stdout != "/tmp\n" {
 		t.Fatalf("cwd /tmp = %+v", res)
 	}
@@ -137,7 +137,7 @@ func TestExecNamespaceAbsolutePaths(t *testing.T) {
 			t.Errorf("a sandbox command wrote the host's %s", p)
 		}
 	}
-	if b, err := f.readFile("/work2/f", ""); err != nil || string(b) != "ok\n" {
+	if b, err := f.ReadFile("/work2/f", ""); err != nil || string(b) != "ok\n" {
 		t.Errorf("top-level directory made by a command: readFile = %q, %v", b, err)
 	}
 	// Mounts never show on the host.
@@ -155,14 +155,14 @@ func TestExecUsers(t *testing.T) {
 	f, _ := rtNewFS(t)
 	u := sandboxUser()
 
-	if res := rtRun(t, r, procSpec{FS: f, Name: "id", Args: []string{"-u"}, Sudo: true}); res.stdout != "0\n" {
+	if res := rtRun(t, r, Command{FS: f, Name: "id", Args: []string{"-u"}, Sudo: true}); res.stdout != "0\n" {
 		t.Fatalf("sudo id -u = %+v, want 0", res)
 	}
-	if res := rtRun(t, r, procSpec{FS: f, Name: "id", Args: []string{"-u"}}); res.stdout != strconv.Itoa(u.uid)+"\n" {
+	if res := rtRun(t, r, Command{FS: f, Name: "id", Args: []string{"-u"}}); res.stdout != strconv.Itoa(u.uid)+"\n" {
 		t.Fatalf("id -u = %+v, want %d", res, u.uid)
 	}
 	// The unprivileged user can use its areas and what the fs API wrote...
-	if err := f.extractTarGz("", bytes.NewReader(rtTarGz(t, rtTarEntry{name: "uploaded.txt", body: "v1"}))); err != nil {
+	if err := f.ExtractTarGz("", bytes.NewReader(rtTarGz(t, rtTarEntry{name: "uploaded.txt", body: "v1"}))); err != nil {
 		t.Fatal(err)
 	}
 	res := rtSh(t, r, f, false, `set -e
@@ -174,7 +174,7 @@ echo "$HOME"`)
 	if res.code != 0 || res.stdout != sandboxUserHome+"\n" {
 		t.Fatalf("unprivileged writes = %+v", res)
 	}
-	if b, _ := f.readFile("uploaded.txt", ""); string(b) != "v2\n" {
+	if b, _ := f.ReadFile("uploaded.txt", ""); string(b) != "v2\n" {
 		t.Fatalf("uploaded.txt = %q after the user rewrote it", b)
 	}
 	// ...but not root's.
@@ -195,17 +195,17 @@ func TestExecEnv(t *testing.T) {
 		sort.Strings(l)
 		return l
 	}
-	res := rtRun(t, r, procSpec{FS: f, Name: "env", Env: map[string]string{"FOO": "bar", "EMPTY": ""}})
+	res := rtRun(t, r, Command{FS: f, Name: "env", Env: map[string]string{"FOO": "bar", "EMPTY": ""}})
 	want := []string{"EMPTY=", "FOO=bar", "HOME=" + sandboxUserHome, "PATH=" + defaultCommandPath}
 	if got := lines(res.stdout); strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Fatalf("env = %q, want exactly %q", got, want)
 	}
-	res = rtRun(t, r, procSpec{FS: f, Name: "/usr/bin/env", Env: map[string]string{"PATH": "/bin", "HOME": "/x"}, Sudo: true})
+	res = rtRun(t, r, Command{FS: f, Name: "/usr/bin/env", Env: map[string]string{"PATH": "/bin", "HOME": "/x"}, Sudo: true})
 	if got := lines(res.stdout); strings.Join(got, "|") != "HOME=/x|PATH=/bin" {
 		t.Fatalf("env with PATH and HOME given = %q", got)
 	}
-	if _, err := r.start(procSpec{FS: f, Name: "env", Env: map[string]string{"A=B": "x"}}); !errors.Is(err, errInvalidPath) {
-		t.Fatalf("start with a bad variable name = %v, want errInvalidPath", err)
+	if _, err := r.Start(Command{FS: f, Name: "env", Env: map[string]string{"A=B": "x"}}); !errors.Is(err, ErrInvalidInput) {
+		t.Fatalf("start with a bad variable name = %v, want ErrInvalidInput", err)
 	}
 }
 
@@ -217,21 +217,21 @@ func TestExecExitCodes(t *testing.T) {
 	if res := rtSh(t, r, f, false, "echo out; echo err >&2; exit 3"); res.code != 3 || res.stdout != "out\n" || res.stderr != "err\n" {
 		t.Fatalf("exit 3 = %+v", res)
 	}
-	if res := rtRun(t, r, procSpec{FS: f, Name: "no-such-command"}); res.code != 127 || !strings.Contains(res.stderr, "not found") {
+	if res := rtRun(t, r, Command{FS: f, Name: "no-such-command"}); res.code != 127 || !strings.Contains(res.stderr, "not found") {
 		t.Fatalf("unknown command = %+v, want 127 and a message", res)
 	}
-	if res := rtRun(t, r, procSpec{FS: f, Name: "./missing.sh"}); res.code != 127 {
+	if res := rtRun(t, r, Command{FS: f, Name: "./missing.sh"}); res.code != 127 {
 		t.Fatalf("missing script = %+v, want 127", res)
 	}
 	rtWrite(t, f, "vercel/sandbox/noexec.sh", "#!/bin/sh\n", 0o644)
-	if res := rtRun(t, r, procSpec{FS: f, Name: "./noexec.sh"}); res.code != 126 {
+	if res := rtRun(t, r, Command{FS: f, Name: "./noexec.sh"}); res.code != 126 {
 		t.Fatalf("non-executable script = %+v, want 126", res)
 	}
-	if _, err := r.start(procSpec{FS: f, Name: "true", Cwd: "/nope"}); !errors.Is(err, errInvalidPath) {
-		t.Fatalf("start in a missing cwd = %v, want errInvalidPath", err)
+	if _, err := r.Start(Command{FS: f, Name: "true", Cwd: "/nope"}); !errors.Is(err, ErrInvalidInput) {
+		t.Fatalf("start in a missing cwd = %v, want ErrInvalidInput", err)
 	}
-	if _, err := r.start(procSpec{FS: f, Name: ""}); !errors.Is(err, errInvalidPath) {
-		t.Fatalf("start without a name = %v, want errInvalidPath", err)
+	if _, err := r.Start(Command{FS: f, Name: ""}); !errors.Is(err, ErrInvalidInput) {
+		t.Fatalf("start without a name = %v, want ErrInvalidInput", err)
 	}
 }
 
@@ -239,7 +239,7 @@ func TestExecStreamsOutput(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	r := rtNamespaceRunner(t)
 	f, _ := rtNewFS(t)
-	p, err := r.start(procSpec{FS: f, Name: "sh", Args: []string{"-c", "echo one; sleep 1; echo two; sleep 1; echo three"}})
+	p, err := r.Start(Command{FS: f, Name: "sh", Args: []string{"-c", "echo one; sleep 1; echo two; sleep 1; echo three"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,9 +248,9 @@ func TestExecStreamsOutput(t *testing.T) {
 	var got strings.Builder
 	firstWhileRunning := false
 	n := 0
-	err = p.output().follow(ctx, func(rec outputRecord) error {
+	err = p.Output().Follow(ctx, func(rec Record) error {
 		if n == 0 {
-			_, exited := p.exitCode()
+			_, exited := p.ExitCode()
 			firstWhileRunning = rec.Data == "one\n" && !exited
 		}
 		n++
@@ -275,10 +275,10 @@ func TestExecKillTimeoutTerminate(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	r := rtNamespaceRunner(t)
 	f, _ := rtNewFS(t)
-	start := func(spec procSpec) *proc {
+	start := func(spec Command) *Process {
 		t.Helper()
 		spec.FS = f
-		p, err := r.start(spec)
+		p, err := r.Start(spec)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -286,29 +286,29 @@ func TestExecKillTimeoutTerminate(t *testing.T) {
 	}
 
 	for _, sig := range []int{int(syscall.SIGTERM), int(syscall.SIGINT), int(syscall.SIGKILL)} {
-		p := start(procSpec{Name: "sleep", Args: []string{"30"}})
-		if err := p.kill(sig); err != nil {
+		p := start(Command{Name: "sleep", Args: []string{"30"}})
+		if err := p.Kill(sig); err != nil {
 			t.Fatalf("kill(%d): %v", sig, err)
 		}
 		if res := rtWait(t, p); res.code != 128+sig {
 			t.Fatalf("after kill(%d): exit %d, want %d", sig, res.code, 128+sig)
 		}
-		if err := p.kill(sig); !errors.Is(err, os.ErrProcessDone) {
+		if err := p.Kill(sig); !errors.Is(err, os.ErrProcessDone) {
 			t.Fatalf("kill of a finished command = %v, want os.ErrProcessDone", err)
 		}
 	}
-	p := start(procSpec{Name: "sleep", Args: []string{"30"}})
-	if err := p.kill(0); !errors.Is(err, errInvalidPath) {
-		t.Fatalf("kill(0) = %v, want errInvalidPath", err)
+	p := start(Command{Name: "sleep", Args: []string{"30"}})
+	if err := p.Kill(0); !errors.Is(err, ErrInvalidInput) {
+		t.Fatalf("kill(0) = %v, want ErrInvalidInput", err)
 	}
 	// The whole group gets the signal, not only the shell.
-	p.terminate()
-	if code, exited := p.exitCode(); !exited || code != exitKilled {
+	p.Terminate()
+	if code, exited := p.ExitCode(); !exited || code != exitKilled {
 		t.Fatalf("after terminate: exit %d (exited %v), want 137", code, exited)
 	}
 
 	t0 := time.Now()
-	p = start(procSpec{Name: "sh", Args: []string{"-c", "echo started; sleep 30"}, Timeout: 300 * time.Millisecond})
+	p = start(Command{Name: "sh", Args: []string{"-c", "echo started; sleep 30"}, Timeout: 300 * time.Millisecond})
 	res := rtWait(t, p)
 	if res.code != exitKilled || res.stdout != "started\n" {
 		t.Fatalf("timed out command = %+v, want 137 and its output", res)
@@ -318,14 +318,14 @@ func TestExecKillTimeoutTerminate(t *testing.T) {
 	}
 
 	// A command that finishes before its timeout keeps its exit code.
-	if res := rtRun(t, r, procSpec{FS: f, Name: "true", Timeout: time.Minute}); res.code != 0 {
+	if res := rtRun(t, r, Command{FS: f, Name: "true", Timeout: time.Minute}); res.code != 0 {
 		t.Fatalf("true with a timeout = %+v", res)
 	}
 	// terminate on a finished command changes nothing.
-	p = start(procSpec{Name: "sh", Args: []string{"-c", "exit 5"}})
+	p = start(Command{Name: "sh", Args: []string{"-c", "exit 5"}})
 	rtWait(t, p)
-	p.terminate()
-	if code, _ := p.exitCode(); code != 5 {
+	p.Terminate()
+	if code, _ := p.ExitCode(); code != 5 {
 		t.Fatalf("terminate after exit changed the code to %d", code)
 	}
 }
@@ -335,7 +335,7 @@ func TestExecBackgroundJobsEndWithCommand(t *testing.T) {
 	r := rtNamespaceRunner(t)
 	f, _ := rtNewFS(t)
 	t0 := time.Now()
-	p, err := r.start(procSpec{FS: f, Name: "sh", Args: []string{"-c", "sleep 60 & echo started"}})
+	p, err := r.Start(Command{FS: f, Name: "sh", Args: []string{"-c", "sleep 60 & echo started"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,7 +363,7 @@ func TestExecEscapedDaemonDoesNotHoldOutput(t *testing.T) {
 	t0 := time.Now()
 	// setsid leaves the command's process group, so the daemon survives the
 	// command and keeps its stdout open; the output is cut off after a grace.
-	p, err := r.start(procSpec{FS: f, Name: "sh", Args: []string{"-c", "setsid sleep 3 & sleep 0.3; echo started"}})
+	p, err := r.Start(Command{FS: f, Name: "sh", Args: []string{"-c", "setsid sleep 3 & sleep 0.3; echo started"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -384,29 +384,32 @@ func TestExecSnapshotOfCommandOutput(t *testing.T) {
 		t.Fatalf("setup = %+v", res)
 	}
 	snap := filepath.Join(parent, "snap")
-	if size, err := f.snapshotTo(snap); err != nil || size <= 0 {
+	if size, err := f.SnapshotTo(snap); err != nil || size <= 0 {
 		t.Fatalf("snapshotTo = %d, %v", size, err)
 	}
-	g, err := restoreSandboxFS(snap, filepath.Join(parent, "restored"))
+	g, err := RestoreFS(snap, filepath.Join(parent, "restored"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res := rtSh(t, r, g, false, "cat /tmp/state-link && echo v2 > app/state"); res.code != 0 || res.stdout != "v1\n" {
 		t.Fatalf("restored session: %+v", res)
 	}
-	if b, _ := f.readFile("app/state", ""); string(b) != "v1\n" {
+	if b, _ := f.ReadFile("app/state", ""); string(b) != "v1\n" {
 		t.Fatalf("the original session changed with the restored one: %q", b)
 	}
 }
 
 func TestExecHostMode(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	r, err := newRunner(execHost)
+	r, err := NewRunner(ModeHost)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.mode() != execHost || !strings.Contains(r.describe(), "NOT remapped") {
-		t.Fatalf("host runner: mode %q, describe %q", r.mode(), r.describe())
+	if r.Mode() != ModeHost || !strings.Contains(r.Describe(), "NOT remapped") {
+		t.Fatalf("host runner: mode %q, describe %q", r.Mode(), r.Describe())
+	}
+	if _, err := r.Start(Command{Name: "true"}); err == nil {
+		t.Fatal("host mode started a command without a filesystem")
 	}
 	f, _ := rtNewFS(t)
 	// Non-sudo commands may run as nobody, who must be able to reach the session.
@@ -423,21 +426,21 @@ func TestExecHostMode(t *testing.T) {
 	if res.code != 0 || res.stdout != want {
 		t.Fatalf("host mode command = %+v, want output %q", res, want)
 	}
-	if b, err := f.readFile("/vercel/sandbox/a.txt", ""); err != nil || string(b) != "x\n" {
+	if b, err := f.ReadFile("/vercel/sandbox/a.txt", ""); err != nil || string(b) != "x\n" {
 		t.Fatalf("readFile = %q, %v", b, err)
 	}
-	res = rtRun(t, r, procSpec{FS: f, Name: "sh", Args: []string{"-c", "pwd"}, Cwd: "/tmp", Sudo: true})
+	res = rtRun(t, r, Command{FS: f, Name: "sh", Args: []string{"-c", "pwd"}, Cwd: "/tmp", Sudo: true})
 	if res.stdout != filepath.Join(f.root, "tmp")+"\n" {
 		t.Fatalf("host mode cwd /tmp = %+v", res)
 	}
-	if _, err := r.start(procSpec{FS: f, Name: "true", Cwd: "/nope"}); !errors.Is(err, errInvalidPath) {
-		t.Fatalf("missing cwd = %v, want errInvalidPath", err)
+	if _, err := r.Start(Command{FS: f, Name: "true", Cwd: "/nope"}); !errors.Is(err, ErrInvalidInput) {
+		t.Fatalf("missing cwd = %v, want ErrInvalidInput", err)
 	}
-	p, err := r.start(procSpec{FS: f, Name: "sleep", Args: []string{"30"}, Sudo: true})
+	p, err := r.Start(Command{FS: f, Name: "sleep", Args: []string{"30"}, Sudo: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.kill(int(syscall.SIGTERM)); err != nil {
+	if err := p.Kill(int(syscall.SIGTERM)); err != nil {
 		t.Fatal(err)
 	}
 	if res := rtWait(t, p); res.code != 143 {
@@ -447,38 +450,44 @@ func TestExecHostMode(t *testing.T) {
 
 func TestExecNoneMode(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	r, err := newRunner(execNone)
+	r, err := NewRunner(ModeNone)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.mode() != execNone || !strings.Contains(r.describe(), "exec=none") {
-		t.Fatalf("none runner: mode %q, describe %q", r.mode(), r.describe())
+	if r.Mode() != ModeNone || !strings.Contains(r.Describe(), "exec=none") {
+		t.Fatalf("none runner: mode %q, describe %q", r.Mode(), r.Describe())
 	}
-	r.setScriptedExit("false", 1)
-	r.setScriptedExit("make", 2)
+	r.SetScriptedExit("false", 1)
+	r.SetScriptedExit("make", 2)
 	f, _ := rtNewFS(t)
 	before := rtTree(t, f.root)
 	goroutines := runtime.NumGoroutine()
 	for name, want := range map[string]int{"sh": 0, "false": 1, "/usr/bin/false": 1, "make": 2} {
-		p, err := r.start(procSpec{FS: f, Name: name, Args: []string{"-c", "echo x > /vercel/sandbox/a"}, Timeout: time.Millisecond})
+		p, err := r.Start(Command{FS: f, Name: name, Args: []string{"-c", "echo x > /vercel/sandbox/a"}, Timeout: time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
 		select {
-		case <-p.done():
+		case <-p.Done():
 		default:
 			t.Fatalf("%s: not done at once", name)
 		}
-		if code, exited := p.exitCode(); !exited || code != want {
+		if code, exited := p.ExitCode(); !exited || code != want {
 			t.Fatalf("%s: exit %d (exited %v), want %d", name, code, exited, want)
 		}
-		if recs, closed := p.output().snapshot(); len(recs) != 0 || !closed {
+		if recs, closed := p.Output().snapshot(); len(recs) != 0 || !closed {
 			t.Fatalf("%s: output %v (closed %v), want none", name, recs, closed)
 		}
-		if err := p.kill(15); !errors.Is(err, os.ErrProcessDone) {
+		if err := p.Kill(15); !errors.Is(err, os.ErrProcessDone) {
 			t.Fatalf("kill = %v, want os.ErrProcessDone", err)
 		}
-		p.terminate()
+		p.Terminate()
+	}
+	// A session that only runs commands has no directory at all.
+	if p, err := r.Start(Command{Name: "false"}); err != nil {
+		t.Fatalf("none mode without a filesystem: %v", err)
+	} else if code, _ := p.ExitCode(); code != 1 {
+		t.Fatalf("none mode without a filesystem: exit %d, want 1", code)
 	}
 	if n := runtime.NumGoroutine(); n > goroutines {
 		t.Errorf("none mode left %d goroutines", n-goroutines)
@@ -489,16 +498,16 @@ func TestExecNoneMode(t *testing.T) {
 }
 
 func TestExecAutoMode(t *testing.T) {
-	r, err := newRunner("")
+	r, err := NewRunner("")
 	if err != nil {
 		t.Fatal(err)
 	}
 	wantNS := probeNamespace() == nil
-	if (r.mode() == execNamespace) != wantNS {
-		t.Fatalf("auto mode picked %q, namespace available: %v", r.mode(), wantNS)
+	if (r.Mode() == ModeNamespace) != wantNS {
+		t.Fatalf("auto mode picked %q, namespace available: %v", r.Mode(), wantNS)
 	}
-	t.Logf("auto: %s", r.describe())
-	if _, err := newRunner("bogus"); err == nil {
-		t.Fatal("newRunner accepted an unknown mode")
+	t.Logf("auto: %s", r.Describe())
+	if _, err := NewRunner("bogus"); err == nil {
+		t.Fatal("NewRunner accepted an unknown mode")
 	}
 }

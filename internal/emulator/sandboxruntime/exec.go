@@ -1,4 +1,4 @@
-package emulator
+package sandboxruntime
 
 import (
 	"errors"
@@ -35,7 +35,7 @@ import (
 //     into it, but absolute paths are NOT remapped: `cat /vercel/sandbox/a.txt`
 //     looks on the host. Commands can read and write the host like any local process.
 //   - none: nothing is executed. Every command exits at once with code 0 (or the
-//     code set with setScriptedExit) and no output. It costs no process, goroutine
+//     code set with SetScriptedExit) and no output. It costs no process, goroutine
 //     or file, for load tests with thousands of sandboxes.
 //
 // Non-sudo commands run as the sandbox user (vercel-sandbox if the host has such a
@@ -44,13 +44,13 @@ import (
 // timeout, on terminate, and when the command's main process exits (background
 // jobs it leaves behind are killed then, so nothing outlives its command).
 
-// execMode selects how commands run; see the file comment.
-type execMode string
+// Mode selects how commands run; see the file comment.
+type Mode string
 
 const (
-	execNamespace execMode = "namespace"
-	execHost      execMode = "host"
-	execNone      execMode = "none"
+	ModeNamespace Mode = "namespace"
+	ModeHost      Mode = "host"
+	ModeNone      Mode = "none"
 )
 
 const (
@@ -65,53 +65,53 @@ const (
 	exitKilled = 128 + int(syscall.SIGKILL)
 )
 
-// runner starts commands in one exec mode. It is safe for concurrent use.
-type runner struct {
-	m      execMode
+// Runner starts commands in one exec mode. It is safe for concurrent use.
+type Runner struct {
+	m      Mode
 	reason string // why auto-detection settled on host mode
 
 	mu       sync.RWMutex
 	scripted map[string]int // exec mode none: exit codes by command name
 }
 
-// newRunner returns a runner for mode, which is "namespace", "host", "none", or ""
+// NewRunner returns a runner for mode, which is "namespace", "host", "none", or ""
 // to pick namespace when this process can create mount namespaces and chroot
 // (probed once, here) and host otherwise. Asking for namespace explicitly when it
 // is unavailable is an error.
-func newRunner(mode execMode) (*runner, error) {
+func NewRunner(mode Mode) (*Runner, error) {
 	switch mode {
-	case execNone, execHost:
-		return &runner{m: mode}, nil
-	case execNamespace:
+	case ModeNone, ModeHost:
+		return &Runner{m: mode}, nil
+	case ModeNamespace:
 		if err := probeNamespace(); err != nil {
 			return nil, fmt.Errorf("exec mode namespace is unavailable: %w", err)
 		}
-		return &runner{m: mode}, nil
+		return &Runner{m: mode}, nil
 	case "":
 		if err := probeNamespace(); err != nil {
-			return &runner{m: execHost, reason: err.Error()}, nil
+			return &Runner{m: ModeHost, reason: err.Error()}, nil
 		}
-		return &runner{m: execNamespace}, nil
+		return &Runner{m: ModeNamespace}, nil
 	default:
 		return nil, fmt.Errorf("unknown exec mode %q (want namespace, host or none)", mode)
 	}
 }
 
-// mode returns the mode commands run in.
-func (r *runner) mode() execMode { return r.m }
+// Mode returns the mode commands run in.
+func (r *Runner) Mode() Mode { return r.m }
 
-// describe returns one line for the start-up banner saying how commands run.
-func (r *runner) describe() string {
+// Describe returns one line for the start-up banner saying how commands run.
+func (r *Runner) Describe() string {
 	u := sandboxUser()
 	who := fmt.Sprintf("non-sudo commands run as %s (uid %d)", u.name, u.uid)
 	if !chownAllowed() {
 		who = fmt.Sprintf("all commands run as the emulator's user (uid %d): not root, so no user switching", os.Geteuid())
 	}
 	switch r.m {
-	case execNamespace:
+	case ModeNamespace:
 		return "exec=namespace: commands run as local processes chrooted into their session directory " +
 			"in a private mount namespace (host /usr, /etc, /bin, /lib read-only); " + who
-	case execHost:
+	case ModeHost:
 		why := "requested"
 		if r.reason != "" {
 			why = "mount namespaces unavailable: " + r.reason
@@ -124,9 +124,9 @@ func (r *runner) describe() string {
 	}
 }
 
-// setScriptedExit makes commands named name (exactly, or by base name) exit with
+// SetScriptedExit makes commands named name (exactly, or by base name) exit with
 // code in exec mode none. Other modes ignore it.
-func (r *runner) setScriptedExit(name string, code int) {
+func (r *Runner) SetScriptedExit(name string, code int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.scripted == nil {
@@ -136,7 +136,7 @@ func (r *runner) setScriptedExit(name string, code int) {
 }
 
 // scriptedExit returns the exit code for a command named name in mode none.
-func (r *runner) scriptedExit(name string) int {
+func (r *Runner) scriptedExit(name string) int {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if c, ok := r.scripted[name]; ok {
@@ -145,9 +145,9 @@ func (r *runner) scriptedExit(name string) int {
 	return r.scripted[filepath.Base(name)]
 }
 
-// procSpec describes one command to start.
-type procSpec struct {
-	FS      *sandboxFS
+// Command describes one command to start.
+type Command struct {
+	FS      *FS // the session; may be nil in ModeNone
 	Name    string
 	Args    []string
 	Cwd     string            // absolute sandbox path; "" = /vercel/sandbox
@@ -156,9 +156,9 @@ type procSpec struct {
 	Timeout time.Duration     // 0 = none; SIGKILL when exceeded
 }
 
-// proc is a started command.
-type proc struct {
-	log    *outputLog
+// Process is a started command.
+type Process struct {
+	log    *Output
 	doneCh chan struct{}
 
 	mu         sync.Mutex
@@ -180,38 +180,38 @@ var closedProcDone = func() chan struct{} {
 }()
 
 // finishedProc returns a command that has already exited with code and no output.
-func finishedProc(code int) *proc {
-	return &proc{log: closedEmptyLog, doneCh: closedProcDone, exited: true, code: code}
+func finishedProc(code int) *Process {
+	return &Process{log: closedEmptyLog, doneCh: closedProcDone, exited: true, code: code}
 }
 
-// done is closed when the command has exited and all its output is in output().
-func (p *proc) done() <-chan struct{} { return p.doneCh }
+// Done is closed when the command has exited and all its output is in output().
+func (p *Process) Done() <-chan struct{} { return p.doneCh }
 
-// exitCode returns the exit code once the command has exited: the process's code,
+// ExitCode returns the exit code once the command has exited: the process's code,
 // or 128+signal if a signal ended it (137 after a timeout or terminate).
-func (p *proc) exitCode() (code int, exited bool) {
+func (p *Process) ExitCode() (code int, exited bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.code, p.exited
 }
 
-// output returns the command's output log.
-func (p *proc) output() *outputLog { return p.log }
+// Output returns the command's output log.
+func (p *Process) Output() *Output { return p.log }
 
-// kill sends the POSIX signal number sig to the command's process group; a command
-// ended by it exits with 128+sig. sig outside 1..64 is an errInvalidPath-class
+// Kill sends the POSIX signal number sig to the command's process group; a command
+// ended by it exits with 128+sig. sig outside 1..64 is an ErrInvalidInput-class
 // request error; a command that has already exited gives os.ErrProcessDone.
-func (p *proc) kill(sig int) error {
+func (p *Process) Kill(sig int) error {
 	if sig < 1 || sig > 64 {
 		return requestErrorf(nil, "invalid signal %d", sig)
 	}
 	return p.signalGroup(syscall.Signal(sig))
 }
 
-// terminate ends the command because its session stopped: SIGKILL to the process
+// Terminate ends the command because its session stopped: SIGKILL to the process
 // group, exit code 137. It waits (at most terminateWait) until the command is
 // reaped and its output complete. A finished command is left alone.
-func (p *proc) terminate() {
+func (p *Process) Terminate() {
 	p.mu.Lock()
 	if !p.exited && p.pid > 0 {
 		p.terminated = true
@@ -230,7 +230,7 @@ func (p *proc) terminate() {
 
 // signalGroup signals the command's whole process group, as long as its leader
 // is not reaped (so the group id cannot have been reused).
-func (p *proc) signalGroup(sig syscall.Signal) error {
+func (p *Process) signalGroup(sig syscall.Signal) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.pid <= 0 || p.reaped || p.exited {
@@ -245,19 +245,20 @@ func (p *proc) signalGroup(sig syscall.Signal) error {
 	return nil
 }
 
-// start starts a command. Problems with the request (empty name, NUL bytes,
-// missing cwd) are errInvalidPath errors. A program that cannot be found or
+// Start starts a command. Problems with the request (empty name, NUL bytes,
+// missing cwd) are ErrInvalidInput errors. A program that cannot be found or
 // executed is not an error: the command exits with 127 or 126 and a message on
-// stderr, as in a shell. In mode none nothing runs (see setScriptedExit).
-func (r *runner) start(spec procSpec) (*proc, error) {
-	if spec.FS == nil {
-		return nil, errors.New("start command: no sandbox filesystem")
-	}
+// stderr, as in a shell. In mode none nothing runs (see SetScriptedExit) and
+// spec.FS may be nil: a session that only runs commands needs no directory.
+func (r *Runner) Start(spec Command) (*Process, error) {
 	if spec.Name == "" {
 		return nil, requestErrorf(nil, "command is required")
 	}
-	if r.m == execNone {
+	if r.m == ModeNone {
 		return finishedProc(r.scriptedExit(spec.Name)), nil
+	}
+	if spec.FS == nil {
+		return nil, errors.New("start command: no sandbox filesystem")
 	}
 	for _, a := range append([]string{spec.Name}, spec.Args...) {
 		if strings.IndexByte(a, 0) >= 0 {
@@ -266,7 +267,7 @@ func (r *runner) start(spec procSpec) (*proc, error) {
 	}
 	cwd := sandboxAbs(".", spec.Cwd)
 
-	l := &procLaunch{spec: spec, cwd: cwd, ns: r.m == execNamespace}
+	l := &procLaunch{spec: spec, cwd: cwd, ns: r.m == ModeNamespace}
 	home := sandboxUserHome
 	if spec.Sudo {
 		home = "/root"
@@ -295,7 +296,7 @@ func (r *runner) start(spec procSpec) (*proc, error) {
 		l.cred = &syscall.Credential{Uid: uint32(u.uid), Gid: uint32(u.gid), Groups: []uint32{}}
 	}
 
-	p := &proc{log: newOutputLog(), doneCh: make(chan struct{})}
+	p := &Process{log: newOutput(), doneCh: make(chan struct{})}
 	started := make(chan error, 1)
 	go func() {
 		// The thread is never unlocked: in namespace mode it has entered the
@@ -317,7 +318,7 @@ func (r *runner) start(spec procSpec) (*proc, error) {
 
 // procLaunch is what a starting command needs on its locked thread.
 type procLaunch struct {
-	spec    procSpec
+	spec    Command
 	cwd     string // sandbox cwd
 	hostCwd string // host mode: cwd on the host
 	ns      bool
@@ -329,7 +330,7 @@ type procLaunch struct {
 // spawn starts the process for p on the current (locked) thread. It returns a nil
 // process without error when the program could not be executed; p has then already
 // finished with 126 or 127.
-func (l *procLaunch) spawn(p *proc) (*os.Process, error) {
+func (l *procLaunch) spawn(p *Process) (*os.Process, error) {
 	devNull, err := os.Open(os.DevNull) // opened before any chroot
 	if err != nil {
 		return nil, err
@@ -409,7 +410,7 @@ func (l *procLaunch) spawn(p *proc) (*os.Process, error) {
 }
 
 // finishUnstarted ends a command that could not be executed.
-func (p *proc) finishUnstarted(code int, msg string) {
+func (p *Process) finishUnstarted(code int, msg string) {
 	p.log.append("stderr", msg)
 	p.log.close()
 	p.mu.Lock()
@@ -420,7 +421,7 @@ func (p *proc) finishUnstarted(code int, msg string) {
 
 // wait waits for the command to exit, enforcing its timeout, then kills what is
 // left of its process group, collects the output and records the exit code.
-func (p *proc) wait(proc *os.Process, timeout time.Duration) {
+func (p *Process) wait(proc *os.Process, timeout time.Duration) {
 	if timeout > 0 {
 		p.mu.Lock()
 		// SIGKILL makes the exit code 137 by itself.
@@ -466,7 +467,7 @@ func (p *proc) wait(proc *os.Process, timeout time.Duration) {
 // drainOutput lets the output readers finish, cutting them off after
 // outputGrace (a daemon that escaped the process group may hold the pipes open),
 // and closes the log.
-func (p *proc) drainOutput() {
+func (p *Process) drainOutput() {
 	deadline := time.Now().Add(outputGrace)
 	for _, f := range p.pipes {
 		_ = f.SetReadDeadline(deadline) // fails harmlessly if the reader closed it
@@ -476,7 +477,7 @@ func (p *proc) drainOutput() {
 }
 
 // read copies one output pipe into the log until EOF or its read deadline.
-func (p *proc) read(stream string, f *os.File) {
+func (p *Process) read(stream string, f *os.File) {
 	defer p.readers.Done()
 	defer f.Close()
 	buf := make([]byte, 32<<10)
