@@ -222,8 +222,18 @@ type leaderElectionFlags struct {
 	leaseDuration, renewDeadline, retryPeriod time.Duration
 }
 
-// validate refuses timings client-go would reject only once the manager runs.
+// inClusterNamespaceFile is where a pod reads its namespace (the
+// ServiceAccount mount); controller-runtime puts the Lease there by default.
+const inClusterNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// validate refuses what client-go or controller-runtime would reject only
+// once the manager runs, with the flag's name in the message.
 func (f leaderElectionFlags) validate() error {
+	if f.namespace == "" {
+		if _, err := os.Stat(inClusterNamespaceFile); err != nil {
+			return errors.New("--leader-elect out of a cluster needs --leader-election-namespace (the namespace of the leader election Lease)")
+		}
+	}
 	switch {
 	case f.retryPeriod <= 0:
 		return errors.New("--leader-election-retry-period must be positive")
