@@ -41,6 +41,9 @@ var controllers = []string{
 	"resourcequota-controller",
 	"serviceaccount-controller",
 	"root-ca-certificate-publisher-controller",
+	// Fills the built-in edit, view and admin ClusterRoles from the roles
+	// labelled to aggregate into them (config/rbac's client roles).
+	"clusterrole-aggregation-controller",
 }
 
 // Options says what to start.

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,6 +23,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/yaml"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
@@ -81,6 +83,13 @@ type envOptions struct {
 	noManager bool
 	// managerArgs are appended to the Deployment's arguments.
 	managerArgs []string
+}
+
+// TestMain gives controller-runtime's logger (envtest logs through it) a
+// destination, so it does not print "log.SetLogger(...) was never called".
+func TestMain(m *testing.M) {
+	ctrllog.SetLogger(logr.Discard())
+	os.Exit(m.Run())
 }
 
 func newEnv(t *testing.T, opts envOptions) *env {

@@ -326,6 +326,7 @@ func (h *harness) startChild(ctx context.Context) (*childManager, error) {
 	}
 	cmd := exec.CommandContext(ctx, h.cfg.ManagerBinary,
 		"--metrics-bind-address", addr,
+		"--metrics-secure=false", // scraped over plain HTTP on loopback
 		"--health-probe-bind-address", "0",
 		"--vercel-api-url", h.vercelURL,
 		"--vercel-team-id", "team_emulator",
