@@ -26,7 +26,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -37,9 +36,8 @@ import (
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 	"github.com/getsentry/sandbox-controller/controllers"
-	"github.com/getsentry/sandbox-controller/internal/admissionpolicy"
-	"github.com/getsentry/sandbox-controller/internal/controlplane"
 	"github.com/getsentry/sandbox-controller/internal/emulator"
+	"github.com/getsentry/sandbox-controller/internal/localstack"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
 
@@ -80,42 +78,30 @@ var _ = BeforeSuite(func() {
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	Expect(assets).NotTo(BeEmpty(), "KUBEBUILDER_ASSETS is not set: run `make test`, which builds the envtest binaries with hack/envtest.sh")
 
-	// The CRDs as `make install` renders them, and kube-controller-manager
-	// beside the API server (garbage collection of fork children, namespace
-	// deletion), as on a cluster.
-	crds, err := controlplane.Render(repoRoot, "config/crd")
-	Expect(err).NotTo(HaveOccurred())
-	cp, err := controlplane.Start(context.Background(), controlplane.Options{
+	// The local stack: the CRDs and the admission policy as `make install`
+	// installs them, kube-controller-manager beside the API server (garbage
+	// collection of fork children, namespace deletion) as on a cluster, and
+	// the emulator.
+	stack, err := localstack.Start(context.Background(), localstack.Options{
+		RepoRoot:          repoRoot,
 		AssetsDir:         assets,
 		ControllerManager: true,
-		CRDs:              crds,
+		Emulator:          emulator.Options{DataDir: GinkgoT().TempDir()},
 	})
 	Expect(err).NotTo(HaveOccurred())
 	// Registered at once, so a failure later in this setup does not leave
 	// the control plane running. Cleanups run last-registered first.
-	DeferCleanup(func() { Expect(cp.Stop()).To(Succeed()) })
-	cfg = cp.Config
-
-	scheme := runtime.NewScheme()
-	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
-	Expect(sandboxv1.AddToScheme(scheme)).To(Succeed())
-	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
-	Expect(err).NotTo(HaveOccurred())
-	// As `make install` does: the finalizer is added at admission.
-	Expect(admissionpolicy.Install(context.Background(), k8sClient, filepath.Join(repoRoot, "config", "admission"), "default")).To(Succeed())
+	DeferCleanup(func() { Expect(stack.Stop()).To(Succeed()) })
+	cfg, k8sClient, emu = stack.Config, stack.Client, stack.Emulator
+	scheme := stack.Scheme
 
 	kubeconfigPath = filepath.Join(GinkgoT().TempDir(), "kubeconfig")
-	Expect(cp.WriteAdminKubeconfig(kubeconfigPath)).To(Succeed())
+	Expect(stack.ControlPlane.WriteAdminKubeconfig(kubeconfigPath)).To(Succeed())
 
-	emu, err = emulator.New(emulator.Options{DataDir: GinkgoT().TempDir()})
-	Expect(err).NotTo(HaveOccurred())
-	emuURL, err := emu.Start("127.0.0.1:0")
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(func() { Expect(emu.Close()).To(Succeed()) })
-	recorder = newRecordingProxy(emuURL)
+	recorder = newRecordingProxy(stack.EmulatorURL)
 	DeferCleanup(recorder.Close)
 
-	vc, err = vercel.New(vercel.Config{BaseURL: recorder.URL(), Token: emu.Token(), TeamID: "team_emulator", ProjectID: "prj_emulator"})
+	vc, err = vercel.New(stack.Vercel(recorder.URL()))
 	Expect(err).NotTo(HaveOccurred())
 	startManager(scheme)
 	DeferCleanup(stopManager)

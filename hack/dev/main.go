@@ -25,24 +25,14 @@ import (
 	"syscall"
 	"time"
 
-	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 	"github.com/getsentry/sandbox-controller/controllers"
-	"github.com/getsentry/sandbox-controller/internal/admissionpolicy"
-	"github.com/getsentry/sandbox-controller/internal/controlplane"
 	"github.com/getsentry/sandbox-controller/internal/emulator"
+	"github.com/getsentry/sandbox-controller/internal/localstack"
 	"github.com/getsentry/sandbox-controller/internal/procfs"
-	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
 
 // stopSignals end the environment cleanly.
@@ -53,7 +43,7 @@ var stopSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP}
 const ReadyLine = "Ready."
 
 type config struct {
-	stateDir, crdDir, admissionDir string
+	stateDir                       string
 	emulatorExec                   string
 	metricsAddr, probeAddr         string
 	requestsPerMinute, concurrency int
@@ -67,8 +57,6 @@ type config struct {
 func main() {
 	var c config
 	flag.StringVar(&c.stateDir, "state-dir", filepath.Join("bin", "dev"), "Directory for the kubeconfig, env file, logs, lock and all runtime data.")
-	flag.StringVar(&c.crdDir, "crd-kustomization", filepath.Join("config", "crd"), "Kustomization of the CRDs to install, rendered by bin/kustomize as `make install` renders it.")
-	flag.StringVar(&c.admissionDir, "admission-dir", filepath.Join("config", "admission"), "Directory of the admission policies to install (the finalizers at create).")
 	flag.StringVar(&c.emulatorExec, "emulator-exec", "", `How the emulator runs sandbox commands: "" (auto: namespace when possible, else host), "namespace", "host" or "none".`)
 	flag.StringVar(&c.metricsAddr, "metrics-bind-address", "0", "Address the manager's Prometheus metrics endpoint binds to; 0 disables it.")
 	flag.StringVar(&c.probeAddr, "health-probe-bind-address", "0", "Address the manager's /healthz and /readyz probes bind to; 0 disables them.")
@@ -160,87 +148,67 @@ func run(c config) int {
 	}()
 
 	fmt.Printf("Starting the control plane (etcd, kube-apiserver and kube-controller-manager from %s)…\n", assets)
-	crds, err := controlplane.Render(".", c.crdDir)
-	if err != nil {
-		return fail("render the CRDs: %v", err)
-	}
-	// Its files live under the state dir, so leftovers of a run killed with
-	// SIGKILL are recognisable (killLeftovers) and cleaned up.
-	cp, err := controlplane.Start(ctx, controlplane.Options{
+	// The control plane's files live under the state dir, so leftovers of a
+	// run killed with SIGKILL are recognisable (killLeftovers) and cleaned up.
+	stack, err := localstack.Start(ctx, localstack.Options{
+		RepoRoot:          ".",
 		AssetsDir:         assets,
 		StateDir:          paths.controlPlane,
 		ControllerManager: true,
-		CRDs:              crds,
-		Out:               cpLog,
-	})
-	if err != nil {
-		return fail("start the control plane: %v (its output: %s)", err, paths.controlPlaneLog)
-	}
-	cleanups = append(cleanups, func() {
-		if err := cp.Stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "dev: stop the control plane: %v\n", err)
-		}
+		ControlPlaneLog:   cpLog,
+		Emulator: emulator.Options{
+			DataDir: paths.emulatorData,
+			Exec:    c.emulatorExec,
+			Logger:  slog.New(slog.NewTextHandler(emuLog, nil)),
+		},
 	})
 	if ctx.Err() != nil { // Ctrl-C while it started
+		if stack != nil {
+			_ = stack.Stop()
+		}
 		return 130
 	}
+	if err != nil {
+		return fail("start the control plane and the emulator: %v (control plane output: %s)", err, paths.controlPlaneLog)
+	}
+	cleanups = append(cleanups, func() {
+		if err := stack.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "dev: stop the emulator and the control plane: %v\n", err)
+		}
+	})
 	for _, p := range procfs.ControlPlane() {
 		fmt.Printf("  %s PID %d\n", p.Name, p.PID)
 	}
-	cfg := cp.Config
-	if err := cp.WriteAdminKubeconfig(paths.kubeconfig); err != nil {
+	if err := stack.ControlPlane.WriteAdminKubeconfig(paths.kubeconfig); err != nil {
 		return fail("admin kubeconfig: %v", err)
 	}
-	kc, err := client.New(cfg, client.Options{Scheme: newScheme()})
-	if err != nil {
-		return fail("client: %v", err)
-	}
-	if err := admissionpolicy.Install(ctx, kc, c.admissionDir, "default"); err != nil {
-		return fail("%v", err)
-	}
-	fmt.Printf("  API server %s, CRDs installed from %s, admission policies from %s\n", cfg.Host, c.crdDir, c.admissionDir)
-
-	emu, err := emulator.New(emulator.Options{
-		DataDir: paths.emulatorData,
-		Exec:    c.emulatorExec,
-		Logger:  slog.New(slog.NewTextHandler(emuLog, nil)),
-	})
-	if err != nil {
-		return fail("emulator: %v", err)
-	}
-	cleanups = append(cleanups, func() {
-		if err := emu.Close(); err != nil {
-			fmt.Fprintf(os.Stderr, "dev: stop the emulator: %v\n", err)
-		}
-	})
-	emuURL, err := emu.Start("127.0.0.1:0")
-	if err != nil {
-		return fail("start the emulator: %v", err)
-	}
-	const teamID, projectID = "team_emulator", "prj_emulator"
+	fmt.Printf("  API server %s, CRDs installed from config/crd, admission policies from config/admission\n", stack.Config.Host)
+	emuURL, emu := stack.EmulatorURL, stack.Emulator
 	fmt.Printf("Started the Vercel Sandbox API emulator at %s (data in %s)\n", emuURL, paths.emulatorData)
 
-	if ctx.Err() != nil {
-		return 130
-	}
-	mgrDone, err := startManager(ctx, c, cfg, vercel.Config{
-		BaseURL:           emuURL,
-		Token:             emu.Token(),
-		TeamID:            teamID,
-		ProjectID:         projectID,
-		RequestsPerMinute: c.requestsPerMinute,
-		UserAgent:         "sandbox-controller (make dev)",
+	vc := stack.Vercel("")
+	vc.RequestsPerMinute, vc.UserAgent = c.requestsPerMinute, "sandbox-controller (make dev)"
+	mgr, err := stack.StartManager(ctx, nil, ctrl.Options{
+		Metrics:                metricsserver.Options{BindAddress: c.metricsAddr},
+		HealthProbeBindAddress: c.probeAddr,
+	}, vc, controllers.Options{
+		MaxConcurrentReconciles: c.concurrency,
+		VercelInFlight:          c.vercelInFlight,
+		PollInterval:            c.pollInterval,
+		BackoffCap:              c.backoffCap,
+		MaxSessionLength:        c.maxSessionLength,
+		ShutdownWarning:         c.shutdownWarning,
 	})
 	if err != nil {
 		return fail("%v", err)
 	}
 	cleanups = append(cleanups, func() {
-		stop()
-		if err := <-mgrDone; err != nil {
+		if err := mgr.Stop(); err != nil {
 			fmt.Fprintf(os.Stderr, "dev: manager: %v\n", err)
 		}
 	})
 	fmt.Printf("Started the manager (logs: %s)\n", paths.managerLog)
+	const teamID, projectID = localstack.TeamID, localstack.ProjectID
 
 	vercelEnv := fmt.Sprintf("VERCEL_API_URL=%s VERCEL_TOKEN=%s VERCEL_TEAM_ID=%s VERCEL_PROJECT_ID=%s",
 		emuURL, emu.Token(), teamID, projectID)
@@ -286,8 +254,8 @@ Other clients (e.g. the official Vercel SDK) reach the same backend with:
 			}
 		}()
 		return 0
-	case err := <-mgrDone:
-		mgrDone <- err // the cleanup reads it again
+	case <-mgr.Stopped():
+		err := mgr.Err()
 		return fail("the manager stopped: %v (see %s)", err, paths.managerLog)
 	}
 }
@@ -309,54 +277,6 @@ func newLayout(stateDir string) layout {
 		controlPlaneLog: p("control-plane.log"),
 		controlPlane:    p("control-plane"),
 		emulatorData:    p("emulator"),
-	}
-}
-
-// startManager runs the manager with the controllers, set up as cmd/manager
-// sets them up (controllers.SetupWithManager), until ctx ends. It returns
-// once the controllers have started; the channel then yields the manager's
-// result.
-func startManager(ctx context.Context, c config, cfg *rest.Config, vc vercel.Config) (chan error, error) {
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 newScheme(),
-		Metrics:                metricsserver.Options{BindAddress: c.metricsAddr},
-		HealthProbeBindAddress: c.probeAddr,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("create the manager: %w", err)
-	}
-	if err := controllers.SetupWithManager(mgr, vc, controllers.Options{
-		MaxConcurrentReconciles: c.concurrency,
-		VercelInFlight:          c.vercelInFlight,
-		PollInterval:            c.pollInterval,
-		BackoffCap:              c.backoffCap,
-		MaxSessionLength:        c.maxSessionLength,
-		ShutdownWarning:         c.shutdownWarning,
-	}); err != nil {
-		return nil, err
-	}
-	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		return nil, err
-	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
-		return nil, err
-	}
-	// Runnables that need leader election start with the controllers, after
-	// the caches synced: this one marks the manager as up.
-	started := make(chan struct{})
-	if err := mgr.Add(manager.RunnableFunc(func(context.Context) error { close(started); return nil })); err != nil {
-		return nil, err
-	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	select {
-	case <-started:
-		return done, nil
-	case err := <-done:
-		if err == nil {
-			err = errors.New("stopped during start-up")
-		}
-		return nil, fmt.Errorf("start the manager: %w", err)
 	}
 }
 
@@ -431,11 +351,4 @@ func killLeftovers(stateDir string) {
 			}
 		}
 	}
-}
-
-func newScheme() *runtime.Scheme {
-	scheme := runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
-	utilruntime.Must(sandboxv1.AddToScheme(scheme))
-	return scheme
 }

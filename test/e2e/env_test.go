@@ -19,16 +19,14 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/yaml"
 
-	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 	"github.com/getsentry/sandbox-controller/internal/controlplane"
 	"github.com/getsentry/sandbox-controller/internal/emulator"
+	"github.com/getsentry/sandbox-controller/internal/localstack"
 )
 
 // What `make deploy` names things (config/default's namespace and namePrefix).
@@ -105,33 +103,30 @@ func newEnv(t *testing.T, opts envOptions) *env {
 	cpLog, err := os.Create(filepath.Join(dir, "controlplane.log"))
 	must(t, err)
 	t.Cleanup(func() { _ = cpLog.Close() })
-	e.cp, err = controlplane.Start(ctx, controlplane.Options{ControllerManager: true, Out: cpLog})
+	// Nothing installed by the stack: what `make deploy` renders is applied
+	// below instead, CRDs and admission policy included.
+	stack, err := localstack.Start(ctx, localstack.Options{
+		RepoRoot:          repoRoot,
+		ControllerManager: true,
+		ControlPlaneLog:   cpLog,
+		InstallNothing:    true,
+		Emulator:          emulator.Options{DataDir: filepath.Join(dir, "emulator")},
+	})
 	must(t, err)
 	t.Cleanup(func() {
-		if err := e.cp.Stop(); err != nil {
-			t.Errorf("stop the control plane: %v", err)
+		if err := stack.Stop(); err != nil {
+			t.Errorf("stop the control plane and the emulator: %v", err)
 		}
 	})
+	e.cp, e.client, e.emu, e.emuURL = stack.ControlPlane, stack.Client, stack.Emulator, stack.EmulatorURL
 	e.kubeconfig = filepath.Join(dir, "admin.kubeconfig")
 	must(t, e.cp.WriteAdminKubeconfig(e.kubeconfig))
-	scheme := runtime.NewScheme()
-	must(t, clientgoscheme.AddToScheme(scheme))
-	must(t, sandboxv1.AddToScheme(scheme))
-	e.client, err = client.New(e.cp.Config, client.Options{Scheme: scheme})
-	must(t, err)
 
 	// Exactly what `make deploy IMG=…` applies.
 	e.manifests, err = controlplane.RenderDeploy(repoRoot, deployImage)
 	must(t, err)
 	must(t, controlplane.Apply(ctx, e.kubeconfig, e.manifests))
 	e.deployment = findDeployment(t, e.manifests)
-
-	emuDir := filepath.Join(dir, "emulator")
-	e.emu, err = emulator.New(emulator.Options{DataDir: emuDir})
-	must(t, err)
-	e.emuURL, err = e.emu.Start("127.0.0.1:0")
-	must(t, err)
-	t.Cleanup(func() { _ = e.emu.Close() })
 
 	// The Secret the README tells users to create.
 	must(t, e.client.Create(ctx, &corev1.Secret{

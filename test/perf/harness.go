@@ -38,7 +38,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -50,10 +49,9 @@ import (
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 	"github.com/getsentry/sandbox-controller/controllers"
-	"github.com/getsentry/sandbox-controller/internal/admissionpolicy"
-	"github.com/getsentry/sandbox-controller/internal/controlplane"
 	"github.com/getsentry/sandbox-controller/internal/emulator"
 	"github.com/getsentry/sandbox-controller/internal/httplimit"
+	"github.com/getsentry/sandbox-controller/internal/localstack"
 	"github.com/getsentry/sandbox-controller/internal/procfs"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
@@ -196,7 +194,7 @@ const (
 // harness is one run's environment.
 type harness struct {
 	cfg    Config
-	cp     *controlplane.ControlPlane
+	stack  *localstack.Stack
 	rest   *rest.Config
 	scheme *runtime.Scheme
 	kube   client.WithWatch
@@ -284,30 +282,34 @@ func (h *harness) start(ctx context.Context) error {
 	if assets == "" {
 		return errors.New("no envtest binaries: set KUBEBUILDER_ASSETS (make bench does, via hack/envtest.sh)")
 	}
-	crds, err := controlplane.Render(root, "config/crd")
+	plan := emulator.PlanPro()
+	// Rounds leave their sandboxes running (see deleteAll); the plan's
+	// concurrency limit is not what is measured.
+	plan.MaxRunning = 0
+	dir, err := os.MkdirTemp("", "sandbox-bench-")
 	if err != nil {
 		return err
 	}
 	h.logf("starting the control plane (%s)", assets)
-	// Without kube-controller-manager: its garbage collector and quota
-	// informers would add their own API-server load to every arm, and the
-	// figures in docs/dev/performance.md were measured without it.
-	if h.cp, err = controlplane.Start(ctx, controlplane.Options{AssetsDir: assets, CRDs: crds}); err != nil {
-		return fmt.Errorf("control plane: %w", err)
+	h.stack, err = localstack.Start(ctx, localstack.Options{
+		RepoRoot:  root,
+		AssetsDir: assets,
+		// Without kube-controller-manager: its garbage collector and quota
+		// informers would add their own API-server load to every arm, and
+		// the figures in docs/dev/performance.md were measured without it.
+		ControllerManager: false,
+		Emulator:          emulator.Options{Exec: "none", Plan: plan, DataDir: filepath.Join(dir, "emulator")},
+		EmulatorAddr:      "-", // served below, behind the request recorder
+	})
+	if err != nil {
+		return err
 	}
-	h.rest = h.cp.Config
+	h.rest, h.scheme, h.emu = h.stack.Config, h.stack.Scheme, h.stack.Emulator
 	h.cpPIDs = map[string]string{}
 	for _, p := range procfs.ControlPlane() {
 		h.cpPIDs[p.Name] = strconv.Itoa(p.PID)
 	}
 	h.logf("control plane processes: %v", h.cpPIDs)
-	h.scheme = runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(h.scheme); err != nil {
-		return err
-	}
-	if err := sandboxv1.AddToScheme(h.scheme); err != nil {
-		return err
-	}
 	// The harness is the operator's client: it gets the same unthrottled
 	// configuration as the manager, so its own pacing does not count against
 	// the operator.
@@ -316,25 +318,8 @@ func (h *harness) start(ctx context.Context) error {
 	if h.kube, err = client.NewWithWatch(hc, client.Options{Scheme: h.scheme}); err != nil {
 		return err
 	}
-	// As `make install` does: the finalizers are added at admission.
-	if err := admissionpolicy.Install(ctx, h.kube, filepath.Join(root, "config", "admission"), "default"); err != nil {
-		return err
-	}
-	dir, err := os.MkdirTemp("", "sandbox-bench-")
-	if err != nil {
-		return err
-	}
 	h.kubeconfig = filepath.Join(dir, "kubeconfig")
-	if err := h.cp.WriteAdminKubeconfig(h.kubeconfig); err != nil {
-		return err
-	}
-
-	plan := emulator.PlanPro()
-	// Rounds leave their sandboxes running (see deleteAll); the plan's
-	// concurrency limit is not what is measured.
-	plan.MaxRunning = 0
-	h.emu, err = emulator.New(emulator.Options{Exec: "none", Plan: plan, DataDir: filepath.Join(dir, "emulator")})
-	if err != nil {
+	if err := h.stack.ControlPlane.WriteAdminKubeconfig(h.kubeconfig); err != nil {
 		return err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -345,10 +330,8 @@ func (h *harness) start(ctx context.Context) error {
 	h.emuSrv = &http.Server{Handler: h.rec.wrap(h.emu.Handler()), ReadHeaderTimeout: 30 * time.Second}
 	go func() { _ = h.emuSrv.Serve(ln) }()
 	h.vercelURL = "http://" + ln.Addr().String()
-	h.vcfg = vercel.Config{
-		BaseURL: h.vercelURL, Token: h.emu.Token(), TeamID: "team_emulator", ProjectID: "prj_emulator",
-		RequestsPerMinute: h.cfg.RequestsPerMinute, UserAgent: "sandbox-controller",
-	}
+	h.vcfg = h.stack.Vercel(h.vercelURL)
+	h.vcfg.RequestsPerMinute, h.vcfg.UserAgent = h.cfg.RequestsPerMinute, "sandbox-controller"
 	// The direct arm's client: same configuration, hence the same shared
 	// request budget and the same in-flight bound, without the operator's
 	// hooks (controllers.SetupWithManager adds them to the operator's).
@@ -379,11 +362,8 @@ func (h *harness) stop() {
 	if h.emuSrv != nil {
 		_ = h.emuSrv.Close()
 	}
-	if h.emu != nil {
-		_ = h.emu.Close()
-	}
-	if h.cp != nil {
-		_ = h.cp.Stop()
+	if h.stack != nil {
+		_ = h.stack.Stop()
 	}
 	if h.kubeconfig != "" {
 		_ = os.RemoveAll(filepath.Dir(h.kubeconfig))
@@ -393,16 +373,12 @@ func (h *harness) stop() {
 // inProcess is a manager running in this process, with its API-server
 // requests counted.
 type inProcess struct {
-	cancel      context.CancelFunc
-	done        chan error
+	stopFn      func()
 	writes      *writeCounter
 	metricsAddr string
 }
 
-func (m *inProcess) stop() {
-	m.cancel()
-	<-m.done
-}
+func (m *inProcess) stop() { m.stopFn() }
 
 // managerConfig is the manager's REST configuration: controller-runtime's
 // GetConfig default (no client-side rate limit), with a transport that
@@ -426,30 +402,23 @@ func (h *harness) startOperator(ctx context.Context) (*inProcess, error) {
 	if err != nil {
 		return nil, err
 	}
-	mgr, err := ctrl.NewManager(h.managerConfig(w), ctrl.Options{
-		Scheme:                 h.scheme,
+	// As cmd/manager sets them up (the direct arm's client is h.direct).
+	mgr, err := h.stack.StartManager(ctx, h.managerConfig(w), ctrl.Options{
 		Metrics:                metricsserver.Options{BindAddress: addr},
 		HealthProbeBindAddress: "0",
 		// The one difference from production: floor objects are invisible.
 		Cache:      cache.Options{ByObject: map[client.Object]cache.ByObject{&sandboxv1.Sandbox{}: {Label: notFloor}}},
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	if err != nil {
-		return nil, err
-	}
-	// As cmd/manager sets them up (the direct arm's client is h.direct).
-	if err := controllers.SetupWithManager(mgr, h.vcfg, controllers.Options{
+	}, h.vcfg, controllers.Options{
 		MaxConcurrentReconciles: h.cfg.Concurrency,
 		VercelInFlight:          h.cfg.VercelInFlight,
 		PollInterval:            h.cfg.PollInterval,
 		BackoffCap:              h.cfg.BackoffCap,
-	}); err != nil {
-		return nil, err
-	}
-	m, err := runManager(ctx, mgr, w)
+	})
 	if err != nil {
 		return nil, err
 	}
+	m := &inProcess{stopFn: func() { _ = mgr.Stop() }, writes: w}
 	m.metricsAddr = addr
 	return m, nil
 }
@@ -465,7 +434,7 @@ func runManager(ctx context.Context, mgr manager.Manager, w *writeCounter) (*inP
 	go func() { done <- mgr.Start(ctx) }()
 	select {
 	case <-started:
-		return &inProcess{cancel: cancel, done: done, writes: w}, nil
+		return &inProcess{stopFn: func() { cancel(); <-done }, writes: w}, nil
 	case err := <-done:
 		cancel()
 		if err == nil {
