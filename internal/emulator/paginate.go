@@ -12,7 +12,8 @@ import (
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
 
-// listQuery is a parsed list query (§5.3, §5.7, §5.10; §9.17).
+// listQuery is a parsed list query: the parameters of
+// docs/dev/vercel-sandbox-api.md §5.3, §5.7 and §5.10, checked as §9 item 17 says.
 type listQuery struct {
 	limit      int
 	sortBy     string

@@ -38,7 +38,8 @@ func TestTimeoutAutoStopAndResume(t *testing.T) {
 		t.Fatalf("automatic snapshot: %+v", snap.Snapshot)
 	}
 
-	// §9.7: everything but GET/stop on the dead session is 410.
+	// Everything but GET/stop on the dead session is 410
+	// (docs/dev/vercel-sandbox-api.md §9 item 7).
 	for _, op := range []struct{ method, path string }{
 		{"POST", "/cmd"}, {"GET", "/cmd"}, {"POST", "/fs/read"}, {"POST", "/fs/mkdir"},
 		{"POST", "/snapshot"}, {"POST", "/extend-timeout"}, {"POST", "/network-policy"},
@@ -494,7 +495,8 @@ func TestUpdateSandbox(t *testing.T) {
 }
 
 // TestTransitionalStates holds a stop (and a snapshot) in its slow part to
-// observe stopping/snapshotting and the 422 answers of §9.7.
+// observe stopping/snapshotting and the 422 answers of
+// docs/dev/vercel-sandbox-api.md §9 item 7.
 func TestTransitionalStates(t *testing.T) {
 	for _, tc := range []struct {
 		path, status, code string

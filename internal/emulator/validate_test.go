@@ -8,8 +8,9 @@ import (
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
 
-// TestValidationCreate has one row per §9.12 rule (plus the neighbouring
-// schema checks); every rejection must be 400 with a message naming the field.
+// TestValidationCreate has one row per rule of docs/dev/vercel-sandbox-api.md §9
+// item 12 (plus the neighbouring schema checks); every rejection must be 400
+// with a message naming the field.
 func TestValidationCreate(t *testing.T) {
 	te := newEnv(t, Options{})
 	tags6 := map[string]string{"a": "1", "b": "2", "c": "3", "d": "4", "e": "5", "f": "6"}
