@@ -242,33 +242,15 @@ func New(opts Options) (*Emulator, error) {
 	if e.opts.ProjectID == "" {
 		e.opts.ProjectID = "prj_emulator"
 	}
-	switch e.opts.DuplicateNameStatus {
-	case 0:
-		e.opts.DuplicateNameStatus = http.StatusBadRequest
-	case http.StatusBadRequest, http.StatusConflict:
-	default:
-		return nil, fmt.Errorf("emulator: DuplicateNameStatus must be 400 or 409, not %d", opts.DuplicateNameStatus)
-	}
-	switch e.opts.SecondStopStatus {
-	case 0:
-		e.opts.SecondStopStatus = http.StatusOK
-	case http.StatusOK, http.StatusGone:
-	default:
-		return nil, fmt.Errorf("emulator: SecondStopStatus must be 200 or 410, not %d", opts.SecondStopStatus)
-	}
-	switch e.opts.DeletedSnapshotGetStatus {
-	case 0:
-		e.opts.DeletedSnapshotGetStatus = http.StatusOK
-	case http.StatusOK, http.StatusNotFound:
-	default:
-		return nil, fmt.Errorf("emulator: DeletedSnapshotGetStatus must be 200 or 404, not %d", opts.DeletedSnapshotGetStatus)
-	}
-	switch e.opts.PendingOps {
-	case "":
-		e.opts.PendingOps = "queue"
-	case "queue", "reject":
-	default:
-		return nil, fmt.Errorf("emulator: PendingOps must be \"queue\" or \"reject\", not %q", opts.PendingOps)
+	for _, err := range []error{
+		defaultOneOf("DuplicateNameStatus", &e.opts.DuplicateNameStatus, http.StatusBadRequest, http.StatusConflict),
+		defaultOneOf("SecondStopStatus", &e.opts.SecondStopStatus, http.StatusOK, http.StatusGone),
+		defaultOneOf("DeletedSnapshotGetStatus", &e.opts.DeletedSnapshotGetStatus, http.StatusOK, http.StatusNotFound),
+		defaultOneOf("PendingOps", &e.opts.PendingOps, "queue", "reject"),
+	} {
+		if err != nil {
+			return nil, err
+		}
 	}
 	if opts.StartPending < 0 {
 		return nil, errors.New("emulator: StartPending must not be negative")
@@ -333,6 +315,19 @@ func New(opts Options) (*Emulator, error) {
 	}
 	e.handler = e.newRouter()
 	return e, nil
+}
+
+// defaultOneOf sets the option *v to def when it is unset and checks that it
+// is def or alt.
+func defaultOneOf[T comparable](name string, v *T, def, alt T) error {
+	var unset T
+	if *v == unset {
+		*v = def
+	}
+	if *v != def && *v != alt {
+		return fmt.Errorf("emulator: %s must be %#v or %#v, not %#v", name, def, alt, *v)
+	}
+	return nil
 }
 
 // Handler serves the API (and the /_emulator admin endpoints).

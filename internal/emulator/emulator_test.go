@@ -272,3 +272,39 @@ func newTarballServer(t *testing.T, data []byte) string {
 }
 
 func writeFile(p, s string) error { return os.WriteFile(p, []byte(s), 0o644) }
+
+func TestNewRefusesBadOptions(t *testing.T) {
+	for _, tc := range []struct {
+		opts Options
+		want string
+	}{
+		{Options{DuplicateNameStatus: 401}, "emulator: DuplicateNameStatus must be 400 or 409, not 401"},
+		{Options{SecondStopStatus: 404}, "emulator: SecondStopStatus must be 200 or 410, not 404"},
+		{Options{DeletedSnapshotGetStatus: 410}, "emulator: DeletedSnapshotGetStatus must be 200 or 404, not 410"},
+		{Options{PendingOps: "later"}, `emulator: PendingOps must be "queue" or "reject", not "later"`},
+		{Options{StartPending: -time.Second}, "emulator: StartPending must not be negative"},
+		{Options{Exec: "vm"}, `emulator: Exec must be "", "namespace", "host" or "none", not "vm"`},
+	} {
+		if tc.opts.Exec == "" {
+			tc.opts.Exec = "none"
+		}
+		e, err := New(tc.opts)
+		if err == nil {
+			_ = e.Close()
+			t.Errorf("New(%+v) succeeded, want %q", tc.opts, tc.want)
+			continue
+		}
+		if err.Error() != tc.want {
+			t.Errorf("New(%+v) = %q, want %q", tc.opts, err, tc.want)
+		}
+	}
+	// Unset options take their defaults.
+	e, err := New(Options{Exec: "none"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if o := e.opts; o.DuplicateNameStatus != 400 || o.SecondStopStatus != 200 || o.DeletedSnapshotGetStatus != 200 || o.PendingOps != "queue" {
+		t.Errorf("defaults: %+v", o)
+	}
+}

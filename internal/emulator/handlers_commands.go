@@ -1,7 +1,6 @@
 package emulator
 
 import (
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"maps"
@@ -46,79 +45,31 @@ func (e *Emulator) waitCommand(c *commandRec, p *sandboxruntime.Process) {
 
 func (e *Emulator) handleRunCommand(rc *reqCtx) {
 	var b runCommandBody
-	if err := rc.decode(&b, false); err != nil {
-		rc.fail(err)
-		return
-	}
-	if err := e.validateRunCommand(&b); err != nil {
-		rc.fail(err)
+	if !rc.decodeChecked(&b, false) {
 		return
 	}
 	q := rc.r.URL.Query()
 	wait := (b.Wait != nil && *b.Wait) || truthy(q.Get("wait"))
 	logs := wait && ((b.Logs != nil && *b.Logs) || truthy(q.Get("logs")))
 
-	e.mu.Lock()
-	s, err := e.liveSessionLocked(rc)
-	if err != nil {
-		e.unlock()
+	var c *commandRec
+	var first vercel.Command
+	if err := withLocked(e, rc, e.liveSessionLocked, func(s *sessionRec) (err *apiError) {
+		c, err = e.startCommandLocked(s, &b)
+		if err == nil {
+			first = e.renderCommand(c)
+			first.ExitCode, first.DurationMs = nil, 0 // the first record is always "started"
+		}
+		return err
+	}); err != nil {
 		rc.fail(err)
 		return
 	}
-	// In exec mode "none" commands never touch the disk: a session gets a
-	// directory only when a file is written.
-	fsys := s.fs
-	if fsys == nil && e.runner.Mode() != sandboxruntime.ModeNone {
-		if fsys, err = e.fsLocked(s); err != nil {
-			e.unlock()
-			rc.fail(err)
-			return
-		}
-	}
-	cwd := s.cwd
-	if b.Cwd != nil {
-		cwd = *b.Cwd
-	}
-	env := maps.Clone(s.env)
-	if env == nil {
-		env = map[string]string{}
-	}
-	maps.Copy(env, b.Env)
-	spec := sandboxruntime.Command{FS: fsys, Name: *b.Command, Args: b.Args, Cwd: cwd, Env: env, Sudo: b.Sudo != nil && *b.Sudo}
-	if b.Timeout != nil {
-		spec.Timeout = time.Duration(*b.Timeout) * time.Millisecond
-	}
-	p, serr := e.runner.Start(spec)
-	if serr != nil {
-		e.unlock()
-		rc.fail(runtimeError(serr))
-		return
-	}
-	c := &commandRec{
-		id:          newCommandID(),
-		name:        *b.Command,
-		args:        slices.Clone(b.Args),
-		cwd:         absSandboxPath(cwd),
-		sess:        s,
-		startedAt:   e.nowMs(),
-		attachStdin: b.AttachStdin != nil && *b.AttachStdin,
-		proc:        p,
-	}
-	s.commands = append(s.commands, c)
-	if code, exited := p.ExitCode(); exited {
-		c.exited, c.exitCode, c.finishedAt = true, code, c.startedAt
-	} else {
-		e.wg.Add(1)
-		go e.waitCommand(c, p)
-	}
-	first := e.renderCommand(c)
-	first.ExitCode, first.DurationMs = nil, 0 // the first record is always "started"
-	e.unlock()
-
 	if !wait {
 		rc.json(http.StatusOK, vercel.CommandResponse{Command: first})
 		return
 	}
+	p := c.proc
 	nd := newNDJSON(rc.w)
 	if nd.write(map[string]any{"command": first}) != nil {
 		return
@@ -140,9 +91,61 @@ func (e *Emulator) handleRunCommand(rc *reqCtx) {
 	_ = nd.write(map[string]any{"command": last})
 }
 
-// runtimeError maps an error of package sandboxruntime to an API answer.
+// startCommandLocked starts the command of a run-command body in the live
+// session s and records it.
+func (e *Emulator) startCommandLocked(s *sessionRec, b *runCommandBody) (*commandRec, *apiError) {
+	// In exec mode "none" commands never touch the disk: a session gets a
+	// directory only when a file is written.
+	fsys := s.fs
+	if fsys == nil && e.runner.Mode() != sandboxruntime.ModeNone {
+		var err *apiError
+		if fsys, err = e.fsLocked(s); err != nil {
+			return nil, err
+		}
+	}
+	cwd := s.cwd
+	if b.Cwd != nil {
+		cwd = *b.Cwd
+	}
+	env := maps.Clone(s.env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	maps.Copy(env, b.Env)
+	spec := sandboxruntime.Command{FS: fsys, Name: *b.Command, Args: b.Args, Cwd: cwd, Env: env, Sudo: b.Sudo != nil && *b.Sudo}
+	if b.Timeout != nil {
+		spec.Timeout = time.Duration(*b.Timeout) * time.Millisecond
+	}
+	p, err := e.runner.Start(spec)
+	if err != nil {
+		return nil, runtimeError(err)
+	}
+	c := &commandRec{
+		id:          newCommandID(),
+		name:        *b.Command,
+		args:        slices.Clone(b.Args),
+		cwd:         absSandboxPath(cwd),
+		sess:        s,
+		startedAt:   e.nowMs(),
+		attachStdin: b.AttachStdin != nil && *b.AttachStdin,
+		proc:        p,
+	}
+	s.commands = append(s.commands, c)
+	if code, exited := p.ExitCode(); exited {
+		c.exited, c.exitCode, c.finishedAt = true, code, c.startedAt
+	} else {
+		e.wg.Add(1)
+		go e.waitCommand(c, p)
+	}
+	return c, nil
+}
+
+// runtimeError maps an error of package sandboxruntime to an API answer (nil
+// for none).
 func runtimeError(err error) *apiError {
 	switch {
+	case err == nil:
+		return nil
 	case errors.Is(err, sandboxruntime.ErrInvalidInput):
 		return badRequest("%s", err.Error())
 	case errors.Is(err, os.ErrNotExist):
@@ -161,103 +164,75 @@ func (e *Emulator) fsLocked(s *sessionRec) (*sandboxruntime.FS, *apiError) {
 }
 
 func (e *Emulator) handleListCommands(rc *reqCtx) {
-	e.mu.Lock()
-	s, err := e.liveSessionLocked(rc)
-	if err != nil {
-		e.unlock()
-		rc.fail(err)
-		return
-	}
-	out := vercel.ListCommandsResponse{Commands: make([]vercel.Command, 0, len(s.commands))}
-	for i := len(s.commands) - 1; i >= 0; i-- {
-		out.Commands = append(out.Commands, e.renderCommand(s.commands[i]))
-	}
-	e.unlock()
-	rc.json(http.StatusOK, out)
+	serve(e, rc, e.liveSessionLocked, func(s *sessionRec) (any, *apiError) {
+		out := vercel.ListCommandsResponse{Commands: make([]vercel.Command, 0, len(s.commands))}
+		for i := len(s.commands) - 1; i >= 0; i-- {
+			out.Commands = append(out.Commands, e.renderCommand(s.commands[i]))
+		}
+		return out, nil
+	})
 }
 
 func (e *Emulator) handleGetCommand(rc *reqCtx) {
 	wait := truthy(rc.query("wait"))
-	e.mu.Lock()
-	c, err := e.commandLocked(rc)
-	if err != nil {
-		e.unlock()
-		rc.fail(err)
-		return
-	}
-	if wait && c.proc != nil {
-		e.observeExit(c)
-		if !c.exited {
-			e.unlock()
-			select {
-			case <-c.proc.Done():
-			case <-rc.r.Context().Done():
-				return
+	serve(e, rc, e.commandLocked, func(c *commandRec) (any, *apiError) {
+		if wait && c.proc != nil {
+			e.observeExit(c)
+			if !c.exited {
+				if err := e.waitUnlocked(rc, c.proc.Done(), nil); err != nil {
+					return nil, err
+				}
 			}
-			e.mu.Lock()
 		}
-	}
-	resp := vercel.CommandResponse{Command: e.renderCommand(c)}
-	e.unlock()
-	rc.json(http.StatusOK, resp)
+		return vercel.CommandResponse{Command: e.renderCommand(c)}, nil
+	})
 }
 
 func (e *Emulator) handleKillCommand(rc *reqCtx) {
 	var b killBody
-	if err := rc.decode(&b, false); err != nil {
-		rc.fail(err)
+	if !rc.decodeChecked(&b, false) {
 		return
 	}
-	if b.Signal == nil {
-		rc.fail(invalid("signal", "is required: should have required property 'signal'"))
-		return
-	}
-	if *b.Signal < 1 || *b.Signal > 64 {
-		rc.fail(invalid("signal", "should be a POSIX signal number between 1 and 64"))
-		return
-	}
-	e.mu.Lock()
-	c, err := e.commandLocked(rc)
-	if err != nil {
-		e.unlock()
-		rc.fail(err)
-		return
-	}
-	e.observeExit(c)
-	p := c.proc
-	exited := c.exited
-	e.unlock()
-	// Killing a command that already exited answers it unchanged.
-	if !exited && p != nil {
-		if kerr := p.Kill(*b.Signal); kerr != nil && !errors.Is(kerr, os.ErrProcessDone) {
-			rc.fail(runtimeError(kerr))
-			return
+	serve(e, rc, e.commandLocked, func(c *commandRec) (any, *apiError) {
+		e.observeExit(c)
+		// Killing a command that already exited answers it unchanged.
+		if p := c.proc; !c.exited && p != nil {
+			e.unlock()
+			err := killAndWait(rc, p, *b.Signal)
+			e.mu.Lock()
+			if err != nil {
+				return nil, runtimeError(err)
+			}
 		}
-		// Give the signal a moment to take effect so the answer usually shows the exit.
-		t := time.NewTimer(200 * time.Millisecond)
-		select {
-		case <-p.Done():
-		case <-t.C:
-		case <-rc.r.Context().Done():
-		}
-		t.Stop()
+		return vercel.CommandResponse{Command: e.renderCommand(c)}, nil
+	})
+}
+
+// killAndWait signals p and gives the signal a moment to take effect, so that
+// the answer usually shows the exit.
+func killAndWait(rc *reqCtx, p *sandboxruntime.Process, signal int) error {
+	if err := p.Kill(signal); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
 	}
-	e.mu.Lock()
-	resp := vercel.CommandResponse{Command: e.renderCommand(c)}
-	e.unlock()
-	rc.json(http.StatusOK, resp)
+	t := time.NewTimer(200 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-p.Done():
+	case <-t.C:
+	case <-rc.r.Context().Done():
+	}
+	return nil
 }
 
 func (e *Emulator) handleCommandLogs(rc *reqCtx) {
-	e.mu.Lock()
-	c, err := e.commandLocked(rc)
-	if err != nil {
-		e.unlock()
+	var p *sandboxruntime.Process
+	if err := withLocked(e, rc, e.commandLocked, func(c *commandRec) *apiError {
+		p = c.proc
+		return nil
+	}); err != nil {
 		rc.fail(err)
 		return
 	}
-	p := c.proc
-	e.unlock()
 	nd := newNDJSON(rc.w)
 	nd.start()
 	if p != nil {
@@ -267,40 +242,17 @@ func (e *Emulator) handleCommandLogs(rc *reqCtx) {
 
 func (e *Emulator) handleCommandStdin(rc *reqCtx) {
 	var b stdinBody
-	if err := rc.decode(&b, false); err != nil {
-		rc.fail(err)
+	if !rc.decodeChecked(&b, false) {
 		return
 	}
-	if b.Data != nil {
-		if len(*b.Data) > 1_000_000 {
-			rc.fail(invalid("data", "should NOT be longer than 1000000 characters"))
-			return
+	serve(e, rc, e.commandLocked, func(c *commandRec) (any, *apiError) {
+		if !c.attachStdin {
+			return nil, badRequest("Command %s was not started with `attachStdin: true`.", c.id)
 		}
-		if _, err := base64.StdEncoding.DecodeString(*b.Data); err != nil {
-			rc.fail(invalid("data", "should be base64-encoded"))
-			return
-		}
-	}
-	if b.Offset != nil && *b.Offset < 0 {
-		rc.fail(invalid("offset", "should be >= 0"))
-		return
-	}
-	e.mu.Lock()
-	c, err := e.commandLocked(rc)
-	if err != nil {
-		e.unlock()
-		rc.fail(err)
-		return
-	}
-	attached := c.attachStdin
-	e.unlock()
-	if !attached {
-		rc.fail(badRequest("Command %s was not started with `attachStdin: true`.", c.id))
-		return
-	}
-	// The runtime gives every command an empty stdin (/dev/null); there is
-	// nothing to write to.
-	rc.fail(&apiError{status: 501, code: "not_implemented", message: "The emulator does not support writing to a command's stdin."})
+		// The runtime gives every command an empty stdin (/dev/null); there is
+		// nothing to write to.
+		return nil, &apiError{status: 501, code: "not_implemented", message: "The emulator does not support writing to a command's stdin."}
+	})
 }
 
 // ---- NDJSON ----

@@ -10,18 +10,18 @@ import (
 	"github.com/getsentry/sandbox-controller/internal/emulator/sandboxruntime"
 )
 
-// fileSessionLocked finds the live session of a file operation and its
-// filesystem (created on first use when create is set; nil otherwise).
-func (e *Emulator) fileSessionLocked(rc *reqCtx, create bool) (*sessionRec, *sandboxruntime.FS, *apiError) {
-	s, err := e.liveSessionLocked(rc)
-	if err != nil {
-		return nil, nil, err
-	}
-	if s.fs == nil && !create {
-		return s, nil, nil
-	}
-	f, err := e.fsLocked(s)
-	return s, f, err
+// sessionFS finds the live session of a file operation and returns its
+// filesystem, created on first use when create is set (nil otherwise when the
+// session has none yet). The lock is not held when it returns: transfers take
+// long.
+func (e *Emulator) sessionFS(rc *reqCtx, create bool) (f *sandboxruntime.FS, err *apiError) {
+	err = withLocked(e, rc, e.liveSessionLocked, func(s *sessionRec) (err *apiError) {
+		if s.fs != nil || create {
+			f, err = e.fsLocked(s)
+		}
+		return err
+	})
+	return f, err
 }
 
 func (e *Emulator) handleWriteFiles(rc *reqCtx) {
@@ -30,43 +30,27 @@ func (e *Emulator) handleWriteFiles(rc *reqCtx) {
 		rc.fail(badRequest("Invalid request: header `x-cwd` must be an absolute path."))
 		return
 	}
-	e.mu.Lock()
-	_, f, err := e.fileSessionLocked(rc, true)
-	e.unlock()
+	f, err := e.sessionFS(rc, true)
 	if err != nil {
 		rc.fail(err)
 		return
 	}
 	// Extraction streams the body and may take long: no lock held.
-	if xerr := f.ExtractTarGz(cwd, http.MaxBytesReader(rc.w, rc.r.Body, 8<<30)); xerr != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(xerr, &mbe) {
-			rc.fail(&apiError{status: 413, code: "payload_too_large", message: "Request body too large."})
-			return
-		}
-		rc.fail(runtimeError(xerr))
+	xerr := f.ExtractTarGz(cwd, http.MaxBytesReader(rc.w, rc.r.Body, 8<<30))
+	var mbe *http.MaxBytesError
+	if errors.As(xerr, &mbe) {
+		rc.fail(&apiError{status: 413, code: "payload_too_large", message: "Request body too large."})
 		return
 	}
-	rc.json(http.StatusOK, struct{}{})
+	rc.answer(nil, runtimeError(xerr))
 }
 
 func (e *Emulator) handleReadFile(rc *reqCtx) {
-	var b readBody
-	if err := rc.decode(&b, false); err != nil {
-		rc.fail(err)
+	var b fileBody
+	if !rc.decodeChecked(&b, false) {
 		return
 	}
-	if b.Path == nil || *b.Path == "" {
-		rc.fail(invalid("path", "is required: should have required property 'path'"))
-		return
-	}
-	cwd := ""
-	if b.Cwd != nil {
-		cwd = *b.Cwd
-	}
-	e.mu.Lock()
-	_, f, err := e.fileSessionLocked(rc, false)
-	e.unlock()
+	f, err := e.sessionFS(rc, false)
 	if err != nil {
 		rc.fail(err)
 		return
@@ -75,12 +59,12 @@ func (e *Emulator) handleReadFile(rc *reqCtx) {
 		rc.fail(notFound("File %s not found.", *b.Path))
 		return
 	}
-	data, rerr := f.ReadFile(*b.Path, cwd)
+	data, rerr := f.ReadFile(*b.Path, b.cwd())
+	if errors.Is(rerr, fs.ErrNotExist) {
+		rc.fail(notFound("File %s not found.", *b.Path))
+		return
+	}
 	if rerr != nil {
-		if errors.Is(rerr, fs.ErrNotExist) {
-			rc.fail(notFound("File %s not found.", *b.Path))
-			return
-		}
 		rc.fail(runtimeError(rerr))
 		return
 	}
@@ -94,30 +78,15 @@ func (e *Emulator) handleReadFile(rc *reqCtx) {
 
 func (e *Emulator) handleMkdir(rc *reqCtx) {
 	var b mkdirBody
-	if err := rc.decode(&b, false); err != nil {
-		rc.fail(err)
+	if !rc.decodeChecked(&b, false) {
 		return
-	}
-	if b.Path == nil || *b.Path == "" {
-		rc.fail(invalid("path", "is required: should have required property 'path'"))
-		return
-	}
-	cwd := ""
-	if b.Cwd != nil {
-		cwd = *b.Cwd
 	}
 	// recursive defaults to true, as in the current OpenAPI document.
 	recursive := b.Recursive == nil || *b.Recursive
-	e.mu.Lock()
-	_, f, err := e.fileSessionLocked(rc, true)
-	e.unlock()
+	f, err := e.sessionFS(rc, true)
 	if err != nil {
 		rc.fail(err)
 		return
 	}
-	if merr := f.Mkdir(*b.Path, cwd, recursive); merr != nil {
-		rc.fail(runtimeError(merr))
-		return
-	}
-	rc.json(http.StatusOK, struct{}{})
+	rc.answer(nil, runtimeError(f.Mkdir(*b.Path, b.cwd(), recursive)))
 }

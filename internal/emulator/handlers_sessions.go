@@ -21,10 +21,10 @@ func (e *Emulator) sessionLocked(rc *reqCtx) (*sessionRec, *apiError) {
 	return s, nil
 }
 
-// liveSessionLocked finds a session for an operation that needs it running
-// (§9.7): a pending session is waited for (PendingOps "queue") or refused
-// (422); a stopping/snapshotting one is refused with 422; a dead one with
-// 410 sandbox_stopped. Called with e.mu held; returns with e.mu held (it is
+// liveSessionLocked finds a session for an operation that needs it running:
+// a pending session is waited for (PendingOps "queue") or refused (422); a
+// stopping/snapshotting one is refused with 422; a dead one with 410
+// sandbox_stopped. Called with e.mu held; returns with e.mu held (it is
 // released while waiting).
 func (e *Emulator) liveSessionLocked(rc *reqCtx) (*sessionRec, *apiError) {
 	for {
@@ -40,18 +40,9 @@ func (e *Emulator) liveSessionLocked(rc *reqCtx) (*sessionRec, *apiError) {
 				return nil, &apiError{status: 422, code: "sandbox_pending",
 					message: fmt.Sprintf("Sandbox session %s is still starting (status pending); retry when it is running.", s.id)}
 			}
-			ch := s.waitReady()
-			e.unlock()
-			select {
-			case <-ch:
-			case <-rc.r.Context().Done():
-				e.mu.Lock()
-				return nil, &apiError{status: 499, code: "client_closed_request", message: "The client went away."}
-			case <-e.closing:
-				e.mu.Lock()
-				return nil, &apiError{status: 503, code: "service_unavailable", message: "The emulator is shutting down."}
+			if err := e.waitUnlocked(rc, s.waitReady(), e.closing); err != nil {
+				return nil, err
 			}
-			e.mu.Lock()
 		case s.status == vercel.SessionStopping:
 			return nil, &apiError{status: 422, code: "sandbox_stopping",
 				message: fmt.Sprintf("Sandbox session %s is stopping and no longer accepts operations.", s.id)}
@@ -65,56 +56,49 @@ func (e *Emulator) liveSessionLocked(rc *reqCtx) (*sessionRec, *apiError) {
 	}
 }
 
-func (e *Emulator) handleGetSession(rc *reqCtx) {
-	e.mu.Lock()
-	s, err := e.sessionLocked(rc)
-	if err != nil {
-		e.unlock()
-		rc.fail(err)
-		return
+// idleSessionLocked finds a session, in any status, once no stop or snapshot
+// of it is in flight. Called with e.mu held; returns with e.mu held.
+func (e *Emulator) idleSessionLocked(rc *reqCtx) (*sessionRec, *apiError) {
+	for {
+		s, err := e.sessionLocked(rc)
+		if err != nil || !s.inStop {
+			return s, err
+		}
+		if err := e.waitUnlocked(rc, s.waitDone(), nil); err != nil {
+			return nil, err
+		}
 	}
-	resp := vercel.SessionResponse{Session: e.renderSession(s), Routes: e.renderRoutes(s)}
-	e.unlock()
-	rc.json(http.StatusOK, resp)
+}
+
+// sessionOnly is the answer of the calls that change a session.
+type sessionOnly struct {
+	Session vercel.Session `json:"session"`
+}
+
+func (e *Emulator) handleGetSession(rc *reqCtx) {
+	serve(e, rc, e.sessionLocked, func(s *sessionRec) (any, *apiError) {
+		return vercel.SessionResponse{Session: e.renderSession(s), Routes: e.renderRoutes(s)}, nil
+	})
 }
 
 func (e *Emulator) handleListSessions(rc *reqCtx) {
-	sc, err := rc.queryProject("project")
-	if err != nil {
-		rc.fail(err)
-		return
-	}
-	q, err := parseListQuery(rc.r.URL.Query(), []string{"createdAt"}, false)
-	if err != nil {
-		rc.fail(err)
-		return
-	}
 	name := rc.query("name")
-	e.mu.Lock()
-	var items []pageItem
-	var recs []*sessionRec
-	add := func(sb *sandboxRec) {
-		for _, s := range sb.sessions {
-			items = append(items, pageItem{num: s.createdAt, seq: s.seq, idx: len(recs)})
-			recs = append(recs, s)
+	e.serveList(rc, []string{"createdAt"}, false, func(sc scope, q listQuery) (any, *apiError) {
+		var recs []*sessionRec
+		if name != "" {
+			if sb := e.st.sandbox(sc, name); sb != nil {
+				recs = sb.sessions
+			}
+		} else {
+			for _, sb := range e.st.sandboxes[sc] {
+				recs = append(recs, sb.sessions...)
+			}
 		}
-	}
-	if name != "" {
-		if sb := e.st.sandbox(sc, name); sb != nil {
-			add(sb)
-		}
-	} else {
-		for _, sb := range e.st.sandboxes[sc] {
-			add(sb)
-		}
-	}
-	page, pg := paginate(items, q)
-	out := vercel.ListSessionsResponse{Sessions: make([]vercel.Session, 0, len(page)), Pagination: pg}
-	for _, i := range page {
-		out.Sessions = append(out.Sessions, e.renderSession(recs[i]))
-	}
-	e.unlock()
-	rc.json(http.StatusOK, out)
+		out := vercel.ListSessionsResponse{}
+		out.Sessions, out.Pagination = listPage(q, recs,
+			func(s *sessionRec) pageItem { return pageItem{num: s.createdAt, seq: s.seq} }, e.renderSession)
+		return out, nil
+	})
 }
 
 func (e *Emulator) handleStopSession(rc *reqCtx) {
@@ -122,35 +106,12 @@ func (e *Emulator) handleStopSession(rc *reqCtx) {
 		rc.fail(err)
 		return
 	}
-	e.mu.Lock()
-	for {
-		s, err := e.sessionLocked(rc)
-		if err != nil {
-			e.unlock()
-			rc.fail(err)
-			return
-		}
-		if s.inStop {
-			ch := s.waitDone()
-			e.unlock()
-			select {
-			case <-ch:
-			case <-rc.r.Context().Done():
-				return
-			}
-			e.mu.Lock()
-			continue
-		}
+	serve(e, rc, e.idleSessionLocked, func(s *sessionRec) (any, *apiError) {
 		if s.status.Terminal() {
 			if e.opts.SecondStopStatus == http.StatusGone {
-				e.unlock()
-				rc.fail(&apiError{status: 410, code: "sandbox_stopped", message: fmt.Sprintf("Sandbox session %s is already %s.", s.id, s.status)})
-				return
+				return nil, &apiError{status: 410, code: "sandbox_stopped", message: fmt.Sprintf("Sandbox session %s is already %s.", s.id, s.status)}
 			}
-			resp := vercel.StopSessionResponse{Session: e.renderSession(s)}
-			e.unlock()
-			rc.json(http.StatusOK, resp)
-			return
+			return vercel.StopSessionResponse{Session: e.renderSession(s)}, nil
 		}
 		j := e.stopLocked(s, stopRequested, e.nowMs(), 0)
 		resp := vercel.StopSessionResponse{Session: e.renderSession(s)}
@@ -159,52 +120,30 @@ func (e *Emulator) handleStopSession(rc *reqCtx) {
 			sn := renderSnapshot(j.result)
 			resp.Sandbox, resp.Snapshot = &sb, &sn
 		}
-		e.unlock()
-		rc.json(http.StatusOK, resp)
-		return
-	}
+		return resp, nil
+	})
 }
 
 func (e *Emulator) handleExtendTimeout(rc *reqCtx) {
 	var b extendBody
-	if err := rc.decode(&b, false); err != nil {
-		rc.fail(err)
+	if !rc.decodeChecked(&b, false) {
 		return
 	}
-	if b.Duration == nil {
-		rc.fail(invalid("duration", "is required: should have required property 'duration'"))
-		return
-	}
-	if *b.Duration < 1000 {
-		rc.fail(invalid("duration", "should be >= 1000"))
-		return
-	}
-	e.mu.Lock()
-	s, err := e.liveSessionLocked(rc)
-	if err != nil {
-		e.unlock()
-		rc.fail(err)
-		return
-	}
-	limit := durMs(e.plan.MaxSessionDuration)
-	if total := s.timeout + *b.Duration; total > limit {
-		e.unlock()
-		rc.fail(&apiError{status: 400, code: "sandbox_timeout_invalid",
-			message: fmt.Sprintf("Invalid `duration`: the session timeout would become %d ms, above the maximum of %d ms on the %s plan.", total, limit, e.plan.Name)})
-		return
-	}
-	now := e.nowMs()
-	s.timeout += *b.Duration
-	s.updatedAt = now
-	s.sb.updatedAt = now // its expiresAt moved
-	if d := s.deadline(); d > 0 {
-		e.st.timers.add(timerItem{at: d, kind: timerTimeout, id: s.id})
-	}
-	resp := struct {
-		Session vercel.Session `json:"session"`
-	}{e.renderSession(s)}
-	e.unlock()
-	rc.json(http.StatusOK, resp)
+	serve(e, rc, e.liveSessionLocked, func(s *sessionRec) (any, *apiError) {
+		limit := durMs(e.plan.MaxSessionDuration)
+		if total := s.timeout + *b.Duration; total > limit {
+			return nil, &apiError{status: 400, code: "sandbox_timeout_invalid",
+				message: fmt.Sprintf("Invalid `duration`: the session timeout would become %d ms, above the maximum of %d ms on the %s plan.", total, limit, e.plan.Name)}
+		}
+		now := e.nowMs()
+		s.timeout += *b.Duration
+		s.updatedAt = now
+		s.sb.updatedAt = now // its expiresAt moved
+		if d := s.deadline(); d > 0 {
+			e.st.timers.add(timerItem{at: d, kind: timerTimeout, id: s.id})
+		}
+		return sessionOnly{e.renderSession(s)}, nil
+	})
 }
 
 func (e *Emulator) handleNetworkPolicy(rc *reqCtx) {
@@ -222,20 +161,11 @@ func (e *Emulator) handleNetworkPolicy(rc *reqCtx) {
 		rc.fail(err)
 		return
 	}
-	e.mu.Lock()
-	s, err := e.liveSessionLocked(rc)
-	if err != nil {
-		e.unlock()
-		rc.fail(err)
-		return
-	}
-	s.policy = pol
-	s.updatedAt = e.nowMs()
-	resp := struct {
-		Session vercel.Session `json:"session"`
-	}{e.renderSession(s)}
-	e.unlock()
-	rc.json(http.StatusOK, resp)
+	serve(e, rc, e.liveSessionLocked, func(s *sessionRec) (any, *apiError) {
+		s.policy = pol
+		s.updatedAt = e.nowMs()
+		return sessionOnly{e.renderSession(s)}, nil
+	})
 }
 
 func (e *Emulator) handleInteractive(rc *reqCtx) {
@@ -243,25 +173,18 @@ func (e *Emulator) handleInteractive(rc *reqCtx) {
 		rc.fail(err)
 		return
 	}
-	e.mu.Lock()
-	s, err := e.liveSessionLocked(rc)
-	if err != nil {
-		e.unlock()
-		rc.fail(err)
-		return
-	}
-	id := s.id
-	e.unlock()
-	b := make([]byte, 16)
-	_, _ = rand.Read(b)
-	host := rc.r.Host
-	if host == "" {
-		host = "127.0.0.1"
-	}
-	// The emulator has no interactive shell; the URL is a placeholder (as in
-	// Vercel's own mock).
-	rc.json(http.StatusOK, map[string]string{
-		"url":   "ws://" + host + "/_emulator/interactive/" + id,
-		"token": hex.EncodeToString(b),
+	serve(e, rc, e.liveSessionLocked, func(s *sessionRec) (any, *apiError) {
+		b := make([]byte, 16)
+		_, _ = rand.Read(b)
+		host := rc.r.Host
+		if host == "" {
+			host = "127.0.0.1"
+		}
+		// The emulator has no interactive shell; the URL is a placeholder (as in
+		// Vercel's own mock).
+		return map[string]string{
+			"url":   "ws://" + host + "/_emulator/interactive/" + s.id,
+			"token": hex.EncodeToString(b),
+		}, nil
 	})
 }
