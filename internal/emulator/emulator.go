@@ -1,13 +1,15 @@
 // Package emulator serves a local, faithful emulation of the Vercel Sandbox
-// REST API (v2, and the v3/v4 routes the SDKs use) over HTTP: routing, auth and
-// scoping (server.go), the state machine of named sandboxes, sessions, commands
-// and snapshots (state*.go, handlers_*.go), validation (validate.go), limits,
-// fault injection (faults.go), counters, the clock and the /_emulator admin
-// endpoints. What a session is on disk and how its commands run is package
-// sandboxruntime; this package only calls its exported names. See
-// docs/dev/emulator-internals.md.
+// REST API (v2, and the v3/v4 routes the SDKs use) over HTTP: routing, auth
+// and scoping (server.go), the state machine of named sandboxes, sessions,
+// commands and snapshots (state*.go, handlers_*.go), validation (validate.go,
+// settings.go, policy.go), limits, fault injection (faults.go), counters, the
+// clock and the /_emulator admin endpoints. What a session is on disk and how
+// its commands run is package sandboxruntime; this package only calls its
+// exported names. See docs/dev/emulator-internals.md.
 //
-// Choices where the API document says [unknown] or [inferred]:
+// The API it emulates is described in docs/dev/vercel-sandbox-api.md; where
+// the emulator knowingly differs is docs/dev/emulator-gaps.md. Choices where
+// the API document says [unknown] or [inferred]:
 //
 //   - Create/resume/fork answer the session "running" unless
 //     Options.StartPending is set; operations on a pending session wait
@@ -29,7 +31,7 @@
 //   - Non-OIDC tokens act on ?teamId (or ?slug, or Options.TeamID); a
 //     3-segment JWT is an OIDC token scoped to its owner_id/project_id (not
 //     verified; `exp` checked against wall time). Requests without a project
-//     where §2.3 needs one answer 400.
+//     where the API document (§2.3) needs one answer 400.
 //   - Expired snapshots become status "deleted" (GET: 200 or 404,
 //     Options.DeletedSnapshotGetStatus) and are not listed; deleted ones
 //     neither. keepLastSnapshots counts all created snapshots of the sandbox.
@@ -124,7 +126,7 @@ type Plan struct {
 	DefaultSnapshotExpiration time.Duration
 }
 
-// PlanPro returns the Pro plan limits (API document §8, 2026-08-04).
+// PlanPro returns the Pro plan limits (docs/dev/vercel-sandbox-api.md §8, 2026-08-04).
 func PlanPro() Plan {
 	return Plan{
 		Name:                      "pro",
@@ -139,7 +141,7 @@ func PlanPro() Plan {
 	}
 }
 
-// PlanHobby returns the Hobby plan limits (API document §8, 2026-08-04).
+// PlanHobby returns the Hobby plan limits (docs/dev/vercel-sandbox-api.md §8, 2026-08-04).
 func PlanHobby() Plan {
 	return Plan{
 		Name:                      "hobby",

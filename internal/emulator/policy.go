@@ -15,7 +15,8 @@ import (
 )
 
 // This file validates network policies, in both request forms, and computes
-// the redacted form the API answers with.
+// the redacted form the API answers with (docs/dev/vercel-sandbox-api.md §3.6:
+// forms A and B in requests, form C in answers).
 
 // policySpec is a stored network policy: the request as given, and the
 // redacted response form computed from it.
@@ -24,7 +25,7 @@ type policySpec struct {
 	resp vercel.NetworkPolicy
 }
 
-// response returns the §3.6 C form (nil policy = allow-all).
+// response returns the answer form C (nil policy = allow-all).
 func (p *policySpec) response() *vercel.NetworkPolicy {
 	if p == nil {
 		return &vercel.NetworkPolicy{Mode: vercel.NetworkAllowAll}
@@ -170,8 +171,8 @@ func headerNames(h map[string]string) []string {
 	return names
 }
 
-// parsePolicy validates a network policy in the mode form (§3.6 A) or the
-// allow/subnets form (§3.6 B) and computes its response form (§3.6 C).
+// parsePolicy validates a network policy in the mode form (A) or the
+// allow/subnets form (B) and computes its answer form (C).
 // A missing or null policy returns nil.
 func parsePolicy(raw json.RawMessage) (*policySpec, *apiError) {
 	if len(raw) == 0 || isNull(raw) {
