@@ -20,6 +20,7 @@ HELM_LDFLAGS ?= -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
 ENVTEST_K8S_VERSION ?= 1.37.2
 ENVTEST_ETCD_VERSION ?= 3.7.0
 GO_TEST_FLAGS ?= -race -timeout 30m
+FUZZTIME ?= 15s
 
 SHELL = /usr/bin/env bash -o pipefail
 .SHELLFLAGS = -ec
@@ -63,6 +64,10 @@ lint: staticcheck ## Run staticcheck (CI runs it too).
 .PHONY: test
 test: manifests generate fmt vet envtest kustomize helm ## Run all tests against envtest and the emulator.
 	KUBEBUILDER_ASSETS="$$(./hack/envtest.sh)" go test $(GO_TEST_FLAGS) ./... -coverprofile cover.out
+
+.PHONY: fuzz
+fuzz: ## Run every Go fuzz target for FUZZTIME each (default 15s; CI runs it), not only the seed corpora.
+	FUZZTIME=$(FUZZTIME) ./hack/fuzz.sh
 
 .PHONY: bench
 bench: envtest kustomize ## Benchmark the operator against direct Vercel calls and a floor controller (report in bin/bench/; ARGS="-n 100,1000 -latency 0,50ms -outage 5m", see -h).
