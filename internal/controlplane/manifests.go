@@ -7,6 +7,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Kustomize is the kustomize binary `make kustomize` builds into bin/: the
@@ -46,9 +50,34 @@ func Apply(ctx context.Context, kubeconfig string, manifests []byte) error {
 		"apply", "--server-side", "--force-conflicts", "-f", "-"), manifests); err != nil {
 		return err
 	}
-	_, err := run(exec.CommandContext(ctx, "kubectl", "--kubeconfig", kubeconfig,
-		"wait", "--for=condition=Established", "--timeout=60s", "crd", "--all"), nil)
-	return err
+	if _, err := run(exec.CommandContext(ctx, "kubectl", "--kubeconfig", kubeconfig,
+		"wait", "--for=condition=Established", "--timeout=60s", "crd", "--all"), nil); err != nil {
+		return err
+	}
+	return WaitServed(ctx, kubeconfig)
+}
+
+// WaitServed waits until every CRD of the cluster serves its objects. An
+// Established CRD can still answer "Resource kind … not found" for a moment
+// (its storage starts after the condition is set), which fails a create that
+// follows an install at once.
+func WaitServed(ctx context.Context, kubeconfig string) error {
+	out, err := run(exec.CommandContext(ctx, "kubectl", "--kubeconfig", kubeconfig,
+		"get", "crd", "-o", "jsonpath={.items[*].metadata.name}"), nil)
+	if err != nil {
+		return err
+	}
+	for _, crd := range strings.Fields(string(out)) {
+		var last error
+		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			_, last = run(exec.CommandContext(ctx, "kubectl", "--kubeconfig", kubeconfig, "get", crd, "-A", "-o", "name"), nil)
+			return last == nil, nil
+		})
+		if err != nil {
+			return fmt.Errorf("%s is not served: %w (last: %v)", crd, err, last)
+		}
+	}
+	return nil
 }
 
 func run(cmd *exec.Cmd, stdin []byte) ([]byte, error) {

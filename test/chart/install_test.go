@@ -193,6 +193,10 @@ func TestHelmInstallRunUpgradeUninstall(t *testing.T) {
 	if strings.Contains(out, emu.Token()) {
 		t.Errorf("helm install printed the Vercel token:\n%s", redact(out, emu.Token()))
 	}
+	// helm install returns once the CRDs exist, not once they serve objects.
+	if err := controlplane.WaitServed(c.ctx, c.kubeconfig); err != nil {
+		t.Fatal(err)
+	}
 	if !strings.Contains(out, "STATUS: deployed") || !strings.Contains(out, "rollout status deployment/sandbox-controller-controller-manager") {
 		t.Errorf("helm install output lacks the status or the NOTES:\n%s", redact(out, emu.Token()))
 	}

@@ -122,17 +122,17 @@ func newEnv(t *testing.T, opts envOptions) *env {
 	e.kubeconfig = filepath.Join(dir, "admin.kubeconfig")
 	must(t, e.cp.WriteAdminKubeconfig(e.kubeconfig))
 
+	// The namespace and the credentials Secret, with the README's own
+	// commands, before the manager is deployed, as the README orders it.
+	e.runReadmeBlock("**2. The credentials Secret**", map[string]string{
+		"VERCEL_TOKEN": e.emu.Token(), "VERCEL_TEAM_ID": teamID, "VERCEL_PROJECT_ID": projectID,
+	})
+
 	// Exactly what `make deploy IMG=…` applies.
 	e.manifests, err = controlplane.RenderDeploy(repoRoot, deployImage)
 	must(t, err)
 	must(t, controlplane.Apply(ctx, e.kubeconfig, e.manifests))
 	e.deployment = findDeployment(t, e.manifests)
-
-	// The Secret the README tells users to create.
-	must(t, e.client.Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: systemNamespace, Name: credentialsName},
-		StringData: map[string]string{"token": e.emu.Token(), "team-id": teamID, "project-id": projectID},
-	}))
 	// The kubelet would mount the Secret's token key at the path the
 	// Deployment names; the process gets a file with the same content.
 	e.tokenFile = filepath.Join(dir, "vercel-token")
@@ -142,6 +142,33 @@ func newEnv(t *testing.T, opts envOptions) *env {
 		e.startManager("manager", opts.managerArgs...)
 	}
 	return e
+}
+
+// runReadmeBlock runs, with bash and the admin kubeconfig, the first ```sh
+// block of README.md after the line starting with heading: the commands a
+// user copies. env supplies the variables they expect.
+func (e *env) runReadmeBlock(heading string, env map[string]string) {
+	t := e.t
+	t.Helper()
+	readme, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	must(t, err)
+	_, after, ok := strings.Cut(string(readme), "\n"+heading)
+	if !ok {
+		t.Fatalf("README.md has no paragraph %q", heading)
+	}
+	_, after, ok = strings.Cut(after, "```sh\n")
+	if !ok {
+		t.Fatalf("README.md has no sh block after %q", heading)
+	}
+	script, _, _ := strings.Cut(after, "```")
+	cmd := exec.CommandContext(e.ctx, "bash", "-euo", "pipefail", "-c", script)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig)
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("README's commands after %q: %v\n%s", heading, err, out)
+	}
 }
 
 // managerProcess is one run of the real manager binary.
