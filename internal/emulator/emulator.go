@@ -31,7 +31,7 @@
 //   - Non-OIDC tokens act on ?teamId (or ?slug, or Options.TeamID); a
 //     3-segment JWT is an OIDC token scoped to its owner_id/project_id (not
 //     verified; `exp` checked against wall time). Requests without a project
-//     where the API document (§2.3) needs one answer 400.
+//     where docs/dev/vercel-sandbox-api.md §2.3 needs one answer 400.
 //   - Expired snapshots become status "deleted" (GET: 200 or 404,
 //     Options.DeletedSnapshotGetStatus) and are not listed; deleted ones
 //     neither. keepLastSnapshots counts all created snapshots of the sandbox.
