@@ -268,13 +268,6 @@ func (h *harness) logf(format string, args ...any) {
 }
 
 func (h *harness) start(ctx context.Context) error {
-	root := h.cfg.RepoRoot
-	if root == "" {
-		var err error
-		if root, err = findRepoRoot(); err != nil {
-			return err
-		}
-	}
 	assets := h.cfg.AssetsDir
 	if assets == "" {
 		assets = os.Getenv("KUBEBUILDER_ASSETS")
@@ -292,7 +285,7 @@ func (h *harness) start(ctx context.Context) error {
 	}
 	h.logf("starting the control plane (%s)", assets)
 	h.stack, err = localstack.Start(ctx, localstack.Options{
-		RepoRoot:  root,
+		RepoRoot:  h.cfg.RepoRoot, // localstack searches upwards when empty
 		AssetsDir: assets,
 		// Without kube-controller-manager: its garbage collector and quota
 		// informers would add their own API-server load to every arm, and
@@ -543,21 +536,4 @@ func freeAddr() (string, error) {
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
-}
-
-func findRepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("go.mod not found above the working directory; set RepoRoot")
-		}
-		dir = parent
-	}
 }
