@@ -1,6 +1,9 @@
 package emulator
 
 import (
+	"bytes"
+	"io"
+	"net/http"
 	"sync"
 	"time"
 )
@@ -32,6 +35,7 @@ type Faults struct {
 	rateLimit   map[string]*rateFault
 	failNext    map[string]*failFault
 	commitFail  map[string]*commitFault
+	holes       map[string]chan struct{}
 	maxRunning  int // 0 = plan value
 	maxRunningS bool
 }
@@ -115,6 +119,55 @@ func (f *Faults) CommitThenFail(op string, n int, mode FailMode) {
 	f.commitFail[normOp(op)] = &commitFault{n: n, mode: mode}
 }
 
+// BlackHole makes every request of op hang without an answer from now on,
+// until LiftBlackHole(op) or Reset, or until the client gives up (closes the
+// connection or cancels the request): a peer that accepted the connection and
+// went silent. A request still waiting when the hole is lifted is then served
+// as usual, like a very late answer. Requests that arrive after the lift are
+// not held.
+func (f *Faults) BlackHole(op string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.holes[normOp(op)]; !ok {
+		f.holes[normOp(op)] = make(chan struct{})
+	}
+}
+
+// LiftBlackHole ends BlackHole(op): the requests it holds go on.
+func (f *Faults) LiftBlackHole(op string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if ch, ok := f.holes[normOp(op)]; ok {
+		close(ch)
+		delete(f.holes, normOp(op))
+	}
+}
+
+// holdRequest holds a request in a black hole until the hole is lifted
+// (true: serve it) or the client gives up (false: drop it). The body is read
+// first: net/http notices a client closing its connection only once the
+// request body has been read.
+func holdRequest(r *http.Request, hole <-chan struct{}) bool {
+	if r.Body != nil {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			return false
+		}
+		r.Body = io.NopCloser(bytes.NewReader(b))
+	}
+	select {
+	case <-hole:
+		return true
+	case <-r.Context().Done():
+		return false
+	}
+}
+
+// DropResponses lets the next n requests of op apply their change and then
+// closes the connection without an answer: CommitThenFail with
+// FailDropConnection.
+func (f *Faults) DropResponses(op string, n int) { f.CommitThenFail(op, n, FailDropConnection) }
+
 // SetMaxRunning overrides the plan's limit of concurrently running sessions
 // per team: creates, resumes and forks beyond n answer 429 (0 = none may
 // start). A negative n restores the plan's value.
@@ -125,10 +178,15 @@ func (f *Faults) SetMaxRunning(n int) {
 	f.maxRunningS = n >= 0
 }
 
-// Reset removes every fault and the max-running override.
+// Reset removes every fault and the max-running override, and lifts every
+// black hole.
 func (f *Faults) Reset() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	for _, ch := range f.holes {
+		close(ch)
+	}
+	f.holes = map[string]chan struct{}{}
 	f.latency = map[string]time.Duration{}
 	f.rateLimit = map[string]*rateFault{}
 	f.failNext = map[string]*failFault{}
@@ -145,6 +203,7 @@ func (f *Faults) maxRunningOverride() (int, bool) {
 
 // armed is what a request drew from the fault table.
 type armed struct {
+	hole       <-chan struct{} // closed when the black hole is lifted
 	latency    time.Duration
 	rateLimit  *rateFault
 	failStatus int
@@ -156,6 +215,11 @@ func (f *Faults) draw(op string) armed {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var a armed
+	if ch, ok := f.holes[op]; ok {
+		a.hole = ch
+	} else if ch, ok := f.holes["*"]; ok {
+		a.hole = ch
+	}
 	if d, ok := f.latency[op]; ok {
 		a.latency = d
 	} else if d, ok := f.latency["*"]; ok {

@@ -163,3 +163,93 @@ func TestFaultsConcurrent(t *testing.T) {
 		t.Fatalf("%d failed, want exactly 50", failed)
 	}
 }
+
+// createWithin sends a named create with a client that gives up after
+// timeout, and returns its status (0 when no answer came).
+func (te *tenv) createWithin(name string, timeout time.Duration) int {
+	te.t.Helper()
+	hc := &http.Client{Timeout: timeout}
+	body := `{"projectId":"prj_emulator","name":"` + name + `"}`
+	req, _ := http.NewRequest("POST", te.srv.URL+"/v3/sandboxes", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+te.tok)
+	res, err := hc.Do(req)
+	if err != nil {
+		return 0
+	}
+	res.Body.Close()
+	return res.StatusCode
+}
+
+func TestFaultBlackHole(t *testing.T) {
+	te := newEnv(t, Options{})
+	f := te.e.Faults()
+	f.BlackHole("createSandbox")
+
+	// The client gives up: no answer, and the request is not applied, even
+	// once the hole is lifted.
+	start := time.Now()
+	if st := te.createWithin("given-up", 300*time.Millisecond); st != 0 {
+		t.Fatalf("a black-holed create answered %d", st)
+	}
+	if d := time.Since(start); d < 300*time.Millisecond {
+		t.Fatalf("the create returned after %s, before the client gave up", d)
+	}
+	// Other operations answer.
+	te.must(200, "GET", "/v2/sandboxes?project=prj_emulator", nil, nil)
+
+	// A request held when the hole is lifted goes on and is applied.
+	held := make(chan int, 1)
+	before := te.e.RequestCount("createSandbox")
+	go func() { held <- te.createWithin("late", time.Minute) }()
+	for te.e.RequestCount("createSandbox") == before {
+		time.Sleep(5 * time.Millisecond)
+	}
+	select {
+	case st := <-held:
+		t.Fatalf("a black-holed create answered %d before the lift", st)
+	case <-time.After(200 * time.Millisecond):
+	}
+	f.LiftBlackHole("createSandbox")
+	select {
+	case st := <-held:
+		if st != 200 {
+			t.Fatalf("the held create answered %d after the lift, want 200", st)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the held create did not answer after the lift")
+	}
+	if _, ok := te.e.Sandbox("late"); !ok {
+		t.Fatal("the held create was not applied after the lift")
+	}
+	if _, ok := te.e.Sandbox("given-up"); ok {
+		t.Fatal("a create whose client gave up was applied after the lift")
+	}
+	// After the lift nothing is held.
+	if st := te.createWithin("after", 5*time.Second); st != 200 {
+		t.Fatalf("create after the lift: %d", st)
+	}
+
+	// Wildcard, lifted by Reset; lifting twice is harmless.
+	f.BlackHole("*")
+	f.BlackHole("*")
+	if st := te.createWithin("wild", 200*time.Millisecond); st != 0 {
+		t.Fatalf("wildcard black hole answered %d", st)
+	}
+	f.Reset()
+	f.LiftBlackHole("*")
+	te.must(200, "GET", "/v2/sandboxes?project=prj_emulator", nil, nil)
+}
+
+func TestFaultDropResponses(t *testing.T) {
+	te := newEnv(t, Options{})
+	te.e.Faults().DropResponses("createSandbox", 1)
+	if st := te.createWithin("dropped", 5*time.Second); st != 0 {
+		t.Fatalf("a dropped response answered %d", st)
+	}
+	if _, ok := te.e.Sandbox("dropped"); !ok {
+		t.Fatal("the request whose answer was dropped was not applied")
+	}
+	if st := te.createWithin("next", 5*time.Second); st != 200 {
+		t.Fatalf("the next create answered %d", st)
+	}
+}

@@ -151,6 +151,9 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a := e.faults.draw(rte.op)
+	if a.hole != nil && !holdRequest(r, a.hole) {
+		return
+	}
 	if a.latency > 0 {
 		t := time.NewTimer(a.latency)
 		select {
