@@ -16,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
-	"github.com/getsentry/sandbox-controller/controllers"
 	"github.com/getsentry/sandbox-controller/internal/admissionpolicy"
 )
 
@@ -73,15 +72,15 @@ var _ = Describe("The finalizer admission policy", func() {
 
 	It("adds each kind's finalizer at create, next to the client's own", func() {
 		sbx, snap, fork := aChain()
-		Expect(sbx.Finalizers).To(ConsistOf(controllers.SandboxFinalizer))
-		Expect(snap.Finalizers).To(ConsistOf(controllers.SandboxSnapshotFinalizer))
-		Expect(fork.Finalizers).To(ConsistOf(controllers.ForkFinalizer))
+		Expect(sbx.Finalizers).To(ConsistOf(sandboxv1.SandboxFinalizer))
+		Expect(snap.Finalizers).To(ConsistOf(sandboxv1.SandboxSnapshotFinalizer))
+		Expect(fork.Finalizers).To(ConsistOf(sandboxv1.SandboxForkFinalizer))
 		own := &sandboxv1.Sandbox{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "own", Finalizers: []string{"example.com/mine"}},
 			Spec:       sandboxv1.SandboxSpec{Source: runtimeSource("node24")},
 		}
 		Expect(k8sClient.Create(ctx, own, client.DryRunAll)).To(Succeed())
-		Expect(own.Finalizers).To(ConsistOf("example.com/mine", controllers.SandboxFinalizer))
+		Expect(own.Finalizers).To(ConsistOf("example.com/mine", sandboxv1.SandboxFinalizer))
 		expectReadyAndDeleted(fork, snap, sbx)
 	})
 

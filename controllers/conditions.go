@@ -1,8 +1,6 @@
 package controllers
 
 import (
-	"errors"
-	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,7 +12,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
-	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
 
 // setCondition sets a condition stamped with the object's generation. The
@@ -63,58 +60,6 @@ const (
 	maxErrorMessage = 4096
 	maxEventNote    = 1024
 )
-
-// errorClass is how a reconcile error is reported and retried.
-type errorClass struct {
-	// reason is the CamelCase condition and event reason.
-	reason string
-	// terminal errors are not retried until the spec changes.
-	terminal bool
-	// retryAfter, when set, is the delay Vercel asked for (429).
-	retryAfter time.Duration
-}
-
-// classify maps an error from a reconcile to its condition reason and retry
-// behaviour. Errors that are not from Vercel are retried with backoff.
-func classify(err error) errorClass {
-	var se *secretError
-	switch {
-	case errors.As(err, &se):
-		return errorClass{reason: sandboxv1.ReasonSecretNotFound}
-	case vercel.IsRateLimited(err):
-		d := vercel.RetryAfter(err)
-		if d <= 0 {
-			d = time.Second
-		}
-		return errorClass{reason: sandboxv1.ReasonRateLimited, retryAfter: d}
-	case vercel.IsTransient(err):
-		return errorClass{reason: sandboxv1.ReasonTransient}
-	case vercel.IsUnauthorized(err):
-		return errorClass{reason: sandboxv1.ReasonUnauthorized}
-	case vercel.IsPaymentRequired(err):
-		return errorClass{reason: sandboxv1.ReasonPaymentRequired}
-	case vercel.IsInvalid(err):
-		return errorClass{reason: sandboxv1.ReasonInvalid, terminal: true}
-	}
-	if r := vercel.Reason(err); r != "" && r != "Unknown" {
-		return errorClass{reason: r}
-	}
-	return errorClass{reason: "ReconcileError"}
-}
-
-// secretError reports a missing Secret or key. Its message names the Secret
-// and key, never a value.
-type secretError struct {
-	name, key string
-	missing   string // "secret" or "key"
-}
-
-func (e *secretError) Error() string {
-	if e.missing == "key" {
-		return fmt.Sprintf("key %q not found in Secret %q", e.key, e.name)
-	}
-	return fmt.Sprintf("Secret %q not found", e.name)
-}
 
 func truncate(s string, n int) string {
 	if len(s) <= n {

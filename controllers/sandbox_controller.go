@@ -31,10 +31,6 @@ import (
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
 
-// SandboxFinalizer keeps a Sandbox until its Vercel sandbox is deleted (or
-// retained, per spec.deletionPolicy).
-const SandboxFinalizer = "sandbox.sentry.io/finalizer"
-
 // Poll delays while Vercel is busy with something the controller waits for.
 const (
 	sessionStartPoll = time.Second
@@ -105,7 +101,7 @@ func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if sbx.Annotations[sandboxv1.AnnotationPaused] == "true" {
 		return ctrl.Result{}, r.reportPaused(ctx, sbx)
 	}
-	if controllerutil.AddFinalizer(sbx, SandboxFinalizer) {
+	if controllerutil.AddFinalizer(sbx, sandboxv1.SandboxFinalizer) {
 		if err := r.Update(ctx, sbx); err != nil {
 			return ctrl.Result{}, err
 		}

@@ -24,7 +24,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
-	"github.com/getsentry/sandbox-controller/controllers"
 	"github.com/getsentry/sandbox-controller/internal/emulator"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
@@ -43,7 +42,7 @@ var _ = Describe("Sandbox", func() {
 				TimeoutSeconds: ptr.To[int64](600),
 				Resources:      &sandboxv1.SandboxResources{VCPUs: ptr.To[int32](2)},
 			})
-			Expect(created.Finalizers).To(ConsistOf(controllers.SandboxFinalizer), "added at admission (config/admission)")
+			Expect(created.Finalizers).To(ConsistOf(sandboxv1.SandboxFinalizer), "added at admission (config/admission)")
 			sbx := waitReady(key)
 			st := sbx.Status
 			Expect(st.Phase).To(Equal(sandboxv1.SandboxRunning))

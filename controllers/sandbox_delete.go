@@ -19,7 +19,7 @@ import (
 )
 
 func (r *SandboxReconciler) reconcileDelete(ctx context.Context, sbx *sandboxv1.Sandbox) (ctrl.Result, error) {
-	if !controllerutil.ContainsFinalizer(sbx, SandboxFinalizer) {
+	if !controllerutil.ContainsFinalizer(sbx, sandboxv1.SandboxFinalizer) {
 		return ctrl.Result{}, nil
 	}
 	st := &sbx.Status
@@ -43,7 +43,7 @@ func (r *SandboxReconciler) reconcileDelete(ctx context.Context, sbx *sandboxv1.
 			r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Deleted", "Delete", "Deleted Vercel sandbox %s", st.VercelName)
 		}
 	}
-	controllerutil.RemoveFinalizer(sbx, SandboxFinalizer)
+	controllerutil.RemoveFinalizer(sbx, sandboxv1.SandboxFinalizer)
 	return ctrl.Result{}, r.Update(ctx, sbx)
 }
 

@@ -26,10 +26,6 @@ import (
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 )
 
-// ForkFinalizer keeps a SandboxFork until its children and its own snapshot
-// are deleted (or released, per spec.deletionPolicy).
-const ForkFinalizer = "sandbox.sentry.io/fork-finalizer"
-
 // forkWaitPoll is how often a fork re-checks a source it waits for.
 const forkWaitPoll = 2 * time.Second
 
@@ -62,7 +58,7 @@ func (r *SandboxForkReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if !fork.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, fork)
 	}
-	if controllerutil.AddFinalizer(fork, ForkFinalizer) {
+	if controllerutil.AddFinalizer(fork, sandboxv1.SandboxForkFinalizer) {
 		if err := r.Update(ctx, fork); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -73,7 +69,7 @@ func (r *SandboxForkReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if err == nil {
 		setCondition(&st.Conditions, fork.Generation, sandboxv1.ConditionSynced, metav1.ConditionTrue, sandboxv1.ReasonReconciled, "")
 	} else {
-		setCondition(&st.Conditions, fork.Generation, sandboxv1.ConditionSynced, metav1.ConditionFalse, "ReconcileError", err.Error())
+		setCondition(&st.Conditions, fork.Generation, sandboxv1.ConditionSynced, metav1.ConditionFalse, sandboxv1.ReasonReconcileError, err.Error())
 	}
 	if !apiequality.Semantic.DeepEqual(before.Status, fork.Status) {
 		if perr := r.Status().Patch(ctx, fork, client.MergeFrom(before)); perr != nil {
@@ -373,7 +369,7 @@ func captureName(fork *sandboxv1.SandboxFork) string { return fork.Name + "-capt
 // fork's own snapshot, and removes the finalizer once they are gone, so a
 // deleted fork leaves no Vercel sandbox behind.
 func (r *SandboxForkReconciler) reconcileDelete(ctx context.Context, fork *sandboxv1.SandboxFork) (ctrl.Result, error) {
-	if !controllerutil.ContainsFinalizer(fork, ForkFinalizer) {
+	if !controllerutil.ContainsFinalizer(fork, sandboxv1.SandboxForkFinalizer) {
 		return ctrl.Result{}, nil
 	}
 	children, err := r.children(ctx, fork)
@@ -419,7 +415,7 @@ func (r *SandboxForkReconciler) reconcileDelete(ctx context.Context, fork *sandb
 			return ctrl.Result{RequeueAfter: forkWaitPoll}, nil
 		}
 	}
-	controllerutil.RemoveFinalizer(fork, ForkFinalizer)
+	controllerutil.RemoveFinalizer(fork, sandboxv1.SandboxForkFinalizer)
 	return ctrl.Result{}, r.Update(ctx, fork)
 }
 

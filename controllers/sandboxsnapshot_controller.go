@@ -29,11 +29,6 @@ import (
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
 
-// SandboxSnapshotFinalizer keeps a SandboxSnapshot until its Vercel snapshot
-// is deleted (or retained, or handed over to another SandboxSnapshot that
-// still uses it).
-const SandboxSnapshotFinalizer = "sandbox.sentry.io/snapshot-finalizer"
-
 // Poll delays of the SandboxSnapshot controller.
 const (
 	snapshotWaitPoll  = 5 * time.Second
@@ -107,7 +102,7 @@ func (r *SandboxSnapshotReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 // that lets every user of a shared build find the others (and survives
 // restarts), in one update.
 func (r *SandboxSnapshotReconciler) ensureMetadata(ctx context.Context, snap *sandboxv1.SandboxSnapshot, hash string) error {
-	changed := controllerutil.AddFinalizer(snap, SandboxSnapshotFinalizer)
+	changed := controllerutil.AddFinalizer(snap, sandboxv1.SandboxSnapshotFinalizer)
 	if hash != "" && snap.Labels[sandboxv1.LabelContentHash] != recipe.Short(hash) {
 		if snap.Labels == nil {
 			snap.Labels = map[string]string{}
@@ -223,7 +218,7 @@ func (r *SandboxSnapshotReconciler) markExpired(snap *sandboxv1.SandboxSnapshot,
 // drives) unless the policy retains it or another SandboxSnapshot still uses
 // it, then removes the finalizer.
 func (r *SandboxSnapshotReconciler) reconcileDelete(ctx context.Context, snap *sandboxv1.SandboxSnapshot) (ctrl.Result, error) {
-	if !controllerutil.ContainsFinalizer(snap, SandboxSnapshotFinalizer) {
+	if !controllerutil.ContainsFinalizer(snap, sandboxv1.SandboxSnapshotFinalizer) {
 		return ctrl.Result{}, nil
 	}
 	log := logf.FromContext(ctx)
@@ -269,7 +264,7 @@ func (r *SandboxSnapshotReconciler) reconcileDelete(ctx context.Context, snap *s
 			r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Deleted", "Delete", "Deleted Vercel snapshot %s", id)
 		}
 	}
-	controllerutil.RemoveFinalizer(snap, SandboxSnapshotFinalizer)
+	controllerutil.RemoveFinalizer(snap, sandboxv1.SandboxSnapshotFinalizer)
 	return ctrl.Result{}, r.Update(ctx, snap)
 }
 

@@ -65,7 +65,7 @@ var _ = Describe("SandboxSnapshot", func() {
 			Expect(snap.Status.CreatedAt).NotTo(BeNil())
 			Expect(snap.Status.ExpiresAt).NotTo(BeNil())
 			Expect(snap.Status.ExpiresAt.Time).To(BeTemporally(">", time.Now().Add(24*time.Hour)))
-			Expect(snap.Finalizers).To(ContainElement("sandbox.sentry.io/snapshot-finalizer"))
+			Expect(snap.Finalizers).To(ContainElement(sandboxv1.SandboxSnapshotFinalizer))
 
 			out, err := kubectl("get", "sbxsnap", "-n", ns)
 			Expect(err).NotTo(HaveOccurred(), out)

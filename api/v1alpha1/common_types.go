@@ -7,32 +7,73 @@ const (
 	// ConditionReady is True when the remote object is usable: for a Sandbox, its
 	// session runs and its setup commands succeeded.
 	ConditionReady = "Ready"
-	// ConditionSynced is True when the last reconcile reached Vercel and every call
-	// succeeded; False with the Vercel error's reason otherwise.
+	// ConditionSynced is True when the last reconcile succeeded, every call to
+	// Vercel and to the API server included; False with the error's reason
+	// (one of the reasons below marked Synced=False) otherwise.
 	ConditionSynced = "Synced"
 )
 
-// Condition reasons shared by every kind.
+// Finalizers the controllers keep on their objects until the remote side is
+// cleaned up. config/admission adds them at create; a controller adds its own
+// when it is missing.
+const (
+	// SandboxFinalizer keeps a Sandbox until its Vercel sandbox is deleted (or
+	// retained, per spec.deletionPolicy).
+	SandboxFinalizer = "sandbox.sentry.io/finalizer"
+	// SandboxSnapshotFinalizer keeps a SandboxSnapshot until its Vercel
+	// snapshot is deleted (or retained, or left to another SandboxSnapshot
+	// that still uses it).
+	SandboxSnapshotFinalizer = "sandbox.sentry.io/snapshot-finalizer"
+	// SandboxForkFinalizer keeps a SandboxFork until its children and its own
+	// snapshot are deleted (or released, per spec.deletionPolicy).
+	SandboxForkFinalizer = "sandbox.sentry.io/fork-finalizer"
+)
+
+// Condition reasons shared by every kind. The ones set on Synced=False
+// classify the error of the last reconcile; the same reason is the Warning
+// event's and lastError's.
 const (
 	// ReasonReconciled is set on Synced=True after a reconcile that succeeded.
 	ReasonReconciled = "Reconciled"
-	// ReasonNotFound is set when the remote object vanished outside the operator.
+	// ReasonNotFound is set on Ready=False when the remote object vanished
+	// outside the operator, and on Synced=False when Vercel answered 404.
 	ReasonNotFound = "NotFound"
+	// ReasonGone is set on Synced=False when Vercel answered 410 (a session
+	// that has stopped) or closed a command's stream because its session
+	// stopped.
+	ReasonGone = "Gone"
+	// ReasonSnapshotNotFound is set on Synced=False when Vercel answered 410
+	// snapshot_not_found: the snapshot to start from is gone.
+	ReasonSnapshotNotFound = "SnapshotNotFound"
+	// ReasonStopping is set on Synced=False when Vercel refused a call because
+	// the session is stopping or being snapshotted; the controller retries
+	// once it has stopped.
+	ReasonStopping = "Stopping"
+	// ReasonConflict is set on Synced=False when Vercel answered that the
+	// object being created already exists (409).
+	ReasonConflict = "Conflict"
 	// ReasonRateLimited is set on Synced=False when Vercel answered 429; the
 	// controller retries after the Retry-After delay.
 	ReasonRateLimited = "RateLimited"
 	// ReasonTransient is set on Synced=False for 5xx answers and connection
 	// errors; the controller retries with a backoff capped at one minute.
 	ReasonTransient = "Transient"
-	// ReasonInvalid is set when Vercel rejected the spec as invalid; the
-	// controller does not retry until the spec changes.
+	// ReasonInvalid is set on Synced=False when Vercel rejected the spec as
+	// invalid (400, 422); the controller does not retry until the spec changes.
 	ReasonInvalid = "Invalid"
-	// ReasonUnauthorized is set when Vercel refused the manager's credentials.
+	// ReasonUnauthorized is set on Synced=False when Vercel refused the
+	// manager's credentials (401, 403).
 	ReasonUnauthorized = "Unauthorized"
-	// ReasonPaymentRequired is set when Vercel answered 402 for the account.
+	// ReasonPaymentRequired is set on Synced=False when Vercel answered 402
+	// for the account.
 	ReasonPaymentRequired = "PaymentRequired"
-	// ReasonSecretNotFound is set when a referenced Secret or key does not exist.
+	// ReasonSecretNotFound is set on Synced=False when a referenced Secret or
+	// key does not exist.
 	ReasonSecretNotFound = "SecretNotFound"
+	// ReasonReconcileError is set on Synced=False for any other error, such as
+	// a refusal by the Kubernetes API server; the controller retries with a
+	// backoff.
+	ReasonReconcileError = "ReconcileError"
 )
 
 // DeletionPolicy says what happens to the remote object when the Kubernetes

@@ -23,7 +23,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
-	"github.com/getsentry/sandbox-controller/controllers"
 )
 
 // Install creates the objects of the policy files in dir (every *.yaml but
@@ -54,7 +53,7 @@ func Install(ctx context.Context, c client.Client, dir, namespace string) error 
 		if last = c.Create(ctx, p, client.DryRunAll); last != nil {
 			return false, nil
 		}
-		return slices.Contains(p.Finalizers, controllers.SandboxFinalizer), nil
+		return slices.Contains(p.Finalizers, sandboxv1.SandboxFinalizer), nil
 	})
 	if err != nil {
 		return fmt.Errorf("the finalizer policy of %s did not take effect: %w (last probe: %v)", dir, err, last)

@@ -23,7 +23,6 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
-	"github.com/getsentry/sandbox-controller/controllers"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
 
@@ -294,7 +293,7 @@ func (r *floorReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !s.DeletionTimestamp.IsZero() {
-		if controllerutil.RemoveFinalizer(s, controllers.SandboxFinalizer) {
+		if controllerutil.RemoveFinalizer(s, sandboxv1.SandboxFinalizer) {
 			return ctrl.Result{}, r.Update(ctx, s)
 		}
 		return ctrl.Result{}, nil
