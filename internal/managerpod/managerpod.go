@@ -56,8 +56,6 @@ type Options struct {
 	ControlPlane *controlplane.ControlPlane
 	// Client reads the Secrets the container refers to.
 	Client client.Client
-	// Dir receives the kubeconfig, the token file and HOME.
-	Dir string
 	// ExtraArgs follow the Deployment's arguments: a flag given again here
 	// wins, as Go's flag package keeps the last occurrence.
 	ExtraArgs []string
@@ -77,10 +75,33 @@ type Process struct {
 	err                  error
 }
 
-// Start starts the manager as opts.Deployment's pod would run. It does not
-// wait for the probes (WaitReady), so that the caller can arrange the
-// process's end first (StopAtEnd).
-func Start(ctx context.Context, opts Options) (*Process, error) {
+// Start runs the manager as a pod of opts.Deployment would, and returns once
+// its readiness probe passes; any failure ends the test. When t ends the
+// process gets SIGTERM, and SIGKILL 30 s later; if t failed, the tail of its
+// output is logged and all of it written to a file.
+func Start(ctx context.Context, t testing.TB, opts Options) *Process {
+	t.Helper()
+	p, err := start(ctx, t.TempDir(), opts)
+	if err != nil {
+		t.Fatalf("start %s: %v", opts.Name, err)
+	}
+	t.Cleanup(func() {
+		_ = p.Stop(30 * time.Second)
+		if t.Failed() {
+			full := filepath.Join(os.TempDir(), strings.ReplaceAll(t.Name(), "/", "_")+"-"+p.Name+".log")
+			_ = os.WriteFile(full, []byte(p.Log()), 0o600)
+			t.Logf("%s log (last 8 KiB; all of it in %s):\n%s", p.Name, full, p.LogTail())
+		}
+	})
+	if err := p.waitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// start starts the process in dir, which receives its kubeconfig, token file
+// and HOME.
+func start(ctx context.Context, dir string, opts Options) (*Process, error) {
 	d := opts.Deployment
 	ns, pod := d.Namespace, d.Spec.Template.Spec
 	if ns == "" || len(pod.Containers) == 0 {
@@ -101,7 +122,7 @@ func Start(ctx context.Context, opts Options) (*Process, error) {
 
 	// The environment, in order: a value may refer to variables before it.
 	env := map[string]string{}
-	procEnv := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + filepath.Join(opts.Dir, "home")}
+	procEnv := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + filepath.Join(dir, "home")}
 	for _, e := range c.Env {
 		v := expand(e.Value, env)
 		if e.ValueFrom != nil {
@@ -153,7 +174,7 @@ func Start(ctx context.Context, opts Options) (*Process, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--vercel-token-file: %w", err)
 		}
-		set["vercel-token-file"] = filepath.Join(opts.Dir, "vercel-token")
+		set["vercel-token-file"] = filepath.Join(dir, "vercel-token")
 		if err := os.WriteFile(set["vercel-token-file"], []byte(token), 0o600); err != nil {
 			return nil, err
 		}
@@ -166,11 +187,11 @@ func Start(ctx context.Context, opts Options) (*Process, error) {
 	if sa == "" {
 		sa = "default"
 	}
-	kubeconfig := filepath.Join(opts.Dir, "kubeconfig")
+	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if err := opts.ControlPlane.WriteServiceAccountKubeconfig(ctx, ns, sa, kubeconfig); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(filepath.Join(opts.Dir, "home"), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Join(dir, "home"), 0o700); err != nil {
 		return nil, err
 	}
 	p.cmd = exec.Command(opts.Binary, append(args, opts.ExtraArgs...)...)
@@ -183,9 +204,9 @@ func Start(ctx context.Context, opts Options) (*Process, error) {
 	return p, nil
 }
 
-// WaitReady waits up to a minute for the readiness probe to answer 200, and
+// waitReady waits up to a minute for the readiness probe to answer 200, and
 // fails early when the process exits.
-func (p *Process) WaitReady(ctx context.Context) error {
+func (p *Process) waitReady(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	url := "http://" + p.probeAddr + p.probePath
@@ -252,19 +273,6 @@ func (p *Process) Log() string { return p.log.String() }
 func (p *Process) LogTail() string {
 	s := p.log.String()
 	return s[max(0, len(s)-8<<10):]
-}
-
-// StopAtEnd stops the process when t ends (SIGTERM, SIGKILL 30 s later) and,
-// when t failed, logs the tail of its output and writes all of it to a file.
-func (p *Process) StopAtEnd(t testing.TB) {
-	t.Cleanup(func() {
-		_ = p.Stop(30 * time.Second)
-		if t.Failed() {
-			full := filepath.Join(os.TempDir(), strings.ReplaceAll(t.Name(), "/", "_")+"-"+p.Name+".log")
-			_ = os.WriteFile(full, []byte(p.Log()), 0o600)
-			t.Logf("%s log (last 8 KiB; all of it in %s):\n%s", p.Name, full, p.LogTail())
-		}
-	})
 }
 
 func freeAddr() (string, error) {

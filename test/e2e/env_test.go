@@ -5,19 +5,15 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -27,6 +23,7 @@ import (
 	"github.com/getsentry/sandbox-controller/internal/controlplane"
 	"github.com/getsentry/sandbox-controller/internal/emulator"
 	"github.com/getsentry/sandbox-controller/internal/localstack"
+	"github.com/getsentry/sandbox-controller/internal/managerpod"
 )
 
 // What `make deploy` names things (config/default's namespace and namePrefix).
@@ -51,9 +48,9 @@ var (
 		return d
 	}()
 
-	buildOnce  sync.Once
-	managerBin string
-	buildErr   error
+	// buildDir holds the manager binary, built once per test binary.
+	buildDir     string
+	buildManager = sync.OnceValues(func() (string, error) { return managerpod.Build(repoRoot, buildDir) })
 )
 
 // env is one installed operator, as a user gets it with `make deploy`: a
@@ -73,7 +70,6 @@ type env struct {
 	client     client.Client
 	emu        *emulator.Emulator
 	emuURL     string
-	tokenFile  string
 }
 
 type envOptions struct {
@@ -84,10 +80,18 @@ type envOptions struct {
 }
 
 // TestMain gives controller-runtime's logger (envtest logs through it) a
-// destination, so it does not print "log.SetLogger(...) was never called".
+// destination, so it does not print "log.SetLogger(...) was never called",
+// and removes the manager binary when the tests end.
 func TestMain(m *testing.M) {
 	ctrllog.SetLogger(logr.Discard())
-	os.Exit(m.Run())
+	var err error
+	if buildDir, err = os.MkdirTemp("", "e2e-manager-"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(buildDir)
+	os.Exit(code)
 }
 
 func newEnv(t *testing.T, opts envOptions) *env {
@@ -133,10 +137,6 @@ func newEnv(t *testing.T, opts envOptions) *env {
 	must(t, err)
 	must(t, controlplane.Apply(ctx, e.kubeconfig, e.manifests))
 	e.deployment = findDeployment(t, e.manifests)
-	// The kubelet would mount the Secret's token key at the path the
-	// Deployment names; the process gets a file with the same content.
-	e.tokenFile = filepath.Join(dir, "vercel-token")
-	must(t, os.WriteFile(e.tokenFile, []byte(e.emu.Token()), 0o600))
 
 	if !opts.noManager {
 		e.startManager("manager", opts.managerArgs...)
@@ -171,114 +171,22 @@ func (e *env) runReadmeBlock(heading string, env map[string]string) {
 	}
 }
 
-// managerProcess is one run of the real manager binary.
-type managerProcess struct {
-	name       string
-	cmd        *exec.Cmd
-	log        *lockedBuffer
-	done       chan struct{}
-	err        error
-	metricsURL string // https://127.0.0.1:port/metrics
-	probeAddr  string
-}
-
-// startManager runs the manager binary as the deployed ServiceAccount, with
-// the Deployment's arguments (addresses and the token path adapted to a local
-// process) followed by extra. It is stopped at the end of the test.
-func (e *env) startManager(name string, extra ...string) *managerProcess {
+// startManager runs the manager binary as a pod of the deployed Deployment
+// would (internal/managerpod), against the emulator, with extra after the
+// Deployment's arguments. It is stopped at the end of the test.
+func (e *env) startManager(name string, extra ...string) *managerpod.Process {
 	t := e.t
 	t.Helper()
-	bin := buildManager(t)
-	kubeconfig := filepath.Join(t.TempDir(), name+".kubeconfig")
-	must(t, e.cp.WriteServiceAccountKubeconfig(e.ctx, systemNamespace, managerSA, kubeconfig))
-
-	c := e.deployment.Spec.Template.Spec.Containers[0]
-	metricsAddr, probeAddr := freeAddr(t), freeAddr(t)
-	var args []string
-	for _, a := range c.Args {
-		switch flagName(a) {
-		case "metrics-bind-address", "health-probe-bind-address", "vercel-token-file":
-			continue // replaced below
-		}
-		args = append(args, a)
-	}
-	args = append(args,
-		"--metrics-bind-address="+metricsAddr,
-		"--health-probe-bind-address="+probeAddr,
-		"--vercel-token-file="+e.tokenFile,
-		"--vercel-api-url="+e.emuURL,
-		// In a pod the namespace comes from the ServiceAccount mount.
-		"--leader-election-namespace="+systemNamespace,
-	)
-	args = append(args, extra...)
-
-	p := &managerProcess{name: name, log: &lockedBuffer{}, done: make(chan struct{}),
-		metricsURL: "https://" + metricsAddr + "/metrics", probeAddr: probeAddr}
-	p.cmd = exec.Command(bin, args...)
-	p.cmd.Env = []string{"KUBECONFIG=" + kubeconfig, "HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH")}
-	for _, ev := range c.Env { // team and project id from the Secret, as the kubelet resolves them
-		if ev.ValueFrom != nil && ev.ValueFrom.SecretKeyRef != nil {
-			var s corev1.Secret
-			must(t, e.client.Get(e.ctx, client.ObjectKey{Namespace: systemNamespace, Name: ev.ValueFrom.SecretKeyRef.Name}, &s))
-			p.cmd.Env = append(p.cmd.Env, ev.Name+"="+string(s.Data[ev.ValueFrom.SecretKeyRef.Key]))
-		} else {
-			p.cmd.Env = append(p.cmd.Env, ev.Name+"="+ev.Value)
-		}
-	}
-	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
-	must(t, p.cmd.Start())
-	go func() { p.err = p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		p.signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(30 * time.Second):
-			p.signal(syscall.SIGKILL)
-			<-p.done
-		}
-		if t.Failed() {
-			full := filepath.Join(os.TempDir(), strings.ReplaceAll(t.Name(), "/", "_")+"-"+name+".log")
-			_ = os.WriteFile(full, []byte(p.log.String()), 0o600)
-			t.Logf("%s log (last 8 KiB; all of it in %s):\n%s", name, full, tail(p.log.String(), 8<<10))
-		}
+	bin, err := buildManager()
+	must(t, err)
+	return managerpod.Start(e.ctx, t, managerpod.Options{
+		Name:         name,
+		Binary:       bin,
+		Deployment:   e.deployment,
+		ControlPlane: e.cp,
+		Client:       e.client,
+		ExtraArgs:    append([]string{"--vercel-api-url=" + e.emuURL}, extra...),
 	})
-	e.waitHealthy(p)
-	return p
-}
-
-// waitHealthy waits for the manager's /healthz, and fails if it exits first.
-func (e *env) waitHealthy(p *managerProcess) {
-	e.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case <-p.done:
-			e.t.Fatalf("%s exited: %v\n%s", p.name, p.err, tail(p.log.String(), 8<<10))
-		default:
-		}
-		if conn, err := net.DialTimeout("tcp", p.probeAddr, time.Second); err == nil {
-			_ = conn.Close()
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	e.t.Fatalf("%s did not serve its probes within 60s\n%s", p.name, tail(p.log.String(), 8<<10))
-}
-
-func (p *managerProcess) signal(sig syscall.Signal) {
-	if p.cmd.Process != nil {
-		_ = p.cmd.Process.Signal(sig)
-	}
-}
-
-// exited reports whether the process has ended.
-func (p *managerProcess) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
 }
 
 // kubectl runs the real kubectl as the cluster administrator.
@@ -305,28 +213,6 @@ func (e *env) apply(manifest string) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		e.t.Fatalf("kubectl apply: %v\n%s\n--- manifest:\n%s", err, out, manifest)
 	}
-}
-
-// buildManager builds cmd/manager once per test binary.
-func buildManager(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "e2e-manager-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		managerBin = filepath.Join(dir, "manager")
-		cmd := exec.Command("go", "build", "-o", managerBin, "./cmd/manager")
-		cmd.Dir = repoRoot
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/manager: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return managerBin
 }
 
 // findDeployment returns the manager Deployment among the rendered objects.
@@ -370,42 +256,9 @@ func flagName(arg string) string {
 	return name
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	must(t, err)
-	defer l.Close()
-	return l.Addr().String()
-}
-
 func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
-}
-
-// lockedBuffer collects a process's output while tests read it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+	"github.com/getsentry/sandbox-controller/internal/managerpod"
 )
 
 // TestHighAvailability runs two manager processes with leader election, as
@@ -53,7 +54,7 @@ func TestHighAvailability(t *testing.T) {
 	if h := lease.current(); h != holderA {
 		t.Fatalf("the Lease moved to %q while its holder ran", h)
 	}
-	if strings.Contains(strings.ToLower(b.log.String()), "successfully acquired lease") {
+	if strings.Contains(strings.ToLower(b.Log()), "successfully acquired lease") {
 		t.Fatal("the standby acquired the Lease while the leader ran")
 	}
 
@@ -71,7 +72,7 @@ func TestHighAvailability(t *testing.T) {
 		}
 		return nil
 	})
-	a.signal(syscall.SIGKILL)
+	a.Signal(syscall.SIGKILL)
 	killed := time.Now()
 	if ready := readySandboxes(t, e, ns); ready >= n {
 		t.Fatalf("all %d Sandboxes were Ready before the leader was killed: the kill did not interrupt the burst", ready)
@@ -88,8 +89,8 @@ func TestHighAvailability(t *testing.T) {
 	}
 
 	eventually(t, 3*time.Minute, func() error {
-		if b.exited() {
-			t.Fatalf("manager-b exited: %v", b.err)
+		if b.Exited() {
+			t.Fatalf("manager-b exited: %v", b.Err())
 		}
 		if ready := readySandboxes(t, e, ns); ready != n {
 			return fmt.Errorf("%d of %d Sandboxes Ready", ready, n)
@@ -98,7 +99,7 @@ func TestHighAvailability(t *testing.T) {
 	})
 	checkOneVercelSandboxEach(t, e, ns, n)
 	// The standby did not reconcile before it led.
-	bLog := b.log.String()
+	bLog := b.Log()
 	if created := strings.Index(bLog, "Created Vercel sandbox"); created >= 0 &&
 		created < strings.Index(strings.ToLower(bLog), "successfully acquired lease") {
 		t.Error("manager-b created a Vercel sandbox before it held the Lease")
@@ -135,7 +136,7 @@ func TestHighAvailability(t *testing.T) {
 
 // startStandby starts a manager and returns once it has been trying to
 // acquire the Lease for 5s.
-func startStandby(t *testing.T, e *env, name string, extra ...string) *managerProcess {
+func startStandby(t *testing.T, e *env, name string, extra ...string) *managerpod.Process {
 	t.Helper()
 	p := e.startManager(name, extra...)
 	waitLog(t, p, "attempting to acquire leader lease", 30*time.Second)
@@ -151,26 +152,26 @@ func startStandby(t *testing.T, e *env, name string, extra ...string) *managerPr
 // After the release the new holder is the standby's next try, which
 // client-go schedules every retry period plus up to 1.2 times that again of
 // jitter: with the default 2s, up to 4.4s after the release.
-func handover(t *testing.T, lease *leaseWatch, old *managerProcess, oldHolder string) (string, time.Duration, bool) {
+func handover(t *testing.T, lease *leaseWatch, old *managerpod.Process, oldHolder string) (string, time.Duration, bool) {
 	t.Helper()
 	if h := lease.current(); h != oldHolder {
-		t.Fatalf("before the handover the Lease is held by %q, want %s's %q", h, old.name, oldHolder)
+		t.Fatalf("before the handover the Lease is held by %q, want %s's %q", h, old.Name, oldHolder)
 	}
 	start := time.Now()
-	old.signal(syscall.SIGTERM)
+	old.Signal(syscall.SIGTERM)
 	next := lease.waitHolder(t, start, 60*time.Second, func(h string) bool { return h != "" && h != oldHolder })
 	released := lease.seen(start, next.at, "")
 	if released {
 		rel := lease.waitHolder(t, start, time.Second, func(h string) bool { return h == "" })
-		t.Logf("%s released the Lease %s after SIGTERM", old.name, rel.at.Sub(start).Round(time.Millisecond))
+		t.Logf("%s released the Lease %s after SIGTERM", old.Name, rel.at.Sub(start).Round(time.Millisecond))
 	}
 	select {
-	case <-old.done:
+	case <-old.Done():
 	case <-time.After(40 * time.Second):
-		t.Fatalf("%s did not exit within 40s of SIGTERM", old.name)
+		t.Fatalf("%s did not exit within 40s of SIGTERM", old.Name)
 	}
-	if old.err != nil {
-		t.Errorf("%s exited with %v after SIGTERM, want a clean exit", old.name, old.err)
+	if old.Err() != nil {
+		t.Errorf("%s exited with %v after SIGTERM, want a clean exit", old.Name, old.Err())
 	}
 	return next.holder, next.at.Sub(start), released
 }
@@ -282,12 +283,12 @@ func checkOneVercelSandboxEach(t *testing.T, e *env, ns string, n int) {
 }
 
 // waitLog waits until the process's output contains s (case-insensitively).
-func waitLog(t *testing.T, p *managerProcess, s string, timeout time.Duration) {
+func waitLog(t *testing.T, p *managerpod.Process, s string, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
-	for !strings.Contains(strings.ToLower(p.log.String()), strings.ToLower(s)) {
+	for !strings.Contains(strings.ToLower(p.Log()), strings.ToLower(s)) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s did not log %q within %s", p.name, s, timeout)
+			t.Fatalf("%s did not log %q within %s", p.Name, s, timeout)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

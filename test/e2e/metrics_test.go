@@ -40,6 +40,7 @@ const (
 func TestSecureMetrics(t *testing.T) {
 	e := newEnv(t, envOptions{noManager: true})
 	mgr := e.startManager("manager")
+	metricsURL := "https://" + mgr.MetricsAddr + "/metrics"
 
 	cs, err := kubernetes.NewForConfig(e.cp.Config)
 	must(t, err)
@@ -102,10 +103,10 @@ func TestSecureMetrics(t *testing.T) {
 
 	var ok answer
 	eventually(t, 60*time.Second, func() error {
-		if mgr.exited() {
-			t.Fatalf("the manager exited: %v\n%s", mgr.err, tail(mgr.log.String(), 8<<10))
+		if mgr.Exited() {
+			t.Fatalf("the manager exited: %v\n%s", mgr.Err(), mgr.LogTail())
 		}
-		a, err := scrape(mgr.metricsURL, reader)
+		a, err := scrape(metricsURL, reader)
 		if err != nil {
 			return err
 		}
@@ -153,7 +154,7 @@ func TestSecureMetrics(t *testing.T) {
 		{"ServiceAccount without the role", intruder, http.StatusForbidden},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			a, err := scrape(mgr.metricsURL, c.token)
+			a, err := scrape(metricsURL, c.token)
 			must(t, err)
 			if a.status != c.want {
 				t.Errorf("GET /metrics: %d %s, want %d", a.status, strings.TrimSpace(a.body), c.want)
@@ -165,7 +166,7 @@ func TestSecureMetrics(t *testing.T) {
 	}
 
 	t.Run("plain HTTP", func(t *testing.T) {
-		a, err := scrape(strings.Replace(mgr.metricsURL, "https://", "http://", 1), reader)
+		a, err := scrape(strings.Replace(metricsURL, "https://", "http://", 1), reader)
 		if err == nil && a.status == http.StatusOK {
 			t.Fatalf("metrics served over plain HTTP")
 		}
@@ -173,8 +174,8 @@ func TestSecureMetrics(t *testing.T) {
 
 	// The reviews ran with the manager's deployed RBAC (metrics-auth-role):
 	// a missing permission would show as forbidden in its log.
-	if strings.Contains(strings.ToLower(mgr.log.String()), "forbidden") {
-		t.Errorf("the manager logged forbidden requests:\n%s", grepLines(mgr.log.String(), "forbidden"))
+	if strings.Contains(strings.ToLower(mgr.Log()), "forbidden") {
+		t.Errorf("the manager logged forbidden requests:\n%s", grepLines(mgr.Log(), "forbidden"))
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+	"github.com/getsentry/sandbox-controller/internal/managerpod"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
 
@@ -41,7 +42,7 @@ func TestManagerRunsWithDeployedRBAC(t *testing.T) {
 	t.Logf("flow took %s", time.Since(start).Round(100*time.Millisecond))
 }
 
-func rbacFlow(t *testing.T, e *env, mgr *managerProcess) {
+func rbacFlow(t *testing.T, e *env, mgr *managerpod.Process) {
 	const (
 		ns       = "rbac-flow"
 		source   = "source"
@@ -104,15 +105,15 @@ func rbacFlow(t *testing.T, e *env, mgr *managerProcess) {
 	// Checked however the flow ends (before the manager is stopped), so that
 	// a refusal is named as the cause of a step that never completed.
 	t.Cleanup(func() {
-		logText := mgr.log.String()
+		logText := mgr.Log()
 		if refused(mgr) {
 			t.Errorf("the manager's log reports forbidden requests:\n%s", grepLines(logText, "forbidden"))
 		}
 		if strings.Contains(logText, secretValue) {
 			t.Error("the manager's log contains the Secret's value")
 		}
-		if mgr.exited() {
-			t.Errorf("the manager exited: %v", mgr.err)
+		if mgr.Exited() {
+			t.Errorf("the manager exited: %v", mgr.Err())
 		}
 	})
 
@@ -332,7 +333,7 @@ spec:
 
 // waitForkReplicas waits until the fork reports n children, all Ready, for
 // its current generation, and n child Sandboxes carry its label.
-func waitForkReplicas(t *testing.T, e *env, mgr *managerProcess, ns, name string, n int32) {
+func waitForkReplicas(t *testing.T, e *env, mgr *managerpod.Process, ns, name string, n int32) {
 	t.Helper()
 	eventuallyManager(t, mgr, 60*time.Second, func() error {
 		var f sandboxv1.SandboxFork
@@ -439,7 +440,7 @@ func grepLines(s, word string) string {
 
 // eventuallyManager is eventually that gives up as soon as the manager's log
 // reports a refused request.
-func eventuallyManager(t *testing.T, mgr *managerProcess, timeout time.Duration, f func() error) {
+func eventuallyManager(t *testing.T, mgr *managerpod.Process, timeout time.Duration, f func() error) {
 	t.Helper()
 	eventually(t, timeout, func() error {
 		if refused(mgr) {
@@ -451,6 +452,6 @@ func eventuallyManager(t *testing.T, mgr *managerProcess, timeout time.Duration,
 
 // refused reports whether the manager's log shows a request the API server
 // refused for lack of permission.
-func refused(mgr *managerProcess) bool {
-	return strings.Contains(strings.ToLower(mgr.log.String()), "forbidden")
+func refused(mgr *managerpod.Process) bool {
+	return strings.Contains(strings.ToLower(mgr.Log()), "forbidden")
 }
