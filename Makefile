@@ -74,6 +74,11 @@ bench: envtest kustomize ## Benchmark the operator against direct Vercel calls a
 	go build -o $(LOCALBIN)/bench/manager ./cmd/manager
 	KUBEBUILDER_ASSETS="$$(./hack/envtest.sh)" go run ./test/perf/cmd/bench -manager-bin $(LOCALBIN)/bench/manager -out $(LOCALBIN)/bench $(ARGS)
 
+.PHONY: chaos
+chaos: envtest kustomize ## Chaos soak: two leader-elected manager replicas SIGKILLed at random, emulator faults, a seeded random workload; one table, exit 1 on a missed target (30 min; ARGS="-duration 10m -seed 7", see -h and docs/dev/chaos.md).
+	go build -o $(LOCALBIN)/chaos/manager ./cmd/manager
+	KUBEBUILDER_ASSETS="$$(./hack/envtest.sh)" go run ./test/chaos/cmd/chaos -manager-bin $(LOCALBIN)/chaos/manager -workdir $(LOCALBIN)/chaos/run-$$(date +%Y%m%d-%H%M%S) $(ARGS)
+
 .PHONY: dev
 dev: kustomize ## Run everything locally until Ctrl-C: control plane (with kube-controller-manager) with the CRDs, Vercel emulator, manager (state in bin/dev/).
 	go build -o $(LOCALBIN)/sandbox-dev ./hack/dev
