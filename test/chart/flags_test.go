@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/getsentry/sandbox-controller/internal/managerpod"
 )
 
 // notFromValues are manager flags the chart deliberately leaves out.
@@ -23,7 +25,10 @@ var notFromValues = map[string]string{
 // The rendered arguments, defaults and all-on, are then parsed by the manager
 // itself: a misspelt flag or a value of the wrong type fails.
 func TestEveryManagerFlagReachable(t *testing.T) {
-	manager := buildManager(t)
+	manager, err := buildManager()
+	if err != nil {
+		t.Fatal(err)
+	}
 	flags := managerFlags(t)
 
 	all := theDeployment(t, render(t, "r", "chart-test", "--values", allOn, "--set", "extraArgs=null"))
@@ -53,17 +58,15 @@ func TestEveryManagerFlagReachable(t *testing.T) {
 	}
 }
 
-var (
-	buildOnce  sync.Once
-	managerBin string
-	buildErr   error
-)
-
 // managerFlags returns each flag of `manager --help` with its default as the
 // usage text gives it ("" when it names none).
 func managerFlags(t *testing.T) map[string]string {
 	t.Helper()
-	help, err := exec.Command(buildManager(t), "--help").CombinedOutput()
+	manager, err := buildManager()
+	if err != nil {
+		t.Fatal(err)
+	}
+	help, err := exec.Command(manager, "--help").CombinedOutput()
 	if err != nil {
 		t.Fatalf("manager --help: %v\n%s", err, help)
 	}
@@ -118,17 +121,7 @@ func TestValuesDocumentManagerDefaults(t *testing.T) {
 
 // buildManager builds cmd/manager once per test binary, into a directory
 // removed when the tests end.
-func buildManager(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		managerBin = filepath.Join(buildDir, "manager")
-		_, buildErr = command("go", nil, nil, "build", "-o", managerBin, "./cmd/manager")
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return managerBin
-}
+var buildManager = sync.OnceValues(func() (string, error) { return managerpod.Build(root, buildDir) })
 
 // firstLines returns the first n lines of s: the error before the usage text.
 func firstLines(s string, n int) string {

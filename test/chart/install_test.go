@@ -1,24 +1,18 @@
 package chart
 
 import (
-	"bytes"
 	"context"
 	"io"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -29,6 +23,7 @@ import (
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 	"github.com/getsentry/sandbox-controller/internal/controlplane"
 	"github.com/getsentry/sandbox-controller/internal/emulator"
+	"github.com/getsentry/sandbox-controller/internal/managerpod"
 )
 
 // cluster is a control plane the chart is installed into.
@@ -226,7 +221,11 @@ func TestHelmInstallRunUpgradeUninstall(t *testing.T) {
 	if err := c.client.Get(c.ctx, client.ObjectKey{Namespace: ns, Name: release + "-controller-manager"}, &dep); err != nil {
 		t.Fatal(err)
 	}
-	mgr := startManager(t, c, &dep, ns)
+	bin, err := buildManager()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgr := managerpod.Start(c.ctx, t, managerpod.Options{Name: "manager", Binary: bin, Deployment: &dep, ControlPlane: c.cp, Client: c.client})
 
 	// A Sandbox becomes Ready through the installed manager, and its delete
 	// goes through the finalizer to Vercel.
@@ -238,7 +237,7 @@ func TestHelmInstallRunUpgradeUninstall(t *testing.T) {
 	c.kubectl(string(sample), "apply", "--namespace", "work", "-f", "-")
 	if _, err := command("kubectl", nil, nil, "--kubeconfig", c.kubeconfig, "--namespace", "work",
 		"wait", "--for=condition=Ready", "--timeout=90s", "sandbox/hello"); err != nil {
-		t.Fatalf("%v\nmanager log:\n%s", err, tail(mgr.log.String(), 8<<10))
+		t.Fatalf("%v\nmanager log:\n%s", err, mgr.LogTail())
 	}
 	if n := len(emu.LiveSandboxes()); n != 1 {
 		t.Errorf("%d Vercel sandboxes, want 1", n)
@@ -253,9 +252,15 @@ func TestHelmInstallRunUpgradeUninstall(t *testing.T) {
 	if n := len(emu.LiveSandboxes()); n != 0 {
 		t.Errorf("%d Vercel sandboxes after the delete, want 0", n)
 	}
-	mgr.stop(t, time.Duration(*dep.Spec.Template.Spec.TerminationGracePeriodSeconds)*time.Second)
-	if forbidden := regexp.MustCompile(`(?i)forbidden`).FindString(mgr.log.String()); forbidden != "" {
-		t.Errorf("the manager was refused something by the installed RBAC:\n%s", tail(mgr.log.String(), 8<<10))
+	// SIGTERM, as the kubelet sends it: a clean exit within the pod's grace
+	// period.
+	grace, stopping := time.Duration(*dep.Spec.Template.Spec.TerminationGracePeriodSeconds)*time.Second, time.Now()
+	if err := mgr.Stop(grace); err != nil {
+		t.Errorf("the manager on SIGTERM: %v", err)
+	}
+	t.Logf("the manager stopped %v after SIGTERM (grace period %v)", time.Since(stopping).Round(time.Millisecond), grace)
+	if forbidden := regexp.MustCompile(`(?i)forbidden`).FindString(mgr.Log()); forbidden != "" {
+		t.Errorf("the manager was refused something by the installed RBAC:\n%s", mgr.LogTail())
 	}
 
 	// Upgrade: a changed value reaches the Deployment.
@@ -311,157 +316,4 @@ func TestHelmInstallRunUpgradeUninstall(t *testing.T) {
 	}
 }
 
-// managerRun is the manager binary running as the chart's ServiceAccount.
-type managerRun struct {
-	cmd  *exec.Cmd
-	log  *lockedBuffer
-	done chan error
-}
-
-// startManager runs the manager as a pod of the Deployment would: as its
-// ServiceAccount, with its arguments ($(VAR) expanded from its environment,
-// which comes from the credentials Secret) and the Secret's token in a file.
-// Only the listen addresses and the token path are adapted to a local process.
-func startManager(t *testing.T, c *cluster, dep *appsv1.Deployment, ns string) *managerRun {
-	t.Helper()
-	pod := dep.Spec.Template.Spec
-	kubeconfig := filepath.Join(t.TempDir(), "manager.kubeconfig")
-	if err := c.cp.WriteServiceAccountKubeconfig(c.ctx, ns, pod.ServiceAccountName, kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	container := pod.Containers[0]
-	secret := func(name, key string) []byte {
-		var s corev1.Secret
-		if err := c.client.Get(c.ctx, client.ObjectKey{Namespace: ns, Name: name}, &s); err != nil {
-			t.Fatal(err)
-		}
-		return s.Data[key]
-	}
-	env := map[string]string{}
-	for _, e := range container.Env {
-		if e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
-			env[e.Name] = e.Value
-			continue
-		}
-		env[e.Name] = string(secret(e.ValueFrom.SecretKeyRef.Name, e.ValueFrom.SecretKeyRef.Key))
-	}
-	// The kubelet mounts the Secret's token at the path the Deployment names.
-	var tokenFile string
-	for _, v := range pod.Volumes {
-		if v.Name == "vercel-token" {
-			tokenFile = filepath.Join(t.TempDir(), "token")
-			if err := os.WriteFile(tokenFile, secret(v.Secret.SecretName, "token"), 0o600); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if tokenFile == "" {
-		t.Fatalf("the Deployment has no vercel-token volume: %+v", pod.Volumes)
-	}
-	probeAddr := freeAddr(t)
-	var args []string
-	for _, a := range container.Args {
-		name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
-		switch name {
-		case "metrics-bind-address":
-			a = "--metrics-bind-address=" + freeAddr(t)
-		case "health-probe-bind-address":
-			a = "--health-probe-bind-address=" + probeAddr
-		case "vercel-token-file":
-			a = "--vercel-token-file=" + tokenFile
-		}
-		for k, v := range env { // the kubelet's $(VAR) expansion
-			a = strings.ReplaceAll(a, "$("+k+")", v)
-		}
-		args = append(args, a)
-	}
-	m := &managerRun{log: &lockedBuffer{}, done: make(chan error, 1)}
-	m.cmd = exec.Command(buildManager(t), args...)
-	m.cmd.Env = []string{"KUBECONFIG=" + kubeconfig, "HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH")}
-	for k, v := range env {
-		m.cmd.Env = append(m.cmd.Env, k+"="+v)
-	}
-	m.cmd.Stdout, m.cmd.Stderr = m.log, m.log
-	if err := m.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { m.done <- m.cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = m.cmd.Process.Kill()
-		if t.Failed() {
-			t.Logf("manager log (last 8 KiB):\n%s", tail(m.log.String(), 8<<10))
-		}
-	})
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		select {
-		case err := <-m.done:
-			m.done <- err
-			t.Fatalf("the manager exited: %v\n%s", err, tail(m.log.String(), 8<<10))
-		default:
-		}
-		if conn, err := net.DialTimeout("tcp", probeAddr, time.Second); err == nil {
-			_ = conn.Close()
-			return m
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the manager did not serve its probes within 60s\n%s", tail(m.log.String(), 8<<10))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// stop sends SIGTERM, as the kubelet does, and expects a clean exit within
-// the pod's grace period.
-func (m *managerRun) stop(t *testing.T, grace time.Duration) {
-	t.Helper()
-	start := time.Now()
-	_ = m.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-m.done:
-		m.done <- err
-		if err != nil {
-			t.Errorf("the manager exited with %v on SIGTERM", err)
-		}
-		t.Logf("the manager stopped %v after SIGTERM (grace period %v)", time.Since(start).Round(time.Millisecond), grace)
-	case <-time.After(grace):
-		t.Errorf("the manager did not stop within the grace period %v", grace)
-	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 func redact(s, secret string) string { return strings.ReplaceAll(s, secret, "<token>") }
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
-}
-
-// lockedBuffer collects a process's output while the test reads it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
