@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/getsentry/sandbox-controller/internal/httplimit"
 )
 
 // DefaultBaseURL is the public API host (docs/dev/vercel-sandbox-api.md §2.1).
@@ -32,6 +34,13 @@ const (
 	DefaultRequestsPerMinute = 10000
 	DefaultMaxRetryAfter     = 20 * time.Second
 	DefaultMaxRetries        = 2
+	// DefaultCallTimeout bounds a call: above the slowest answer seen from
+	// the API (a create with a large snapshot, a few seconds) with room for
+	// a retry, and far below the minutes that would wedge a reconciler.
+	DefaultCallTimeout = 30 * time.Second
+	// DefaultStreamIdleTimeout ends a stream that delivers no byte for this
+	// long.
+	DefaultStreamIdleTimeout = time.Minute
 )
 
 // Config configures a Client. Exactly one of Token and OIDCToken is required.
@@ -55,8 +64,22 @@ type Config struct {
 	OIDCToken string
 	// HTTPClient defaults to a client on http.DefaultTransport. Its Timeout
 	// must be 0: streaming calls may last hours, so every call is bounded by
-	// its context instead.
+	// its context and CallTimeout/StreamIdleTimeout instead. The manager's is
+	// an internal/httplimit client, whose reserved slots the client uses for
+	// deletes, stops and session extensions.
 	HTTPClient *http.Client
+	// CallTimeout bounds every call that is not a stream — all its attempts,
+	// retry waits and queueing included — and, for a stream, the wait for
+	// its response headers. A call that runs out fails with a
+	// *TransientError wrapping ErrCallTimeout. 0 means DefaultCallTimeout;
+	// negative means none (only the caller's context bounds calls).
+	CallTimeout time.Duration
+	// StreamIdleTimeout ends a stream (command output, a file read) when a
+	// read has waited this long without a byte, with a *TransientError
+	// wrapping ErrStreamIdle. A stream's total length is not bounded: a
+	// command may run for hours. 0 means DefaultStreamIdleTimeout; negative
+	// means none.
+	StreamIdleTimeout time.Duration
 	// RequestsPerMinute paces requests through a token bucket shared by every
 	// Client with the same BaseURL, token and team. 0 means
 	// DefaultRequestsPerMinute; negative disables pacing.
@@ -90,9 +113,9 @@ func redact(s string) string {
 
 // String describes the configuration with both tokens redacted.
 func (c Config) String() string {
-	return fmt.Sprintf("vercel.Config{BaseURL:%q, TeamID:%q, ProjectID:%q, Token:%q, OIDCToken:%q, RequestsPerMinute:%d, MaxRetryAfter:%s, MaxRetries:%d, UserAgent:%q}",
+	return fmt.Sprintf("vercel.Config{BaseURL:%q, TeamID:%q, ProjectID:%q, Token:%q, OIDCToken:%q, RequestsPerMinute:%d, MaxRetryAfter:%s, MaxRetries:%d, CallTimeout:%s, StreamIdleTimeout:%s, UserAgent:%q}",
 		c.BaseURL, c.TeamID, c.ProjectID, redact(c.Token), redact(c.OIDCToken),
-		c.RequestsPerMinute, c.MaxRetryAfter, c.MaxRetries, c.UserAgent)
+		c.RequestsPerMinute, c.MaxRetryAfter, c.MaxRetries, c.CallTimeout, c.StreamIdleTimeout, c.UserAgent)
 }
 
 // GoString is String: %#v must not print the tokens either.
@@ -121,16 +144,26 @@ type Client struct {
 	maxRetries    int
 	maxRetryAfter time.Duration
 	limiter       *rate.Limiter // shared per credential; nil: unpaced
+	cred          *credential   // shared per credential: the 429 gates
+	callTimeout   time.Duration // 0: none
+	streamIdle    time.Duration // 0: none
 
 	onRequest     func(string, int, time.Duration)
 	onLimiterWait func(time.Duration)
 	limiterWaits  atomic.Int64
 	retries       *retryBudget
 
-	// backoffBase and sleep are fields so unit tests can observe and shorten
-	// the waits without changing the policy.
+	// backoffBase, gateBackoff, maxGateWait, sleep and now are fields so
+	// unit tests can observe and shorten the waits without changing the
+	// policy.
 	backoffBase time.Duration
+	gateBackoff throttleBackoff
+	// maxGateWait is the longest a request waits for a closed 429 gate;
+	// beyond it the call fails at once with CodeClientThrottled, so that a
+	// reconciler requeues instead of blocking a worker.
+	maxGateWait time.Duration
 	sleep       func(context.Context, time.Duration) error
+	now         func() time.Time
 }
 
 // New validates cfg and returns a Client. Its errors never contain a token.
@@ -146,8 +179,11 @@ func New(cfg Config) (*Client, error) {
 		onLimiterWait: cfg.OnLimiterWait,
 		// The SDK's minTimeout (docs/dev/vercel-sandbox-api.md §7.5).
 		backoffBase: 400 * time.Millisecond,
+		gateBackoff: throttleBackoff{base: time.Second, cap: 30 * time.Second},
+		maxGateWait: time.Second,
 		retries:     newRetryBudget(),
 		sleep:       sleepCtx,
+		now:         time.Now,
 	}
 
 	base := cfg.BaseURL
@@ -212,14 +248,30 @@ func New(cfg Config) (*Client, error) {
 	case c.maxRetryAfter < 0:
 		c.maxRetryAfter = 0
 	}
+	c.callTimeout = durationOr(cfg.CallTimeout, DefaultCallTimeout)
+	c.streamIdle = durationOr(cfg.StreamIdleTimeout, DefaultStreamIdleTimeout)
+	key := limiterKey(c.baseURL, c.token, c.teamID)
+	c.cred = sharedCredential(key)
 	rpm := cfg.RequestsPerMinute
 	if rpm == 0 {
 		rpm = DefaultRequestsPerMinute
 	}
 	if rpm > 0 {
-		c.limiter = sharedLimiter(limiterKey(c.baseURL, c.token, c.teamID), rpm)
+		c.limiter = sharedLimiter(key, rpm)
 	}
 	return c, nil
+}
+
+// durationOr applies the convention of Config's durations: 0 means def,
+// negative means none (0).
+func durationOr(d, def time.Duration) time.Duration {
+	switch {
+	case d == 0:
+		return def
+	case d < 0:
+		return 0
+	}
+	return d
 }
 
 // oidcClaims reads owner_id and project_id from a JWT payload without verifying
@@ -290,6 +342,11 @@ type request struct {
 	contentType string
 	header      http.Header
 	retry       retryPolicy
+	// lane says which 429 gates hold the request back and whether it may
+	// use the reserved in-flight slots (throttle.go).
+	lane lane
+	// releases: a success ends a session, so a start may be tried at once.
+	releases bool
 	// alreadyDone, when set, recognises an error answer that means an
 	// earlier attempt, which may have committed before failing (5xx or no
 	// answer), did the work: e.g. a duplicate name after a retried create.
@@ -316,22 +373,25 @@ func (c *Client) jsonRequest(endpoint, method, path string, query url.Values, bo
 	return r, nil
 }
 
-// send performs r with limiter pacing and the retry policy, and returns the
-// first 2xx response (body unread) or a typed error.
+// send performs r with the 429 gates, limiter pacing and the retry policy,
+// and returns the first 2xx response (body unread) or a typed error.
 func (c *Client) send(ctx context.Context, r *request) (*http.Response, error) {
 	mayHaveCommitted := false
 	for attempt := 0; ; attempt++ {
-		if err := c.pace(ctx); err != nil {
-			return nil, c.ctxError(r.endpoint, err)
+		tk, err := c.admit(ctx, r)
+		if err != nil {
+			return nil, err
 		}
 		req, err := c.newHTTPRequest(ctx, r)
 		if err != nil {
+			c.settle(tk, r, 0, 0)
 			return nil, err
 		}
 		start := time.Now()
 		resp, err := c.hc.Do(req)
 		elapsed := time.Since(start)
 		if err != nil {
+			c.settle(tk, r, 0, 0)
 			c.observe(r.endpoint, 0, elapsed)
 			if ctx.Err() != nil {
 				return nil, c.ctxError(r.endpoint, context.Cause(ctx))
@@ -352,12 +412,21 @@ func (c *Client) send(ctx context.Context, r *request) (*http.Response, error) {
 		c.observe(r.endpoint, resp.StatusCode, elapsed)
 		c.retries.record(resp.StatusCode >= 500)
 		if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+			c.settle(tk, r, resp.StatusCode, 0)
 			return resp, nil
 		}
 
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 		resp.Body.Close()
 		apiErr := newAPIError(r.endpoint, resp, body, c.token)
+		gateWait := c.settle(tk, r, resp.StatusCode, apiErr.RetryAfter)
+		if resp.StatusCode == http.StatusTooManyRequests && apiErr.RetryAfter == 0 {
+			if r.lane == laneFree {
+				apiErr.Backoff = c.backoff(attempt) // not gated: its own backoff
+			} else {
+				apiErr.Backoff = jitter(gateWait)
+			}
+		}
 
 		if attempt > 0 && mayHaveCommitted && r.alreadyDone != nil && r.alreadyDone(apiErr) {
 			return nil, &alreadyDoneError{apiErr}
@@ -368,14 +437,21 @@ func (c *Client) send(ctx context.Context, r *request) (*http.Response, error) {
 		var wait time.Duration
 		switch {
 		case resp.StatusCode == http.StatusTooManyRequests:
-			// A long Retry-After is the caller's to honour (requeue), not
-			// ours to block on.
-			if apiErr.RetryAfter > c.maxRetryAfter {
+			// A 429 without Retry-After on a start is the concurrency
+			// limit: it clears when a session ends, not in a second, so the
+			// caller requeues after the credential's backoff rather than
+			// retry now (docs/dev/vercel-sandbox-api.md §7.2).
+			if apiErr.RetryAfter == 0 && r.lane == laneStart {
 				return nil, apiErr
 			}
 			wait = apiErr.RetryAfter
 			if wait == 0 {
-				wait = c.backoff(attempt)
+				wait = apiErr.Backoff
+			}
+			// A long wait is the caller's to honour (requeue), not ours to
+			// block on; nor is one that would outlive the call's deadline.
+			if wait > c.maxRetryAfter || !fitsDeadline(ctx, wait) {
+				return nil, apiErr
 			}
 		case resp.StatusCode >= 500:
 			mayHaveCommitted = true
@@ -387,6 +463,48 @@ func (c *Client) send(ctx context.Context, r *request) (*http.Response, error) {
 			return nil, c.ctxError(r.endpoint, err)
 		}
 	}
+}
+
+// admit waits for the credential's 429 gates (throttle.go) and the rate
+// limiter. A gate closed for longer than maxGateWait, or past ctx's deadline,
+// fails the call at once with a 429 CodeClientThrottled whose Backoff says
+// when to come back; the request is not sent.
+func (c *Client) admit(ctx context.Context, r *request) (ticket, error) {
+	var tk ticket
+	for i := 0; ; i++ {
+		var wait time.Duration
+		tk, wait = c.cred.throttle.admit(r.lane, c.now(), c.gateBackoff)
+		if wait <= 0 {
+			break
+		}
+		if wait > c.maxGateWait || i >= 3 || !fitsDeadline(ctx, wait) {
+			return ticket{}, &APIError{
+				Status:   http.StatusTooManyRequests,
+				Code:     CodeClientThrottled,
+				Endpoint: r.endpoint,
+				Message:  "not sent: Vercel answered 429 to this credential, and the client holds its requests back until the backoff ends",
+				Backoff:  jitter(wait),
+			}
+		}
+		if err := c.sleep(ctx, wait); err != nil {
+			return ticket{}, c.ctxError(r.endpoint, err)
+		}
+	}
+	if err := c.pace(ctx); err != nil {
+		c.settle(tk, r, 0, 0)
+		return ticket{}, c.ctxError(r.endpoint, err)
+	}
+	return tk, nil
+}
+
+func (c *Client) settle(tk ticket, r *request, status int, retryAfter time.Duration) time.Duration {
+	return c.cred.throttle.settle(tk, status, retryAfter, r.releases, c.now(), c.gateBackoff)
+}
+
+// fitsDeadline reports whether d ends before ctx's deadline.
+func fitsDeadline(ctx context.Context, d time.Duration) bool {
+	deadline, ok := ctx.Deadline()
+	return !ok || time.Until(deadline) > d
 }
 
 func (c *Client) newHTTPRequest(ctx context.Context, r *request) (*http.Request, error) {
@@ -404,6 +522,12 @@ func (c *Client) newHTTPRequest(ctx context.Context, r *request) (*http.Request,
 	var body io.Reader
 	if r.body != nil {
 		body = bytes.NewReader(r.body)
+	}
+	if r.lane == laneFree {
+		// Deletes, stops and extensions free capacity or keep a session
+		// alive: they may use the reserved in-flight slots, so they do not
+		// queue behind the creates waiting for that capacity.
+		ctx = httplimit.WithPriority(ctx)
 	}
 	req, err := http.NewRequestWithContext(ctx, r.method, u, body)
 	if err != nil {
@@ -451,8 +575,81 @@ func (c *Client) backoff(attempt int) time.Duration {
 	return d/2 + rand.N(d)
 }
 
+// ctxError reports a call ended by its context: by the client's own call or
+// idle deadline (a *TransientError: worth retrying), or by the caller.
 func (c *Client) ctxError(endpoint string, err error) error {
+	if errors.Is(err, ErrCallTimeout) || errors.Is(err, ErrStreamIdle) {
+		return &TransientError{Endpoint: endpoint, Err: err}
+	}
 	return fmt.Errorf("vercel %s: %w", endpoint, err)
+}
+
+// withCallTimeout bounds a call that is not a stream by CallTimeout.
+func (c *Client) withCallTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if c.callTimeout <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeoutCause(ctx, c.callTimeout, fmt.Errorf("%w after %s: %w", ErrCallTimeout, c.callTimeout, context.DeadlineExceeded))
+}
+
+// openBody sends a streaming request: CallTimeout bounds the wait for its
+// response headers, then StreamIdleTimeout each read of its body. The
+// returned context is the stream's (its cause says which limit ended it);
+// closing the body releases it.
+func (c *Client) openBody(ctx context.Context, r *request) (*http.Response, context.Context, error) {
+	sctx, cancel := context.WithCancelCause(ctx)
+	var headers *time.Timer
+	if c.callTimeout > 0 {
+		err := fmt.Errorf("%w after %s waiting for the stream to start: %w", ErrCallTimeout, c.callTimeout, context.DeadlineExceeded)
+		headers = time.AfterFunc(c.callTimeout, func() { cancel(err) })
+	}
+	resp, err := c.send(sctx, r)
+	if headers != nil {
+		headers.Stop()
+	}
+	if err != nil {
+		cancel(nil)
+		return nil, nil, err
+	}
+	resp.Body = newIdleBody(resp.Body, c.streamIdle, cancel)
+	return resp, sctx, nil
+}
+
+// idleBody cancels its stream when a Read waits longer than d without a
+// byte. The clock runs only while a Read is blocked, so a consumer that is
+// slow to call Read is not mistaken for a silent server.
+type idleBody struct {
+	rc     io.ReadCloser
+	d      time.Duration
+	timer  *time.Timer // nil: no limit
+	cancel context.CancelCauseFunc
+}
+
+func newIdleBody(rc io.ReadCloser, d time.Duration, cancel context.CancelCauseFunc) *idleBody {
+	b := &idleBody{rc: rc, d: d, cancel: cancel}
+	if d > 0 {
+		err := fmt.Errorf("%w: no data for %s", ErrStreamIdle, d)
+		b.timer = time.AfterFunc(time.Hour, func() { cancel(err) })
+		b.timer.Stop()
+	}
+	return b
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	if b.timer != nil {
+		b.timer.Reset(b.d)
+		defer b.timer.Stop()
+	}
+	return b.rc.Read(p)
+}
+
+func (b *idleBody) Close() error {
+	if b.timer != nil {
+		b.timer.Stop()
+	}
+	err := b.rc.Close()
+	b.cancel(nil)
+	return err
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
@@ -473,8 +670,11 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // far below it.
 const maxJSONBody = 32 << 20
 
-// do sends r and decodes a JSON answer into out (nil: discard the body).
+// do sends r and decodes a JSON answer into out (nil: discard the body),
+// within CallTimeout.
 func (c *Client) do(ctx context.Context, r *request, out any) error {
+	ctx, cancel := c.withCallTimeout(ctx)
+	defer cancel()
 	resp, err := c.send(ctx, r)
 	if err != nil {
 		return err

@@ -57,7 +57,8 @@ func (c *Client) RunCommand(ctx context.Context, sessionID string, req RunComman
 // RunCommandStream runs a command with wait=true and returns its NDJSON stream:
 // a command record when it starts, its output when req.Logs is set, and a final
 // command record with the exit code (docs/dev/vercel-sandbox-api.md §5.8). The
-// stream lives as long as the command; ctx bounds it. The caller must Close it.
+// stream lives as long as the command; ctx bounds it, and a read that waits
+// StreamIdleTimeout without a byte ends it. The caller must Close it.
 func (c *Client) RunCommandStream(ctx context.Context, sessionID string, req RunCommandRequest) (*CommandStream, error) {
 	if err := checkID(EPRunCommand, "session id", sessionID); err != nil {
 		return nil, err
@@ -68,24 +69,25 @@ func (c *Client) RunCommandStream(ctx context.Context, sessionID string, req Run
 	if err != nil {
 		return nil, err
 	}
-	body, err := c.openStream(ctx, r)
+	body, sctx, err := c.openStream(ctx, r)
 	if err != nil {
 		return nil, err
 	}
-	return &CommandStream{stream: newStream(ctx, c, r.endpoint, body)}, nil
+	return &CommandStream{stream: newStream(sctx, c, r.endpoint, body)}, nil
 }
 
-// openStream sends r and checks that the answer is NDJSON.
-func (c *Client) openStream(ctx context.Context, r *request) (io.ReadCloser, error) {
-	resp, err := c.send(ctx, r)
+// openStream sends r and checks that the answer is NDJSON. The body and the
+// returned context are bounded as openBody says.
+func (c *Client) openStream(ctx context.Context, r *request) (io.ReadCloser, context.Context, error) {
+	resp, sctx, err := c.openBody(ctx, r)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := checkMediaType(r.endpoint, resp, ndjsonMediaType); err != nil {
 		closeBody(resp.Body)
-		return nil, err
+		return nil, nil, err
 	}
-	return resp.Body, nil
+	return resp.Body, sctx, nil
 }
 
 // stream is what CommandStream and LogStream share: an NDJSON body that
@@ -225,8 +227,9 @@ func (s *LogStream) Next() (Record, error) {
 func (s *LogStream) Close() error { return s.close() }
 
 // GetCommand reads a command. With wait it blocks until the command exits
-// (docs/dev/vercel-sandbox-api.md §5.8), which may take as long as the command
-// runs: bound it with ctx.
+// (docs/dev/vercel-sandbox-api.md §5.8), but no longer than CallTimeout: a
+// longer command fails the call with a transient timeout (IsTimeout), and the
+// caller asks again — or follows the command with CommandLogs.
 func (c *Client) GetCommand(ctx context.Context, sessionID, cmdID string, wait bool) (*Command, error) {
 	if err := checkID(EPGetCommand, "session id", sessionID); err != nil {
 		return nil, err
@@ -291,11 +294,11 @@ func (c *Client) CommandLogs(ctx context.Context, sessionID, cmdID string) (*Log
 		return nil, err
 	}
 	r, _ := c.jsonRequest(EPCommandLogs, http.MethodGet, commandPath(sessionID, cmdID)+"/logs", nil, nil, retryable)
-	body, err := c.openStream(ctx, r)
+	body, sctx, err := c.openStream(ctx, r)
 	if err != nil {
 		return nil, err
 	}
-	return &LogStream{stream: newStream(ctx, c, r.endpoint, body)}, nil
+	return &LogStream{stream: newStream(sctx, c, r.endpoint, body)}, nil
 }
 
 // MaxCollectedOutput bounds what ReadAllLogs keeps of each stream: a chatty

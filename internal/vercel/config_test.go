@@ -139,15 +139,20 @@ func TestNewValidatesAndDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.baseURL != DefaultBaseURL || c.maxRetries != 2 || c.maxRetryAfter != 20*time.Second || c.limiter == nil ||
+		c.callTimeout != 30*time.Second || c.streamIdle != time.Minute || c.cred == nil ||
 		c.token != "tok-trimmed" || c.hc.Timeout != 0 || !strings.HasPrefix(c.userAgent, "sandbox-controller") {
 		t.Errorf("defaults: %+v retries=%d maxRA=%v", c, c.maxRetries, c.maxRetryAfter)
 	}
-	c, err = New(Config{Token: "x", MaxRetries: -1, MaxRetryAfter: -1, RequestsPerMinute: -1})
+	c, err = New(Config{Token: "x", MaxRetries: -1, MaxRetryAfter: -1, RequestsPerMinute: -1, CallTimeout: -1, StreamIdleTimeout: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.maxRetries != 0 || c.maxRetryAfter != 0 || c.limiter != nil {
-		t.Errorf("negative settings not honoured: retries=%d maxRA=%v limiter=%v", c.maxRetries, c.maxRetryAfter, c.limiter)
+	if c.maxRetries != 0 || c.maxRetryAfter != 0 || c.limiter != nil || c.callTimeout != 0 || c.streamIdle != 0 {
+		t.Errorf("negative settings not honoured: retries=%d maxRA=%v limiter=%v call=%s idle=%s", c.maxRetries, c.maxRetryAfter, c.limiter, c.callTimeout, c.streamIdle)
+	}
+	// Pacing off or on, Clients of one credential share its 429 gates.
+	if d, _ := New(Config{Token: "x"}); d.cred != c.cred {
+		t.Error("two Clients of one credential do not share the 429 gates")
 	}
 }
 

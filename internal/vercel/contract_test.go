@@ -700,9 +700,19 @@ func TestContractRateLimitHonoured(t *testing.T) {
 	env := newContractEnv(t, emulator.Options{})
 	ctx := testCtx(t)
 	mustCreate(t, env, vercel.CreateSandboxRequest{Name: "rl"})
+	// A command run is never re-sent, even for a short Retry-After.
+	id := mustCreate(t, env, vercel.CreateSandboxRequest{Name: "rl-cmd"}).Session.ID
+	env.emu.Faults().RateLimit("runCommand", 1, time.Second)
+	before := env.emu.RequestCount("runCommand")
+	if _, err := env.c.RunCommand(ctx, id, vercel.RunCommandRequest{Command: "true"}); !vercel.IsRateLimited(err) || vercel.RetryAfter(err) != time.Second {
+		t.Errorf("runCommand under 429: %v", err)
+	}
+	if n := env.emu.RequestCount("runCommand") - before; n != 1 {
+		t.Errorf("runCommand sent %d times", n)
+	}
 
 	env.emu.Faults().RateLimit("getSandbox", 1, time.Second)
-	before := env.emu.RequestCount("getSandbox")
+	before = env.emu.RequestCount("getSandbox")
 	start := time.Now()
 	if _, err := env.c.GetSandbox(ctx, "rl", false); err != nil {
 		t.Fatalf("GetSandbox after a short 429: %v", err)
@@ -724,16 +734,14 @@ func TestContractRateLimitHonoured(t *testing.T) {
 	if n := env.emu.RequestCount("getSandbox") - before; n != 1 {
 		t.Errorf("%d requests for a long Retry-After, want 1", n)
 	}
-
-	// A command run is never re-sent, even for a short Retry-After.
-	id := mustCreate(t, env, vercel.CreateSandboxRequest{Name: "rl-cmd"}).Session.ID
-	env.emu.Faults().RateLimit("runCommand", 1, time.Second)
-	before = env.emu.RequestCount("runCommand")
-	if _, err := env.c.RunCommand(ctx, id, vercel.RunCommandRequest{Command: "true"}); !vercel.IsRateLimited(err) || vercel.RetryAfter(err) != time.Second {
-		t.Errorf("runCommand under 429: %v", err)
+	// The Retry-After holds back the credential's other calls too: they
+	// fail at once, unsent, and say when to come back.
+	_, err = env.c.ListSandboxes(ctx, vercel.ListSandboxesOptions{})
+	if !vercel.IsRateLimited(err) || vercel.RetryAfter(err) < 25*time.Second || vercel.RetryAfter(err) > 45*time.Second {
+		t.Errorf("list during the Retry-After: %v (RetryAfter %v)", err, vercel.RetryAfter(err))
 	}
-	if n := env.emu.RequestCount("runCommand") - before; n != 1 {
-		t.Errorf("runCommand sent %d times", n)
+	if n := env.emu.RequestCount("listSandboxes"); n != 0 {
+		t.Errorf("%d listSandboxes requests sent during the Retry-After", n)
 	}
 }
 

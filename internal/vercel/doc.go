@@ -19,10 +19,22 @@
 //   - A 429 with a short Retry-After is waited out; a long one is returned at
 //     once with RetryAfter set, so a reconciler can requeue instead of blocking
 //     a worker.
+//   - A 429 slows every Client of the credential (throttle.go): a Retry-After
+//     holds back all its requests, and a 429 without one — Vercel's answer at
+//     the concurrency limit — starts an exponential backoff (1 s doubling to
+//     30 s) after which one request probes. Held-back calls fail at once,
+//     unsent, with a 429 whose RetryAfter says when to come back. Deletes,
+//     stops and session extensions are never held back: they are what frees
+//     capacity, and a successful delete or stop lets the next create probe at
+//     once. They also carry internal/httplimit's priority mark, so they may
+//     use its reserved in-flight slots instead of queueing behind creates.
 //   - Requests pass through a token bucket shared by every Client built for the
 //     same credential, because Vercel's control-plane limit is per team, not
 //     per client object.
-//   - Streaming calls (command output, wait-for-exit) may stay open for hours:
-//     nothing sets a read deadline; the caller's context bounds every call.
+//   - Every call has a deadline (Config.CallTimeout, 30 s), its retries
+//     included, so a stalled peer never holds a caller or an in-flight slot
+//     for long. Streams (command output, file reads) may stay open for hours:
+//     only their start is bounded by it, and then each read by
+//     Config.StreamIdleTimeout (no byte for a minute ends the stream).
 //   - The bearer token never appears in String/%v output or in error messages.
 package vercel

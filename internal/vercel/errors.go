@@ -29,7 +29,20 @@ const (
 	// CodeStreamEndedEarly is never sent by the server: the client reports it
 	// when an NDJSON stream closes before the command's final record.
 	CodeStreamEndedEarly = "stream_ended_early"
+	// CodeClientThrottled is never sent by the server: it is the 429 of a
+	// request the client did not send because Vercel answered 429 to the
+	// same credential shortly before (throttle.go). Backoff says when to
+	// try again.
+	CodeClientThrottled = "client_throttled"
 )
+
+// ErrCallTimeout is wrapped by the *TransientError of a call that did not
+// complete within Config.CallTimeout (and by context.DeadlineExceeded).
+var ErrCallTimeout = errors.New("call timed out")
+
+// ErrStreamIdle is wrapped by the *TransientError of a stream that delivered
+// no byte within Config.StreamIdleTimeout.
+var ErrStreamIdle = errors.New("stream idle")
 
 // Reasons returned by Reason, CamelCase for metav1.Condition.Reason.
 const (
@@ -62,6 +75,12 @@ type APIError struct {
 	Message string
 	// RetryAfter is the parsed Retry-After header (0 when absent).
 	RetryAfter time.Duration
+	// Backoff is set on a 429 without Retry-After (Vercel's answer at the
+	// concurrency limit) and on CodeClientThrottled: the delay the client
+	// suggests before trying again, the credential's exponential backoff
+	// with jitter. Error() leaves it out, so that the message of repeated
+	// 429s stays the same.
+	Backoff time.Duration
 	// Endpoint is the stable operation name (createSandbox, getSession, …).
 	Endpoint string
 	// RequestID is Vercel's x-vercel-id response header, for support tickets.
@@ -297,8 +316,8 @@ func IsConflict(err error) bool {
 	return ok && (e.Status == http.StatusConflict || isDuplicateName(e))
 }
 
-// IsRateLimited reports a 429 (request rate or concurrency limit). RetryAfter
-// gives the server's suggested delay, if any.
+// IsRateLimited reports a 429 (request rate or concurrency limit), including
+// the client's own CodeClientThrottled. RetryAfter gives the delay to wait.
 func IsRateLimited(err error) bool { return hasStatus(err, http.StatusTooManyRequests) }
 
 // IsInvalid reports a request the server refused as malformed or not allowed
@@ -345,12 +364,23 @@ func IsTransient(err error) bool {
 	return errors.As(err, &se) && se.Code == CodeStreamEndedEarly
 }
 
-// RetryAfter returns the server's Retry-After delay carried by err, or 0.
+// RetryAfter returns how long to wait before trying err's call again: the
+// server's Retry-After, else the client's Backoff for a 429 without one;
+// 0 when err carries neither.
 func RetryAfter(err error) time.Duration {
 	if e, ok := asAPIError(err); ok {
-		return e.RetryAfter
+		if e.RetryAfter > 0 {
+			return e.RetryAfter
+		}
+		return e.Backoff
 	}
 	return 0
+}
+
+// IsTimeout reports a call ended by Config.CallTimeout or a stream ended by
+// Config.StreamIdleTimeout. Both are also IsTransient.
+func IsTimeout(err error) bool {
+	return errors.Is(err, ErrCallTimeout) || errors.Is(err, ErrStreamIdle)
 }
 
 // Reason classifies err for a Kubernetes condition reason. The order matters:

@@ -122,7 +122,9 @@ func (c *Client) ReadFile(ctx context.Context, sessionID, path, cwd string) ([]b
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.send(ctx, r)
+	// A file may be large: it is read as a stream, its start bounded by
+	// CallTimeout and each read by StreamIdleTimeout.
+	resp, sctx, err := c.openBody(ctx, r)
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +134,7 @@ func (c *Client) ReadFile(ctx context.Context, sessionID, path, cwd string) ([]b
 	}
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return nil, c.bodyError(ctx, EPReadFile, "read file", err)
+		return nil, c.bodyError(sctx, EPReadFile, "read file", err)
 	}
 	return b, nil
 }

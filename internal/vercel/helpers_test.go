@@ -64,18 +64,28 @@ func testToken(t *testing.T) string {
 	return "tok-SECRET-" + strings.NewReplacer("/", "-", " ", "_").Replace(t.Name())
 }
 
-// sleepLog replaces Client.sleep: it records the requested waits and returns
-// at once, so retry tests are fast and can assert the exact delays.
+// sleepLog replaces Client.sleep and Client.now: it records the requested
+// waits and returns at once, moving the client's clock forward instead, so
+// retry tests are fast and can assert the exact delays.
 type sleepLog struct {
-	mu sync.Mutex
-	ds []time.Duration
+	mu      sync.Mutex
+	ds      []time.Duration
+	skipped time.Duration
 }
 
 func (s *sleepLog) sleep(ctx context.Context, d time.Duration) error {
 	s.mu.Lock()
 	s.ds = append(s.ds, d)
+	s.skipped += d
 	s.mu.Unlock()
 	return ctx.Err()
+}
+
+// now is the wall clock plus every wait skipped so far.
+func (s *sleepLog) now() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return time.Now().Add(s.skipped)
 }
 
 func (s *sleepLog) waits() []time.Duration {
@@ -103,7 +113,7 @@ func newTestClient(t *testing.T, f *fakeAPI, mod func(*Config)) (*Client, *sleep
 		t.Fatalf("New: %v", err)
 	}
 	sl := &sleepLog{}
-	c.sleep = sl.sleep
+	c.sleep, c.now = sl.sleep, sl.now
 	return c, sl
 }
 

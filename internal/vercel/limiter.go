@@ -48,14 +48,20 @@ func waitLimiter(ctx context.Context, lim *rate.Limiter) (time.Duration, error) 
 	}
 }
 
-// The registry shares one limiter among all Clients built for the same
-// (base URL, token, team): the limit belongs to the credential, and an
-// operator builds a Client per Secret it reads. Keys are hashes so that the
-// token itself is never held in a package-level map.
+// The registry shares one credential state among all Clients built for the
+// same (base URL, token, team): the request limit and the 429 backoff belong
+// to the credential, and an operator builds a Client per Secret it reads. Keys
+// are hashes so that the token itself is never held in a package-level map.
 var (
 	registryMu sync.Mutex
-	registry   = map[string]*rate.Limiter{}
+	registry   = map[string]*credential{}
 )
+
+// credential is what every Client of one credential shares.
+type credential struct {
+	limiter  *rate.Limiter // nil until a Client asks for pacing; guarded by registryMu
+	throttle throttle
+}
 
 func limiterKey(baseURL, token, teamID string) string {
 	h := sha256.New()
@@ -66,20 +72,37 @@ func limiterKey(baseURL, token, teamID string) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
+// sharedCredential returns the credential's shared state, creating it on
+// first use.
+func sharedCredential(key string) *credential {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	return credentialLocked(key)
+}
+
+func credentialLocked(key string) *credential {
+	cr, ok := registry[key]
+	if !ok {
+		cr = &credential{}
+		registry[key] = cr
+	}
+	return cr
+}
+
 // sharedLimiter returns the credential's limiter, creating it on first use. A
 // later Client asking for a lower rate lowers it for all: the shared limiter
 // honours the most conservative setting.
 func sharedLimiter(key string, perMinute int) *rate.Limiter {
 	registryMu.Lock()
 	defer registryMu.Unlock()
-	if lim, ok := registry[key]; ok {
+	cr := credentialLocked(key)
+	if lim := cr.limiter; lim != nil {
 		if r := perMinuteLimit(perMinute); r < lim.Limit() {
 			lim.SetLimit(r)
 			lim.SetBurst(burstOf(r))
 		}
 		return lim
 	}
-	lim := newLimiter(perMinute)
-	registry[key] = lim
-	return lim
+	cr.limiter = newLimiter(perMinute)
+	return cr.limiter
 }

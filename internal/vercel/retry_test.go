@@ -320,8 +320,9 @@ func TestRateLimitRealSleep(t *testing.T) {
 		t.Errorf("returned after %v, before Retry-After elapsed", el)
 	}
 	// A cancelled context interrupts the wait at once.
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	time.AfterFunc(50*time.Millisecond, cancel)
 	f2 := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, n int, body []byte) {
 		w.Header().Set("Retry-After", "10")
 		writeError(w, 429, "rate_limited", "slow down")
@@ -330,8 +331,23 @@ func TestRateLimitRealSleep(t *testing.T) {
 	c2.sleep = sleepCtx
 	start = time.Now()
 	_, err := c2.GetSandbox(ctx, "sb", false)
-	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 5*time.Second {
+	if !errors.Is(err, context.Canceled) || time.Since(start) > 5*time.Second {
 		t.Errorf("err = %v after %v", err, time.Since(start))
+	}
+	// A Retry-After that would outlive the call's deadline is not slept
+	// through: the 429 is returned at once, for the caller to requeue.
+	f3 := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, n int, body []byte) {
+		w.Header().Set("Retry-After", "10")
+		writeError(w, 429, "rate_limited", "slow down")
+	})
+	c3, _ := newTestClient(t, f3, nil)
+	c3.sleep = sleepCtx
+	dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer dcancel()
+	start = time.Now()
+	_, err = c3.GetSandbox(dctx, "sb", false)
+	if !IsRateLimited(err) || RetryAfter(err) != 10*time.Second || time.Since(start) > time.Second || f3.count() != 1 {
+		t.Errorf("err = %v after %v and %d requests, want the 429 at once", err, time.Since(start), f3.count())
 	}
 }
 
@@ -383,7 +399,8 @@ func TestRateLimitWithoutRetryAfterBacksOff(t *testing.T) {
 	if _, err := c.GetSession(context.Background(), "sbx_1"); err != nil {
 		t.Fatal(err)
 	}
-	if w := sl.waits(); len(w) != 1 || w[0] < 200*time.Millisecond || w[0] >= 600*time.Millisecond {
+	// The credential's first backoff step (1 s) plus up to half of it.
+	if w := sl.waits(); len(w) != 1 || w[0] < time.Second || w[0] > 1500*time.Millisecond {
 		t.Errorf("waits = %v", w)
 	}
 }

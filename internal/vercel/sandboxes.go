@@ -102,6 +102,7 @@ func (c *Client) CreateSandbox(ctx context.Context, req CreateSandboxRequest) (*
 	if err != nil {
 		return nil, err
 	}
+	r.lane = laneStart
 	if req.Name != "" {
 		r.retry = retryable
 		r.alreadyDone = isDuplicateName
@@ -132,6 +133,9 @@ func (c *Client) GetSandbox(ctx context.Context, name string, resume bool) (*San
 	}
 	// Retrying a resume is safe: a second resume finds the session running.
 	r, _ := c.jsonRequest(EPGetSandbox, http.MethodGet, sandboxPath(name), q, nil, retryable)
+	if resume {
+		r.lane = laneStart
+	}
 	var out SandboxResponse
 	if err := c.do(ctx, r, &out); err != nil {
 		return nil, err
@@ -155,6 +159,9 @@ func (c *Client) UpdateSandbox(ctx context.Context, name string, req UpdateSandb
 	if err != nil {
 		return nil, err
 	}
+	if resume {
+		r.lane = laneStart
+	}
 	var out SandboxResponse
 	if err := c.do(ctx, r, &out); err != nil {
 		return nil, err
@@ -175,6 +182,7 @@ func (c *Client) DeleteSandbox(ctx context.Context, name string, deleteOrphanSna
 		q.Set("deleteOrphanSnapshots", "true")
 	}
 	r, _ := c.jsonRequest(EPDeleteSandbox, http.MethodDelete, sandboxPath(name), q, nil, retryable)
+	r.lane, r.releases = laneFree, true
 	var out struct {
 		Sandbox Sandbox `json:"sandbox"`
 	}
@@ -195,6 +203,7 @@ func (c *Client) ForkSandbox(ctx context.Context, name string, req ForkSandboxRe
 	if err != nil {
 		return nil, err
 	}
+	r.lane = laneStart
 	var out SandboxResponse
 	if err := c.do(ctx, r, &out); err != nil {
 		return nil, err

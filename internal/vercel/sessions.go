@@ -78,6 +78,7 @@ func (c *Client) StopSession(ctx context.Context, id string) (*StopSessionRespon
 	}
 	r, _ := c.jsonRequest(EPStopSession, http.MethodPost, sessionPath(id)+"/stop", nil, nil, retryable)
 	r.alreadyDone = func(e *APIError) bool { return IsSessionStopped(e) }
+	r.lane, r.releases = laneFree, true
 	var out StopSessionResponse
 	err := c.do(ctx, r, &out)
 	var done *alreadyDoneError
@@ -107,6 +108,8 @@ func (c *Client) ExtendTimeout(ctx context.Context, id string, d time.Duration) 
 	if err != nil {
 		return nil, err
 	}
+	// A session whose extension queues behind creates lapses.
+	r.lane = laneFree
 	var out struct {
 		Session Session `json:"session"`
 	}
