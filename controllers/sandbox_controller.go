@@ -10,22 +10,16 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
@@ -87,58 +81,15 @@ type SandboxReconciler struct {
 // Reconcile observes the Vercel sandbox of one Sandbox, acts at most once to
 // bring it towards the spec, and records what it saw in status.
 func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	sbx := &sandboxv1.Sandbox{}
-	if err := r.Get(ctx, req.NamespacedName, sbx); err != nil {
-		if apierrors.IsNotFound(err) {
-			r.forget(req.NamespacedName)
-		}
-		return ctrl.Result{}, client.IgnoreNotFound(err)
-	}
-	if !sbx.DeletionTimestamp.IsZero() {
-		r.forget(req.NamespacedName)
-		return r.reconcileDelete(ctx, sbx)
-	}
-	if sbx.Annotations[sandboxv1.AnnotationPaused] == "true" {
-		return ctrl.Result{}, r.reportPaused(ctx, sbx)
-	}
-	if controllerutil.AddFinalizer(sbx, sandboxv1.SandboxFinalizer) {
-		if err := r.Update(ctx, sbx); err != nil {
-			return ctrl.Result{}, err
-		}
-	}
-	before := sbx.DeepCopy()
-	meta.RemoveStatusCondition(&sbx.Status.Conditions, sandboxv1.ConditionPaused)
-	res, err := r.reconcileSandbox(ctx, sbx)
-	return r.finish(ctx, before, sbx, res, err)
-}
-
-// reportPaused records that reconciling is paused, and does nothing else: no
-// Vercel call, no timer.
-func (r *SandboxReconciler) reportPaused(ctx context.Context, sbx *sandboxv1.Sandbox) error {
-	before := sbx.DeepCopy()
-	setCondition(&sbx.Status.Conditions, sbx.Generation, sandboxv1.ConditionPaused, metav1.ConditionTrue, sandboxv1.ReasonReconcilePaused,
-		fmt.Sprintf("Reconciling is paused by the %s annotation; remove it to resume", sandboxv1.AnnotationPaused))
-	return r.patchStatusIfChanged(ctx, before, sbx)
-}
-
-// patchStatusIfChanged writes status only when it differs from before, so a
-// reconcile that finds nothing to do writes nothing.
-func (r *SandboxReconciler) patchStatusIfChanged(ctx context.Context, before, sbx *sandboxv1.Sandbox) error {
-	if apiequality.Semantic.DeepEqual(before.Status, sbx.Status) {
-		return nil
-	}
-	return r.Status().Patch(ctx, sbx, client.MergeFrom(before))
-}
-
-// finish records the outcome of a reconcile in the Synced condition and
-// lastError, emits a warning event for a new error, writes status only when it
-// changed, and turns the error into the right retry.
-func (r *SandboxReconciler) finish(ctx context.Context, before, sbx *sandboxv1.Sandbox, res ctrl.Result, err error) (ctrl.Result, error) {
-	res, err = reportOutcome(r.Recorder, sbx, sbx.Generation, &sbx.Status.Conditions, &sbx.Status.LastError, res, err)
-	if perr := r.patchStatusIfChanged(ctx, before, sbx); perr != nil {
-		return ctrl.Result{}, perr
-	}
-	return res, err
+	return skeleton[*sandboxv1.Sandbox]{
+		client:    r.Client,
+		recorder:  r.Recorder,
+		finalizer: sandboxv1.SandboxFinalizer,
+		pausable:  true,
+		forget:    r.forget,
+		finalize:  r.finalize,
+		reconcile: r.reconcileSandbox,
+	}.run(ctx, req.NamespacedName, &sandboxv1.Sandbox{})
 }
 
 func (r *SandboxReconciler) reconcileSandbox(ctx context.Context, sbx *sandboxv1.Sandbox) (ctrl.Result, error) {
@@ -471,10 +422,6 @@ func (r *SandboxReconciler) pollInterval() time.Duration {
 // trigger it; spec, label and annotation changes (annotations carry intent
 // such as the activity heartbeat) do.
 func (r *SandboxReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	backoffCap := r.BackoffCap
-	if backoffCap <= 0 {
-		backoffCap = time.Minute
-	}
 	if err := indexSandboxes(context.Background(), mgr); err != nil {
 		return err
 	}
@@ -486,10 +433,7 @@ func (r *SandboxReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		))).
 		Watches(&sandboxv1.SandboxSnapshot{}, handler.EnqueueRequestsFromMapFunc(r.snapshotRefRequests)).
 		WatchesRawSource(r.VercelHealth.sandboxRetrySource(mgr.GetCache())).
-		WithOptions(controller.Options{
-			MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles),
-			RateLimiter:             workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, backoffCap),
-		}).
+		WithOptions(controllerOptions(r.MaxConcurrentReconciles, r.BackoffCap)).
 		Named("sandbox").
 		Complete(r)
 }

@@ -11,40 +11,36 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
 
-func (r *SandboxReconciler) reconcileDelete(ctx context.Context, sbx *sandboxv1.Sandbox) (ctrl.Result, error) {
-	if !controllerutil.ContainsFinalizer(sbx, sandboxv1.SandboxFinalizer) {
-		return ctrl.Result{}, nil
-	}
+// finalize deletes the Vercel sandbox and the automatic snapshots of its
+// pauses, or, with deletionPolicy Retain, leaves the sandbox in place.
+func (r *SandboxReconciler) finalize(ctx context.Context, sbx *sandboxv1.Sandbox) (bool, ctrl.Result, error) {
 	st := &sbx.Status
-	if st.VercelName != "" {
-		if sbx.Spec.DeletionPolicy == sandboxv1.DeletionPolicyRetain {
-			r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Retained", "Delete", "Left Vercel sandbox %s in place (deletionPolicy Retain)", st.VercelName)
-		} else {
-			// A 404 confirms the deletion as much as a 200: a delete whose answer
-			// was lost before a restart finds the sandbox already gone.
-			if _, err := r.Vercel.DeleteSandbox(ctx, st.VercelName, false); err != nil && !vercel.IsNotFound(err) {
-				before := sbx.DeepCopy()
-				st.Phase = sandboxv1.SandboxDeleting
-				setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonDeleting, "Deleting the Vercel sandbox")
-				return r.finish(ctx, before, sbx, ctrl.Result{}, fmt.Errorf("delete sandbox %s: %w", st.VercelName, err))
-			}
-			if err := r.deleteAutomaticSnapshots(ctx, sbx); err != nil {
-				before := sbx.DeepCopy()
-				return r.finish(ctx, before, sbx, ctrl.Result{}, err)
-			}
-			logf.FromContext(ctx).Info("Deleted Vercel sandbox", "vercelName", st.VercelName)
-			r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Deleted", "Delete", "Deleted Vercel sandbox %s", st.VercelName)
-		}
+	if st.VercelName == "" {
+		return true, ctrl.Result{}, nil
 	}
-	controllerutil.RemoveFinalizer(sbx, sandboxv1.SandboxFinalizer)
-	return ctrl.Result{}, r.Update(ctx, sbx)
+	if sbx.Spec.DeletionPolicy == sandboxv1.DeletionPolicyRetain {
+		r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Retained", "Delete", "Left Vercel sandbox %s in place (deletionPolicy Retain)", st.VercelName)
+		return true, ctrl.Result{}, nil
+	}
+	// A 404 confirms the deletion as much as a 200: a delete whose answer
+	// was lost before a restart finds the sandbox already gone.
+	if _, err := r.Vercel.DeleteSandbox(ctx, st.VercelName, false); err != nil && !vercel.IsNotFound(err) {
+		st.Phase = sandboxv1.SandboxDeleting
+		setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonDeleting, "Deleting the Vercel sandbox")
+		return false, ctrl.Result{}, fmt.Errorf("delete sandbox %s: %w", st.VercelName, err)
+	}
+	if err := r.deleteAutomaticSnapshots(ctx, sbx); err != nil {
+		return false, ctrl.Result{}, err
+	}
+	logf.FromContext(ctx).Info("Deleted Vercel sandbox", "vercelName", st.VercelName)
+	r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Deleted", "Delete", "Deleted Vercel sandbox %s", st.VercelName)
+	return true, ctrl.Result{}, nil
 }
 
 // deleteAutomaticSnapshots deletes the snapshots Vercel took by itself when

@@ -9,16 +9,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -51,32 +48,13 @@ type SandboxForkReconciler struct {
 
 // Reconcile brings a fork's snapshot and children to its spec.
 func (r *SandboxForkReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	fork := &sandboxv1.SandboxFork{}
-	if err := r.Get(ctx, req.NamespacedName, fork); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
-	}
-	if !fork.DeletionTimestamp.IsZero() {
-		return r.reconcileDelete(ctx, fork)
-	}
-	if controllerutil.AddFinalizer(fork, sandboxv1.SandboxForkFinalizer) {
-		if err := r.Update(ctx, fork); err != nil {
-			return ctrl.Result{}, err
-		}
-	}
-	before := fork.DeepCopy()
-	res, err := r.reconcileFork(ctx, fork)
-	st := &fork.Status
-	if err == nil {
-		setCondition(&st.Conditions, fork.Generation, sandboxv1.ConditionSynced, metav1.ConditionTrue, sandboxv1.ReasonReconciled, "")
-	} else {
-		setCondition(&st.Conditions, fork.Generation, sandboxv1.ConditionSynced, metav1.ConditionFalse, sandboxv1.ReasonReconcileError, err.Error())
-	}
-	if !apiequality.Semantic.DeepEqual(before.Status, fork.Status) {
-		if perr := r.Status().Patch(ctx, fork, client.MergeFrom(before)); perr != nil {
-			return ctrl.Result{}, perr
-		}
-	}
-	return res, err
+	return skeleton[*sandboxv1.SandboxFork]{
+		client:    r.Client,
+		recorder:  r.Recorder,
+		finalizer: sandboxv1.SandboxForkFinalizer,
+		finalize:  r.finalize,
+		reconcile: r.reconcileFork,
+	}.run(ctx, req.NamespacedName, &sandboxv1.SandboxFork{})
 }
 
 func (r *SandboxForkReconciler) reconcileFork(ctx context.Context, fork *sandboxv1.SandboxFork) (ctrl.Result, error) {
@@ -365,16 +343,13 @@ func childIndex(fork *sandboxv1.SandboxFork, child *sandboxv1.Sandbox) (int32, b
 
 func captureName(fork *sandboxv1.SandboxFork) string { return fork.Name + "-capture" }
 
-// reconcileDelete deletes (or, with Retain, releases) the children and the
-// fork's own snapshot, and removes the finalizer once they are gone, so a
-// deleted fork leaves no Vercel sandbox behind.
-func (r *SandboxForkReconciler) reconcileDelete(ctx context.Context, fork *sandboxv1.SandboxFork) (ctrl.Result, error) {
-	if !controllerutil.ContainsFinalizer(fork, sandboxv1.SandboxForkFinalizer) {
-		return ctrl.Result{}, nil
-	}
+// finalize deletes (or, with Retain, releases) the children and the fork's
+// own snapshot, and is done once they are gone, so a deleted fork leaves no
+// Vercel sandbox behind.
+func (r *SandboxForkReconciler) finalize(ctx context.Context, fork *sandboxv1.SandboxFork) (bool, ctrl.Result, error) {
 	children, err := r.children(ctx, fork)
 	if err != nil {
-		return ctrl.Result{}, err
+		return false, ctrl.Result{}, err
 	}
 	owned := make([]client.Object, 0, len(children)+1)
 	for i := range children {
@@ -386,13 +361,13 @@ func (r *SandboxForkReconciler) reconcileDelete(ctx context.Context, fork *sandb
 	case err == nil && metav1.IsControlledBy(snap, fork):
 		owned = append(owned, snap)
 	case err != nil && !apierrors.IsNotFound(err):
-		return ctrl.Result{}, err
+		return false, ctrl.Result{}, err
 	}
 
 	if fork.Spec.DeletionPolicy == sandboxv1.DeletionPolicyRetain {
 		for _, obj := range owned {
 			if err := r.release(ctx, fork, obj); err != nil {
-				return ctrl.Result{}, err
+				return false, ctrl.Result{}, err
 			}
 		}
 		if len(owned) > 0 {
@@ -406,17 +381,16 @@ func (r *SandboxForkReconciler) reconcileDelete(ctx context.Context, fork *sandb
 			}
 			if obj.GetDeletionTimestamp().IsZero() {
 				if err := r.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
-					return ctrl.Result{}, err
+					return false, ctrl.Result{}, err
 				}
 			}
 		}
 		if len(owned) > 0 {
 			// Owned objects' deletions wake this reconcile through Owns().
-			return ctrl.Result{RequeueAfter: forkWaitPoll}, nil
+			return false, ctrl.Result{RequeueAfter: forkWaitPoll}, nil
 		}
 	}
-	controllerutil.RemoveFinalizer(fork, sandboxv1.SandboxForkFinalizer)
-	return ctrl.Result{}, r.Update(ctx, fork)
+	return true, ctrl.Result{}, nil
 }
 
 // release removes the fork's owner reference, leaving the object in place.
@@ -443,10 +417,6 @@ func readyMessage(conds []metav1.Condition) string {
 // the fork through Owns(); a SandboxSnapshot named by spec.source.snapshotRef
 // wakes the forks that reference it.
 func (r *SandboxForkReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	backoffCap := r.BackoffCap
-	if backoffCap <= 0 {
-		backoffCap = time.Minute
-	}
 	if err := indexForks(context.Background(), mgr); err != nil {
 		return err
 	}
@@ -455,10 +425,7 @@ func (r *SandboxForkReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&sandboxv1.Sandbox{}).
 		Owns(&sandboxv1.SandboxSnapshot{}).
 		Watches(&sandboxv1.SandboxSnapshot{}, handler.EnqueueRequestsFromMapFunc(r.forksReferencing)).
-		WithOptions(controller.Options{
-			MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles),
-			RateLimiter:             workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, backoffCap),
-		}).
+		WithOptions(controllerOptions(r.MaxConcurrentReconciles, r.BackoffCap)).
 		Named("sandboxfork").
 		Complete(r)
 }

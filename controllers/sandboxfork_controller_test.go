@@ -3,12 +3,15 @@ package controllers_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -195,6 +198,62 @@ var _ = Describe("SandboxFork", func() {
 		Expect(cond.Reason).To(Equal(sandboxv1.ReasonSourceFailed))
 		Expect(cond.Message).To(ContainSubstring(`Sandbox "nope" does not exist`))
 		expectEvent(types.NamespacedName{Namespace: ns, Name: "orphan"}, "Warning SourceFailed")
+	})
+
+	It("fails with SourceFailed, not as an error, when its snapshotRef names a snapshot that expired", func() {
+		gone := "snap_" + strings.Repeat("z", 28) // never existed in Vercel
+		Expect(k8sClient.Create(ctx, &sandboxv1.SandboxSnapshot{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gone"},
+			Spec:       sandboxv1.SandboxSnapshotSpec{Source: sandboxv1.SandboxSnapshotSource{SnapshotID: &gone}},
+		})).To(Succeed())
+		Expect(k8sClient.Create(ctx, &sandboxv1.SandboxFork{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "late"},
+			Spec:       sandboxv1.SandboxForkSpec{Source: sandboxv1.SandboxForkSource{SnapshotRef: &sandboxv1.LocalObjectReference{Name: "gone"}}},
+		})).To(Succeed())
+		Eventually(func() sandboxv1.SandboxForkPhase { return getFork("late").Status.Phase }).Should(Equal(sandboxv1.ForkFailed))
+		fork := getFork("late")
+		ready := meta.FindStatusCondition(fork.Status.Conditions, sandboxv1.ConditionReady)
+		Expect(ready.Reason).To(Equal(sandboxv1.ReasonSourceFailed))
+		Expect(ready.Message).To(ContainSubstring(`SandboxSnapshot "gone" is Expired`))
+		Expect(meta.IsStatusConditionTrue(fork.Status.Conditions, sandboxv1.ConditionSynced)).To(BeTrue(), "a failed source is reported in Ready; the reconcile itself succeeded")
+		Expect(fork.Status.LastError).To(BeNil())
+		expectEvent(types.NamespacedName{Namespace: ns, Name: "late"}, "Warning SourceFailed")
+		Expect(children("late")).To(BeEmpty())
+	})
+
+	It("reports a child the API server refuses in Synced, lastError and a Warning event, and recovers", func() {
+		importSnapshot("base", "base.txt", "base\n")
+		quota := &corev1.ResourceQuota{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "no-sandboxes"},
+			Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{"count/sandboxes.sandbox.sentry.io": resource.MustParse("0")}},
+		}
+		Expect(k8sClient.Create(ctx, quota)).To(Succeed())
+		Expect(k8sClient.Create(ctx, &sandboxv1.SandboxFork{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "capped"},
+			Spec:       sandboxv1.SandboxForkSpec{Source: sandboxv1.SandboxForkSource{SnapshotRef: &sandboxv1.LocalObjectReference{Name: "base"}}},
+		})).To(Succeed())
+		key := types.NamespacedName{Namespace: ns, Name: "capped"}
+		// Refused with "exceeded quota", or "status unknown for quota" until
+		// kube-controller-manager has counted: a refusal either way.
+		Eventually(func(g Gomega) {
+			f := getFork("capped")
+			synced := meta.FindStatusCondition(f.Status.Conditions, sandboxv1.ConditionSynced)
+			g.Expect(synced).NotTo(BeNil())
+			g.Expect(synced.Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(synced.Reason).To(Equal(sandboxv1.ReasonReconcileError))
+			g.Expect(synced.Message).To(And(ContainSubstring("create child capped-0"), ContainSubstring("quota")))
+			g.Expect(f.Status.LastError).NotTo(BeNil())
+			g.Expect(f.Status.LastError.Reason).To(Equal(sandboxv1.ReasonReconcileError))
+			g.Expect(f.Status.LastError.Message).To(ContainSubstring("quota"))
+		}).Should(Succeed())
+		expectEvent(key, "Warning ReconcileError: create child capped-0")
+		Expect(children("capped")).To(BeEmpty())
+
+		Expect(k8sClient.Delete(ctx, quota)).To(Succeed())
+		forkReady("capped", 1)
+		fork := getFork("capped")
+		Expect(fork.Status.LastError).To(BeNil())
+		Expect(meta.IsStatusConditionTrue(fork.Status.Conditions, sandboxv1.ConditionSynced)).To(BeTrue())
 	})
 
 	It("refuses a fork with two sources or too many replicas", func() {

@@ -12,12 +12,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -64,20 +61,17 @@ type SandboxSnapshotReconciler struct {
 // capture or build that makes it), acts at most once, and records what it
 // saw in status.
 func (r *SandboxSnapshotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	snap := &sandboxv1.SandboxSnapshot{}
-	if err := r.Get(ctx, req.NamespacedName, snap); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
-	}
-	if !snap.DeletionTimestamp.IsZero() {
-		return r.reconcileDelete(ctx, snap)
-	}
-	// The content hash needs the base's own hash, so a recipe layered on a
-	// snapshot that is not ready yet has none.
-	hash, baseWait := r.contentHash(ctx, snap)
-	if err := r.ensureMetadata(ctx, snap, hash); err != nil {
-		return ctrl.Result{}, err
-	}
-	before := snap.DeepCopy()
+	return skeleton[*sandboxv1.SandboxSnapshot]{
+		client:    r.Client,
+		recorder:  r.Recorder,
+		finalizer: sandboxv1.SandboxSnapshotFinalizer,
+		labels:    r.hashLabel,
+		finalize:  r.finalize,
+		reconcile: r.reconcileSnapshot,
+	}.run(ctx, req.NamespacedName, &sandboxv1.SandboxSnapshot{})
+}
+
+func (r *SandboxSnapshotReconciler) reconcileSnapshot(ctx context.Context, snap *sandboxv1.SandboxSnapshot) (ctrl.Result, error) {
 	var res ctrl.Result
 	var err error
 	switch src := snap.Spec.Source; {
@@ -86,7 +80,9 @@ func (r *SandboxSnapshotReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	case src.SandboxRef != nil:
 		res, err = r.reconcileCapture(ctx, snap)
 	case src.Recipe != nil:
-		if baseWait != "" {
+		// The content hash needs the base's own hash, so a recipe layered on
+		// a snapshot that is not ready yet has none.
+		if hash, baseWait := r.contentHash(ctx, snap); baseWait != "" {
 			res = r.waitForBase(snap, baseWait)
 		} else {
 			res, err = r.reconcileRecipe(ctx, snap, hash)
@@ -95,38 +91,22 @@ func (r *SandboxSnapshotReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if err == nil {
 		snap.Status.ObservedGeneration = snap.Generation
 	}
-	return r.finish(ctx, before, snap, res, err)
-}
-
-// ensureMetadata adds the finalizer and, on recipes, the content-hash label
-// that lets every user of a shared build find the others (and survives
-// restarts), in one update.
-func (r *SandboxSnapshotReconciler) ensureMetadata(ctx context.Context, snap *sandboxv1.SandboxSnapshot, hash string) error {
-	changed := controllerutil.AddFinalizer(snap, sandboxv1.SandboxSnapshotFinalizer)
-	if hash != "" && snap.Labels[sandboxv1.LabelContentHash] != recipe.Short(hash) {
-		if snap.Labels == nil {
-			snap.Labels = map[string]string{}
-		}
-		snap.Labels[sandboxv1.LabelContentHash] = recipe.Short(hash)
-		changed = true
-	}
-	if !changed {
-		return nil
-	}
-	return r.Update(ctx, snap)
-}
-
-// finish records the outcome of a reconcile in Synced and status.error,
-// emits a warning event for a new error, writes status only when it changed,
-// and turns the error into the right retry.
-func (r *SandboxSnapshotReconciler) finish(ctx context.Context, before, snap *sandboxv1.SandboxSnapshot, res ctrl.Result, err error) (ctrl.Result, error) {
-	res, err = reportOutcome(r.Recorder, snap, snap.Generation, &snap.Status.Conditions, &snap.Status.Error, res, err)
-	if !apiequality.Semantic.DeepEqual(before.Status, snap.Status) {
-		if perr := r.Status().Patch(ctx, snap, client.MergeFrom(before)); perr != nil {
-			return ctrl.Result{}, perr
-		}
-	}
 	return res, err
+}
+
+// hashLabel sets, on recipes, the content-hash label that lets every user of
+// a shared build find the others (and survives restarts). It reports whether
+// the label changed.
+func (r *SandboxSnapshotReconciler) hashLabel(ctx context.Context, snap *sandboxv1.SandboxSnapshot) bool {
+	hash, _ := r.contentHash(ctx, snap)
+	if hash == "" || snap.Labels[sandboxv1.LabelContentHash] == recipe.Short(hash) {
+		return false
+	}
+	if snap.Labels == nil {
+		snap.Labels = map[string]string{}
+	}
+	snap.Labels[sandboxv1.LabelContentHash] = recipe.Short(hash)
+	return true
 }
 
 // patchStatusNow writes status in the middle of a reconcile: an intent
@@ -214,23 +194,18 @@ func (r *SandboxSnapshotReconciler) markExpired(snap *sandboxv1.SandboxSnapshot,
 		fmt.Sprintf("Vercel snapshot %s expired or was deleted; sandboxes can no longer boot from it", id))
 }
 
-// reconcileDelete deletes the Vercel snapshot (and any builder this object
-// drives) unless the policy retains it or another SandboxSnapshot still uses
-// it, then removes the finalizer.
-func (r *SandboxSnapshotReconciler) reconcileDelete(ctx context.Context, snap *sandboxv1.SandboxSnapshot) (ctrl.Result, error) {
-	if !controllerutil.ContainsFinalizer(snap, sandboxv1.SandboxSnapshotFinalizer) {
-		return ctrl.Result{}, nil
-	}
+// finalize deletes the Vercel snapshot (and any builder this object drives)
+// unless the policy retains it or another SandboxSnapshot still uses it.
+func (r *SandboxSnapshotReconciler) finalize(ctx context.Context, snap *sandboxv1.SandboxSnapshot) (bool, ctrl.Result, error) {
 	log := logf.FromContext(ctx)
 	st := &snap.Status
 	peers, err := r.namespaceSnapshots(ctx, snap.Namespace)
 	if err != nil {
-		return ctrl.Result{}, err
+		return false, ctrl.Result{}, err
 	}
-	before := snap.DeepCopy()
-	fail := func(err error) (ctrl.Result, error) {
+	fail := func(err error) (bool, ctrl.Result, error) {
 		st.Phase, st.ReadyToUse = sandboxv1.SnapshotDeleting, false
-		return r.finish(ctx, before, snap, ctrl.Result{}, err)
+		return false, ctrl.Result{}, err
 	}
 
 	if b := st.Build; b != nil && b.BuilderName != "" && !waitsForHash(snap, peers) {
@@ -264,8 +239,7 @@ func (r *SandboxSnapshotReconciler) reconcileDelete(ctx context.Context, snap *s
 			r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Deleted", "Delete", "Deleted Vercel snapshot %s", id)
 		}
 	}
-	controllerutil.RemoveFinalizer(snap, sandboxv1.SandboxSnapshotFinalizer)
-	return ctrl.Result{}, r.Update(ctx, snap)
+	return true, ctrl.Result{}, nil
 }
 
 // holdsSnapshot reports whether another SandboxSnapshot of the namespace
@@ -346,10 +320,6 @@ func (r *SandboxSnapshotReconciler) pollInterval() time.Duration {
 // a base snapshot changing (its layers wait for it), and a Sandbox changing
 // (a capture waits for it to run).
 func (r *SandboxSnapshotReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	backoffCap := r.BackoffCap
-	if backoffCap <= 0 {
-		backoffCap = time.Minute
-	}
 	if err := indexSnapshots(context.Background(), mgr); err != nil {
 		return err
 	}
@@ -361,10 +331,7 @@ func (r *SandboxSnapshotReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		))).
 		Watches(&sandboxv1.SandboxSnapshot{}, handler.EnqueueRequestsFromMapFunc(r.relatedSnapshots)).
 		Watches(&sandboxv1.Sandbox{}, handler.EnqueueRequestsFromMapFunc(r.capturesOf)).
-		WithOptions(controller.Options{
-			MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles),
-			RateLimiter:             workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, backoffCap),
-		}).
+		WithOptions(controllerOptions(r.MaxConcurrentReconciles, r.BackoffCap)).
 		Named("sandboxsnapshot").
 		Complete(r)
 }

@@ -107,6 +107,31 @@ var _ = Describe("SandboxSnapshot", func() {
 			expectEvent(ret, "Normal Retained")
 		})
 
+		It("reports a Vercel error in Synced, lastError and a Warning event, and recovers", func() {
+			id := vercelSnapshot(ctx, ns+"-flaky", nil)
+			key := types.NamespacedName{Namespace: ns, Name: "flaky"}
+			// Other specs' SandboxSnapshots poll too: fail every read until
+			// this one has reported, then none.
+			emu.Faults().FailNext("getSnapshot", 1_000_000, http.StatusServiceUnavailable)
+			DeferCleanup(emu.Faults().Reset)
+			newSnapshot(ns, key.Name, sandboxv1.SandboxSnapshotSpec{Source: sandboxv1.SandboxSnapshotSource{SnapshotID: &id}})
+			Eventually(func(g Gomega) {
+				s := getSnapshotObj(key)
+				synced := meta.FindStatusCondition(s.Status.Conditions, sandboxv1.ConditionSynced)
+				g.Expect(synced).NotTo(BeNil())
+				g.Expect(synced.Status).To(Equal(metav1.ConditionFalse))
+				g.Expect(synced.Reason).To(Equal(sandboxv1.ReasonTransient))
+				g.Expect(s.Status.LastError).NotTo(BeNil())
+				g.Expect(s.Status.LastError.Reason).To(Equal(sandboxv1.ReasonTransient))
+				g.Expect(s.Status.LastError.Message).To(ContainSubstring("get snapshot " + id))
+			}).Should(Succeed())
+			expectEvent(key, "Warning Transient: get snapshot "+id)
+			emu.Faults().Reset()
+			snap := waitSnapshotReady(key)
+			Expect(snap.Status.LastError).To(BeNil())
+			Expect(meta.IsStatusConditionTrue(snap.Status.Conditions, sandboxv1.ConditionSynced)).To(BeTrue())
+		})
+
 		It("keeps a Vercel snapshot another SandboxSnapshot still uses", func() {
 			id := vercelSnapshot(ctx, ns+"-shared", nil)
 			a := types.NamespacedName{Namespace: ns, Name: "a"}

@@ -191,7 +191,11 @@ type SandboxForkStatus struct {
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=100
 	Children []ForkChildStatus `json:"children,omitempty"`
-	// conditions: Ready (every child Ready) and Synced.
+	// lastError is the last error met, kept until the next success.
+	// +optional
+	LastError *ErrorStatus `json:"lastError,omitempty"`
+	// conditions: Ready (every child Ready) and Synced (the last reconcile
+	// succeeded).
 	// +optional
 	// +listType=map
 	// +listMapKey=type

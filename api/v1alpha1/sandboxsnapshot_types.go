@@ -349,9 +349,9 @@ type SandboxSnapshotStatus struct {
 	// build is the progress of a recipe build.
 	// +optional
 	Build *SnapshotBuildStatus `json:"build,omitempty"`
-	// error is the last error met, kept until the next success.
+	// lastError is the last error met, kept until the next success.
 	// +optional
-	Error *ErrorStatus `json:"error,omitempty"`
+	LastError *ErrorStatus `json:"lastError,omitempty"`
 	// conditions: Ready (sandboxes can boot from the snapshot) and Synced (the
 	// last reconcile reached Vercel and succeeded).
 	// +optional

@@ -470,6 +470,11 @@ func (in *SandboxForkStatus) DeepCopyInto(out *SandboxForkStatus) {
 		*out = make([]ForkChildStatus, len(*in))
 		copy(*out, *in)
 	}
+	if in.LastError != nil {
+		in, out := &in.LastError, &out.LastError
+		*out = new(ErrorStatus)
+		(*in).DeepCopyInto(*out)
+	}
 	if in.Conditions != nil {
 		in, out := &in.Conditions, &out.Conditions
 		*out = make([]v1.Condition, len(*in))
@@ -751,8 +756,8 @@ func (in *SandboxSnapshotStatus) DeepCopyInto(out *SandboxSnapshotStatus) {
 		*out = new(SnapshotBuildStatus)
 		(*in).DeepCopyInto(*out)
 	}
-	if in.Error != nil {
-		in, out := &in.Error, &out.Error
+	if in.LastError != nil {
+		in, out := &in.LastError, &out.LastError
 		*out = new(ErrorStatus)
 		(*in).DeepCopyInto(*out)
 	}

@@ -1,0 +1,206 @@
+package controllers
+
+// The reconcile skeleton the three kinds share: read the object (gone: done),
+// branch to its deletion, honour a pause, keep the finalizer, run the kind's
+// own reconcile, and report how it ended — the Synced condition, lastError
+// and a Warning event for a new error, the retry that fits the error — with
+// one status write, skipped when nothing changed.
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+)
+
+// object is one of the three kinds.
+type object interface {
+	client.Object
+	*sandboxv1.Sandbox | *sandboxv1.SandboxSnapshot | *sandboxv1.SandboxFork
+}
+
+// skeleton is one kind's reconcile: the steps every kind takes, and the
+// kind's own parts.
+type skeleton[O object] struct {
+	client    client.Client
+	recorder  events.EventRecorder
+	finalizer string
+	// pausable kinds do nothing but report Paused=True while the object
+	// carries the sandbox.sentry.io/paused annotation.
+	pausable bool
+	// forget, when set, drops what the reconciler remembers of an object that
+	// is gone or being deleted.
+	forget func(types.NamespacedName)
+	// labels, when set, adds the labels the kind keeps on its objects and
+	// reports whether it changed any; they are written with the finalizer,
+	// in one update.
+	labels func(context.Context, O) bool
+	// finalize cleans up after an object being deleted; done lets the
+	// finalizer go. It is called only while the finalizer is there.
+	finalize func(context.Context, O) (done bool, res ctrl.Result, err error)
+	// reconcile brings the remote side towards the spec and records in status
+	// what it saw.
+	reconcile func(context.Context, O) (ctrl.Result, error)
+}
+
+// run reconciles the object at key; o is an empty object of the kind.
+func (s skeleton[O]) run(ctx context.Context, key types.NamespacedName, o O) (ctrl.Result, error) {
+	if err := s.client.Get(ctx, key, o); err != nil {
+		if apierrors.IsNotFound(err) && s.forget != nil {
+			s.forget(key)
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !o.GetDeletionTimestamp().IsZero() {
+		if s.forget != nil {
+			s.forget(key)
+		}
+		return s.delete(ctx, o)
+	}
+	if s.pausable && o.GetAnnotations()[sandboxv1.AnnotationPaused] == "true" {
+		return ctrl.Result{}, s.reportPaused(ctx, o)
+	}
+	changed := controllerutil.AddFinalizer(o, s.finalizer)
+	if s.labels != nil && s.labels(ctx, o) {
+		changed = true
+	}
+	if changed {
+		if err := s.client.Update(ctx, o); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	before := o.DeepCopyObject().(O)
+	if s.pausable {
+		meta.RemoveStatusCondition(statusOf(o).conditions, sandboxv1.ConditionPaused)
+	}
+	res, err := s.reconcile(ctx, o)
+	return s.finish(ctx, before, o, res, err)
+}
+
+// delete runs the kind's cleanup and removes the finalizer once it is done.
+// A failed cleanup is reported like any failed reconcile.
+func (s skeleton[O]) delete(ctx context.Context, o O) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(o, s.finalizer) {
+		return ctrl.Result{}, nil
+	}
+	before := o.DeepCopyObject().(O)
+	done, res, err := s.finalize(ctx, o)
+	switch {
+	case err != nil:
+		return s.finish(ctx, before, o, res, err)
+	case !done:
+		return res, nil
+	}
+	controllerutil.RemoveFinalizer(o, s.finalizer)
+	return ctrl.Result{}, s.client.Update(ctx, o)
+}
+
+// reportPaused records that reconciling is paused, and does nothing else: no
+// Vercel call, no timer.
+func (s skeleton[O]) reportPaused(ctx context.Context, o O) error {
+	before := o.DeepCopyObject().(O)
+	setCondition(statusOf(o).conditions, o.GetGeneration(), sandboxv1.ConditionPaused, metav1.ConditionTrue, sandboxv1.ReasonReconcilePaused,
+		fmt.Sprintf("Reconciling is paused by the %s annotation; remove it to resume", sandboxv1.AnnotationPaused))
+	return s.patchStatus(ctx, before, o)
+}
+
+// finish records the outcome of a reconcile (see reportOutcome), writes
+// status when it changed, and returns the retry that fits the error.
+func (s skeleton[O]) finish(ctx context.Context, before, o O, res ctrl.Result, err error) (ctrl.Result, error) {
+	res, err = reportOutcome(s.recorder, o, res, err)
+	if perr := s.patchStatus(ctx, before, o); perr != nil {
+		return ctrl.Result{}, perr
+	}
+	return res, err
+}
+
+// patchStatus writes status only when it differs from before, so a reconcile
+// that finds nothing to do writes nothing.
+func (s skeleton[O]) patchStatus(ctx context.Context, before, o O) error {
+	if apiequality.Semantic.DeepEqual(statusOf(before).all, statusOf(o).all) {
+		return nil
+	}
+	return s.client.Status().Patch(ctx, o, client.MergeFrom(before))
+}
+
+// statusView is what the skeleton reads and writes of an object's status.
+type statusView struct {
+	all        any // the whole status, to tell whether it changed
+	conditions *[]metav1.Condition
+	lastError  **sandboxv1.ErrorStatus
+}
+
+func statusOf(o client.Object) statusView {
+	switch o := o.(type) {
+	case *sandboxv1.Sandbox:
+		return statusView{&o.Status, &o.Status.Conditions, &o.Status.LastError}
+	case *sandboxv1.SandboxSnapshot:
+		return statusView{&o.Status, &o.Status.Conditions, &o.Status.LastError}
+	case *sandboxv1.SandboxFork:
+		return statusView{&o.Status, &o.Status.Conditions, &o.Status.LastError}
+	}
+	panic(fmt.Sprintf("controllers: no status for %T", o))
+}
+
+// reportOutcome records how a reconcile ended on the object's status: the
+// Synced condition, and lastError with a Warning event when the error is new.
+// It turns the error into the retry that fits it (see classify): the wait
+// Vercel asked for after a 429, none for a spec Vercel refuses until the spec
+// changes, backoff otherwise.
+func reportOutcome(rec events.EventRecorder, o client.Object, res ctrl.Result, err error) (ctrl.Result, error) {
+	st := statusOf(o)
+	if err == nil {
+		setCondition(st.conditions, o.GetGeneration(), sandboxv1.ConditionSynced, metav1.ConditionTrue, sandboxv1.ReasonReconciled, "")
+		*st.lastError = nil
+		return res, nil
+	}
+	class := classify(err)
+	msg := err.Error()
+	setCondition(st.conditions, o.GetGeneration(), sandboxv1.ConditionSynced, metav1.ConditionFalse, class.reason, msg)
+	if prev := *st.lastError; prev == nil || prev.Reason != class.reason || prev.Message != truncate(msg, maxErrorMessage) {
+		*st.lastError = &sandboxv1.ErrorStatus{Time: metav1.Now(), Reason: class.reason, Message: truncate(msg, maxErrorMessage)}
+		rec.Eventf(o, nil, corev1.EventTypeWarning, class.reason, "Reconcile", "%s", truncate(msg, maxEventNote))
+	}
+	switch {
+	case class.retryAfter > 0:
+		return ctrl.Result{RequeueAfter: class.retryAfter}, nil
+	case class.terminal:
+		return res, reconcile.TerminalError(err)
+	}
+	return res, err
+}
+
+// Bounds on error text copied into status and events: a Vercel message or
+// command output can be long, and an event note over 1 KiB is refused.
+const (
+	maxErrorMessage = 4096
+	maxEventNote    = 1024
+)
+
+// controllerOptions are the workqueue settings of every kind: n parallel
+// reconciles (at least one), and per-object exponential backoff after errors
+// from one second up to backoffCap (default one minute).
+func controllerOptions(n int, backoffCap time.Duration) controller.Options {
+	if backoffCap <= 0 {
+		backoffCap = time.Minute
+	}
+	return controller.Options{
+		MaxConcurrentReconciles: max(1, n),
+		RateLimiter:             workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, backoffCap),
+	}
+}
