@@ -2,9 +2,11 @@ package controllers
 
 import (
 	"fmt"
+	"net/http"
 	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 
 	"github.com/getsentry/sandbox-controller/internal/httplimit"
 	"github.com/getsentry/sandbox-controller/internal/metrics"
@@ -16,20 +18,67 @@ import (
 type Options struct {
 	MaxConcurrentReconciles int
 	// VercelInFlight bounds the Vercel requests in flight across all kinds.
-	VercelInFlight   int
+	VercelInFlight int
+	// VercelReservedInFlight adds in-flight slots that only deletes, stops
+	// and session extensions may use (internal/httplimit's reserved lane).
+	VercelReservedInFlight int
+	// VercelStallThreshold makes /healthz fail once every Vercel in-flight
+	// slot has been held this long; 0 adds no check.
+	VercelStallThreshold time.Duration
+	// ReconcileTimeout bounds each reconcile (controller-runtime's
+	// ReconciliationTimeout) unless the manager's options set one; 0 means
+	// DefaultReconcileTimeout. Keep it above the Vercel call timeout.
+	ReconcileTimeout time.Duration
 	PollInterval     time.Duration
 	BackoffCap       time.Duration
 	MaxSessionLength time.Duration
 	ShutdownWarning  time.Duration
 }
 
-// SetupWithManager builds the Vercel client from vc — bounded in flight,
-// reporting to VercelHealth and the metrics — and registers the Sandbox,
-// SandboxSnapshot and SandboxFork controllers and the metrics with mgr. It
-// is what cmd/manager runs; `make dev` and the benchmark call it too, so they
-// run the same thing.
+// DefaultReconcileTimeout bounds a reconcile: a few Vercel calls of at most
+// vercel.DefaultCallTimeout each, and Kubernetes writes.
+const DefaultReconcileTimeout = 2 * time.Minute
+
+// withReconcileTimeout hands the controllers built on it a default
+// ReconciliationTimeout: the builder reads the manager's controller options.
+type withReconcileTimeout struct {
+	ctrl.Manager
+	timeout time.Duration
+}
+
+func (m withReconcileTimeout) GetControllerOptions() config.Controller {
+	o := m.Manager.GetControllerOptions()
+	if o.ReconciliationTimeout == 0 {
+		o.ReconciliationTimeout = m.timeout
+	}
+	return o
+}
+
+// SetupWithManager builds the Vercel client from vc — bounded in flight with
+// deadlines, reporting to VercelHealth and the metrics — and registers the
+// Sandbox, SandboxSnapshot and SandboxFork controllers (each reconcile bounded
+// by ReconcileTimeout), the metrics, and the stalled-slots health check with
+// mgr. It is what cmd/manager runs; `make dev` and the benchmark call it too,
+// so they run the same thing.
 func SetupWithManager(mgr ctrl.Manager, vc vercel.Config, o Options) error {
-	vc.HTTPClient = httplimit.Client(o.VercelInFlight)
+	hc, slots := httplimit.NewClient(httplimit.Options{
+		MaxInFlight: o.VercelInFlight,
+		Reserved:    o.VercelReservedInFlight,
+		// The same convention as vc.CallTimeout: 0 default, negative none.
+		ResponseHeaderTimeout: vc.CallTimeout,
+	})
+	vc.HTTPClient = hc
+	if o.VercelStallThreshold > 0 {
+		if err := mgr.AddHealthzCheck("vercel-in-flight", func(*http.Request) error {
+			return slots.Stalled(o.VercelStallThreshold)
+		}); err != nil {
+			return fmt.Errorf("add the Vercel in-flight health check: %w", err)
+		}
+	}
+	if o.ReconcileTimeout == 0 {
+		o.ReconcileTimeout = DefaultReconcileTimeout
+	}
+	mgr = withReconcileTimeout{Manager: mgr, timeout: o.ReconcileTimeout}
 	health := &VercelHealth{}
 	vc.OnRequest = health.ObserveRequest
 	metrics.InstrumentVercel(&vc)

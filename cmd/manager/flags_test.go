@@ -82,3 +82,32 @@ func TestMetricsServerOptions(t *testing.T) {
 		}
 	})
 }
+
+func TestVercelTimeoutFlagsValidate(t *testing.T) {
+	def := vercelTimeoutFlags{call: 30 * time.Second, streamIdle: time.Minute, stall: 5 * time.Minute, reconcile: 2 * time.Minute}
+	for _, c := range []struct {
+		name   string
+		modify func(*vercelTimeoutFlags)
+		want   string
+	}{
+		{"defaults", func(*vercelTimeoutFlags) {}, ""},
+		{"stall check off", func(f *vercelTimeoutFlags) { f.stall = 0 }, ""},
+		{"no call timeout", func(f *vercelTimeoutFlags) { f.call = 0 }, "--vercel-call-timeout must be positive"},
+		{"no idle limit", func(f *vercelTimeoutFlags) { f.streamIdle = 0 }, "--vercel-stream-idle-timeout must be positive"},
+		{"negative stall", func(f *vercelTimeoutFlags) { f.stall = -time.Second }, "--vercel-stall-threshold must not be negative"},
+		{"stall within a call", func(f *vercelTimeoutFlags) { f.stall = 30 * time.Second }, "--vercel-stall-threshold must be longer than --vercel-call-timeout"},
+		{"reconcile within a call", func(f *vercelTimeoutFlags) { f.reconcile = 30 * time.Second }, "--reconcile-timeout must be longer than --vercel-call-timeout"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := def
+			c.modify(&f)
+			err := f.validate()
+			switch {
+			case c.want == "" && err != nil:
+				t.Errorf("validate: %v", err)
+			case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+				t.Errorf("validate: %v, want an error containing %q", err, c.want)
+			}
+		})
+	}
+}

@@ -42,6 +42,8 @@ func main() {
 		backoffCap             time.Duration
 		concurrency            int
 		vercelInFlight         int
+		vercelReserved         int
+		vercelTimeouts         vercelTimeoutFlags
 		maxSessionLength       time.Duration
 		shutdownWarning        time.Duration
 		kubeQPS                float64
@@ -69,6 +71,11 @@ func main() {
 	flag.DurationVar(&backoffCap, "backoff-cap", time.Minute, "Longest delay between retries after an error.")
 	flag.IntVar(&concurrency, "max-concurrent-reconciles", 16, "Reconciles of each kind that run in parallel. Beyond --vercel-max-in-flight, the extra ones do their Kubernetes writes while others wait on Vercel.")
 	flag.IntVar(&vercelInFlight, "vercel-max-in-flight", 4, "Vercel requests in flight at once, shared by all kinds (0: no bound); --vercel-requests-per-minute paces them too.")
+	flag.IntVar(&vercelReserved, "vercel-reserved-in-flight", 1, "Vercel in-flight slots added to --vercel-max-in-flight for deletes, session stops and session extensions only, so that they never queue behind creates.")
+	flag.DurationVar(&vercelTimeouts.call, "vercel-call-timeout", vercel.DefaultCallTimeout, "Deadline of each Vercel call, its retries included (and of a stream's response headers); a call that runs out is retried with backoff.")
+	flag.DurationVar(&vercelTimeouts.streamIdle, "vercel-stream-idle-timeout", vercel.DefaultStreamIdleTimeout, "A Vercel stream (command output, a file read) that delivers no byte for this long is ended.")
+	flag.DurationVar(&vercelTimeouts.stall, "vercel-stall-threshold", 5*time.Minute, "/healthz fails once every Vercel in-flight slot has been held this long, so that the kubelet restarts a wedged manager (0: no such check).")
+	flag.DurationVar(&vercelTimeouts.reconcile, "reconcile-timeout", controllers.DefaultReconcileTimeout, "Deadline of each reconcile; must be longer than --vercel-call-timeout.")
 	flag.DurationVar(&maxSessionLength, "max-session-length", controllers.DefaultMaxSessionLength, "The Vercel plan's maximum session length: heartbeats never extend a session beyond it (Pro and Enterprise 24h, Hobby 45m).")
 	flag.DurationVar(&shutdownWarning, "shutdown-warning", controllers.DefaultShutdownWarning, "How long before a Sandbox's spec.shutdownTime the ShutdownWarning event is emitted.")
 	flag.Float64Var(&kubeQPS, "kube-api-qps", 0, "Client-side limit of Kubernetes API requests per second; 0 keeps controller-runtime's default of none (the API server's priority and fairness applies), a negative value also disables it.")
@@ -84,6 +91,14 @@ func main() {
 			fmt.Fprintln(os.Stderr, "error:", err)
 			os.Exit(2)
 		}
+	}
+	if err := vercelTimeouts.validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(2)
+	}
+	if vercelReserved < 0 {
+		fmt.Fprintln(os.Stderr, "error: --vercel-reserved-in-flight must not be negative")
+		os.Exit(2)
 	}
 	if gracefulShutdown < 0 {
 		fmt.Fprintln(os.Stderr, "error: --graceful-shutdown-timeout must not be negative")
@@ -106,6 +121,8 @@ func main() {
 		TeamID:            teamID,
 		ProjectID:         projectID,
 		RequestsPerMinute: requestsPerMinute,
+		CallTimeout:       vercelTimeouts.call,
+		StreamIdleTimeout: vercelTimeouts.streamIdle,
 		UserAgent:         "sandbox-controller",
 	}
 	// Checked before connecting to Kubernetes, so a bad flag fails at once;
@@ -155,6 +172,9 @@ func main() {
 	if err := controllers.SetupWithManager(mgr, vcfg, controllers.Options{
 		MaxConcurrentReconciles: concurrency,
 		VercelInFlight:          vercelInFlight,
+		VercelReservedInFlight:  vercelReserved,
+		VercelStallThreshold:    vercelTimeouts.stall,
+		ReconcileTimeout:        vercelTimeouts.reconcile,
 		PollInterval:            pollInterval,
 		BackoffCap:              backoffCap,
 		MaxSessionLength:        maxSessionLength,
@@ -163,6 +183,9 @@ func main() {
 		log.Error(err, "Failed to set up the controllers")
 		os.Exit(1)
 	}
+	// Liveness is Ping plus controllers.SetupWithManager's check that the
+	// Vercel in-flight slots are not all stuck (--vercel-stall-threshold);
+	// readiness stays Ping.
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		log.Error(err, "Failed to add the health check")
 		os.Exit(1)
@@ -213,6 +236,29 @@ func (f metricsFlags) serverOptions(bindAddress string) (metricsserver.Options, 
 	}
 	opts.TLSOpts = append(opts.TLSOpts, func(c *tls.Config) { c.GetCertificate = w.GetCertificate })
 	return opts, w, nil
+}
+
+// vercelTimeoutFlags are the deadlines of Vercel calls and reconciles.
+type vercelTimeoutFlags struct {
+	call, streamIdle, stall, reconcile time.Duration
+}
+
+// validate refuses deadlines that would turn a check off by accident or
+// cut every reconcile short.
+func (f vercelTimeoutFlags) validate() error {
+	switch {
+	case f.call <= 0:
+		return errors.New("--vercel-call-timeout must be positive")
+	case f.streamIdle <= 0:
+		return errors.New("--vercel-stream-idle-timeout must be positive")
+	case f.stall < 0:
+		return errors.New("--vercel-stall-threshold must not be negative (0 turns the check off)")
+	case f.stall > 0 && f.stall <= f.call:
+		return errors.New("--vercel-stall-threshold must be longer than --vercel-call-timeout: a slot is held up to a call timeout in normal operation")
+	case f.reconcile <= f.call:
+		return errors.New("--reconcile-timeout must be longer than --vercel-call-timeout")
+	}
+	return nil
 }
 
 // leaderElectionFlags are the lease timings of client-go's leader election,
