@@ -57,24 +57,35 @@ func Apply(ctx context.Context, kubeconfig string, manifests []byte) error {
 	return WaitServed(ctx, kubeconfig)
 }
 
-// WaitServed waits until every CRD of the cluster serves its objects. An
-// Established CRD can still answer "Resource kind … not found" for a moment
-// (its storage starts after the condition is set), which fails a create that
-// follows an install at once.
+// WaitServed waits until every CRD of the cluster serves its objects, for
+// reads and for creates. An Established CRD can still answer "Resource kind
+// … not found" for a moment: its storage starts after the condition is set,
+// and the API server's admission policies learn new kinds by polling (every
+// 5 s). A create that follows an install at once then fails, so each kind is
+// probed with a server-side dry-run create until the refusal is gone (a
+// validation error of the empty probe object means the kind is served).
 func WaitServed(ctx context.Context, kubeconfig string) error {
-	out, err := run(exec.CommandContext(ctx, "kubectl", "--kubeconfig", kubeconfig,
-		"get", "crd", "-o", "jsonpath={.items[*].metadata.name}"), nil)
+	out, err := run(exec.CommandContext(ctx, "kubectl", "--kubeconfig", kubeconfig, "get", "crd", "-o",
+		`jsonpath={range .items[*]}{.spec.group} {.spec.versions[0].name} {.spec.names.kind} {.spec.scope}{"\n"}{end}`), nil)
 	if err != nil {
 		return err
 	}
-	for _, crd := range strings.Fields(string(out)) {
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 4 {
+			continue
+		}
+		probe := fmt.Sprintf("apiVersion: %s/%s\nkind: %s\nmetadata:\n  name: served-probe\n", f[0], f[1], f[2])
+		if f[3] == "Namespaced" {
+			probe += "  namespace: default\n"
+		}
 		var last error
 		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-			_, last = run(exec.CommandContext(ctx, "kubectl", "--kubeconfig", kubeconfig, "get", crd, "-A", "-o", "name"), nil)
-			return last == nil, nil
+			_, last = run(exec.CommandContext(ctx, "kubectl", "--kubeconfig", kubeconfig, "create", "--dry-run=server", "-f", "-"), []byte(probe))
+			return last == nil || !strings.Contains(last.Error(), "There can be a delay"), nil
 		})
 		if err != nil {
-			return fmt.Errorf("%s is not served: %w (last: %v)", crd, err, last)
+			return fmt.Errorf("%s.%s is not served: %w (last: %v)", f[2], f[0], err, last)
 		}
 	}
 	return nil
