@@ -147,6 +147,8 @@ type Client struct {
 	cred          *credential   // shared per credential: the 429 gates
 	callTimeout   time.Duration // 0: none
 	streamIdle    time.Duration // 0: none
+	// The causes a timed-out call or stream carries, built once.
+	callTimeoutErr, headerTimeoutErr, streamIdleErr error
 
 	onRequest     func(string, int, time.Duration)
 	onLimiterWait func(time.Duration)
@@ -250,6 +252,9 @@ func New(cfg Config) (*Client, error) {
 	}
 	c.callTimeout = durationOr(cfg.CallTimeout, DefaultCallTimeout)
 	c.streamIdle = durationOr(cfg.StreamIdleTimeout, DefaultStreamIdleTimeout)
+	c.callTimeoutErr = fmt.Errorf("%w after %s: %w", ErrCallTimeout, c.callTimeout, context.DeadlineExceeded)
+	c.headerTimeoutErr = fmt.Errorf("%w after %s waiting for the stream to start: %w", ErrCallTimeout, c.callTimeout, context.DeadlineExceeded)
+	c.streamIdleErr = fmt.Errorf("%w: no data for %s", ErrStreamIdle, c.streamIdle)
 	key := limiterKey(c.baseURL, c.token, c.teamID)
 	c.cred = sharedCredential(key)
 	rpm := cfg.RequestsPerMinute
@@ -589,7 +594,7 @@ func (c *Client) withCallTimeout(ctx context.Context) (context.Context, context.
 	if c.callTimeout <= 0 {
 		return ctx, func() {}
 	}
-	return context.WithTimeoutCause(ctx, c.callTimeout, fmt.Errorf("%w after %s: %w", ErrCallTimeout, c.callTimeout, context.DeadlineExceeded))
+	return context.WithTimeoutCause(ctx, c.callTimeout, c.callTimeoutErr)
 }
 
 // openBody sends a streaming request: CallTimeout bounds the wait for its
@@ -600,8 +605,7 @@ func (c *Client) openBody(ctx context.Context, r *request) (*http.Response, cont
 	sctx, cancel := context.WithCancelCause(ctx)
 	var headers *time.Timer
 	if c.callTimeout > 0 {
-		err := fmt.Errorf("%w after %s waiting for the stream to start: %w", ErrCallTimeout, c.callTimeout, context.DeadlineExceeded)
-		headers = time.AfterFunc(c.callTimeout, func() { cancel(err) })
+		headers = time.AfterFunc(c.callTimeout, func() { cancel(c.headerTimeoutErr) })
 	}
 	resp, err := c.send(sctx, r)
 	if headers != nil {
@@ -611,7 +615,7 @@ func (c *Client) openBody(ctx context.Context, r *request) (*http.Response, cont
 		cancel(nil)
 		return nil, nil, err
 	}
-	resp.Body = newIdleBody(resp.Body, c.streamIdle, cancel)
+	resp.Body = newIdleBody(resp.Body, c.streamIdle, c.streamIdleErr, cancel)
 	return resp, sctx, nil
 }
 
@@ -625,11 +629,10 @@ type idleBody struct {
 	cancel context.CancelCauseFunc
 }
 
-func newIdleBody(rc io.ReadCloser, d time.Duration, cancel context.CancelCauseFunc) *idleBody {
+func newIdleBody(rc io.ReadCloser, d time.Duration, cause error, cancel context.CancelCauseFunc) *idleBody {
 	b := &idleBody{rc: rc, d: d, cancel: cancel}
 	if d > 0 {
-		err := fmt.Errorf("%w: no data for %s", ErrStreamIdle, d)
-		b.timer = time.AfterFunc(time.Hour, func() { cancel(err) })
+		b.timer = time.AfterFunc(time.Hour, func() { cancel(cause) })
 		b.timer.Stop()
 	}
 	return b
