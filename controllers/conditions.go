@@ -36,3 +36,23 @@ func msTime(ms int64) *metav1.Time {
 	t := metav1.NewTime(time.UnixMilli(ms).Truncate(time.Second).UTC())
 	return &t
 }
+
+func hasCondition(conds []metav1.Condition, typ, reason string) bool {
+	c := meta.FindStatusCondition(conds, typ)
+	return c != nil && c.Reason == reason
+}
+
+func timeOf(t *metav1.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.Time
+}
+
+// msTimeOf is a Vercel ms timestamp second-truncated like status; zero for 0.
+func msTimeOf(ms int64) time.Time {
+	if t := msTime(ms); t != nil {
+		return t.Time
+	}
+	return time.Time{}
+}

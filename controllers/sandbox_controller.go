@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -18,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
@@ -78,8 +75,8 @@ type SandboxReconciler struct {
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// Reconcile observes the Vercel sandbox of one Sandbox, acts at most once to
-// bring it towards the spec, and records what it saw in status.
+// Reconcile observes the Vercel sandbox of one Sandbox, decides the next step
+// for it and takes that step, and records what it saw in status.
 func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	return skeleton[*sandboxv1.Sandbox]{
 		client:    r.Client,
@@ -92,6 +89,8 @@ func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	}.run(ctx, req.NamespacedName, &sandboxv1.Sandbox{})
 }
 
+// reconcileSandbox makes one observation — from status when no look at
+// Vercel is due, else from Vercel — and acts on the decision it leads to.
 func (r *SandboxReconciler) reconcileSandbox(ctx context.Context, sbx *sandboxv1.Sandbox) (ctrl.Result, error) {
 	st := &sbx.Status
 	fresh := st.VercelName == ""
@@ -101,35 +100,175 @@ func (r *SandboxReconciler) reconcileSandbox(ctx context.Context, sbx *sandboxv1
 		// second one, and a delete always knows what to delete.
 		before := sbx.DeepCopy()
 		st.VercelName = vercelName(sbx.Namespace, sbx.Name, sbx.UID)
-		st.Phase = sandboxv1.SandboxCreating
-		setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonCreating, "Creating the Vercel sandbox")
+		setReady(sbx, readiness{sandboxv1.SandboxCreating, metav1.ConditionFalse, sandboxv1.ReasonCreating, "Creating the Vercel sandbox"})
 		if err := r.Status().Patch(ctx, sbx, client.MergeFrom(before)); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
 
 	now := r.now()
-	if res, done, err := r.fromStatus(ctx, sbx, now); done {
-		return res, err
-	}
-	resp, err := r.getSandbox(ctx, st.VercelName, fresh)
-	if err == nil || vercel.IsNotFound(err) {
-		r.polled(sbx, now)
-		st.LastHandledReconcileAt = sbx.Annotations[sandboxv1.AnnotationReconcileRequestedAt]
-	}
-	switch {
-	case vercel.IsNotFound(err):
-		if st.SessionID != "" {
-			return r.reportVanished(sbx), nil
+	o, ok := r.fromStatus(sbx, now)
+	if !ok {
+		resp, err := r.getSandbox(ctx, st.VercelName, fresh)
+		if err == nil || vercel.IsNotFound(err) {
+			r.polled(sbx, now)
+			st.LastHandledReconcileAt = sbx.Annotations[sandboxv1.AnnotationReconcileRequestedAt]
 		}
-		return r.create(ctx, sbx)
-	case err != nil:
-		return ctrl.Result{}, fmt.Errorf("get sandbox %s: %w", st.VercelName, err)
+		switch {
+		case vercel.IsNotFound(err):
+			o = observation{state: remoteMissing, fromVercel: true}
+		case err != nil:
+			return ctrl.Result{}, fmt.Errorf("get sandbox %s: %w", st.VercelName, err)
+		default:
+			o, now = r.observe(sbx, resp), r.now()
+		}
 	}
+	for {
+		res, next, err := r.act(ctx, sbx, r.lifecycle(sbx, o, now))
+		if next == nil || err != nil {
+			return res, err
+		}
+		// The action answered with the sandbox's new state (a create, an
+		// adoption, a resume): decide again on it.
+		o, now = *next, r.now()
+	}
+}
+
+// fromStatus is the observation of a reconcile that needs no look at Vercel:
+// a running session whose next poll is not due (a heartbeat, an extension or
+// shutdown timer), or a stopped one, which is never polled. It reports false
+// when Vercel must be observed: the spec changed, a reconcile was requested,
+// a poll or the session's deadline is due, or the status is not one of these.
+func (r *SandboxReconciler) fromStatus(sbx *sandboxv1.Sandbox, now time.Time) (observation, bool) {
+	st := &sbx.Status
+	if st.SessionID == "" || st.ObservedGeneration != sbx.Generation ||
+		sbx.Annotations[sandboxv1.AnnotationReconcileRequestedAt] != st.LastHandledReconcileAt {
+		return observation{}, false
+	}
+	ready := meta.FindStatusCondition(st.Conditions, sandboxv1.ConditionReady)
+	switch {
+	case ready == nil:
+		return observation{}, false
+	case st.Phase == sandboxv1.SandboxRunning && ready.Status == metav1.ConditionTrue:
+		if st.StartedAt == nil || st.ExpiresAt == nil || r.pollDue(client.ObjectKeyFromObject(sbx), now) || !now.Before(st.ExpiresAt.Time) {
+			return observation{}, false
+		}
+		return observation{state: sessionRunning, sessionID: st.SessionID, sameSession: true, start: st.StartedAt.Time, deadline: st.ExpiresAt.Time}, true
+	case restingReasons[ready.Reason] != "" && st.Phase == restingReasons[ready.Reason]:
+		return observation{state: sessionStopped, sessionID: st.SessionID, sameSession: true}, true
+	}
+	return observation{}, false
+}
+
+// observe is what Vercel answered about the sandbox: a sandbox that was not
+// created for this object, or one whose state it records in status.
+func (r *SandboxReconciler) observe(sbx *sandboxv1.Sandbox, resp *vercel.SandboxResponse) observation {
 	if !r.ownedBy(&resp.Sandbox, sbx) {
-		return r.reportNameConflict(sbx), nil
+		return observation{state: remoteForeign, fromVercel: true}
 	}
-	return r.observe(ctx, sbx, resp)
+	return record(sbx, resp)
+}
+
+// record copies what Vercel answered into status and returns it as an
+// observation.
+func record(sbx *sandboxv1.Sandbox, resp *vercel.SandboxResponse) observation {
+	st := &sbx.Status
+	remote := &resp.Sandbox
+	st.CurrentSnapshotID = remote.CurrentSnapshotID
+	if st.Setup == nil && len(sbx.Spec.Setup) > 0 {
+		// Setup belongs to the session that made the filesystem: the first one.
+		st.Setup = &sandboxv1.SetupStatus{SessionID: remote.CurrentSessionID}
+	}
+	s := resp.Session
+	if s == nil {
+		return observation{state: noSession, fromVercel: true}
+	}
+	if st.BootedFrom == nil && st.SessionID == "" && s.SourceSnapshotID != "" {
+		// Adopted (the create's answer was lost): the first session says
+		// which snapshot it booted from.
+		st.BootedFrom = bootedFrom(sbx, s.SourceSnapshotID)
+	}
+	o := observation{fromVercel: true, session: s, sessionID: s.ID, sameSession: st.SessionID == s.ID}
+	st.SessionID = s.ID
+	st.Routes = routes(resp.Routes)
+	st.StartedAt = msTime(s.StartedAt)
+	st.ExpiresAt = expiresAt(remote, s)
+	if remote.Persistent {
+		if !hasCondition(st.Conditions, sandboxv1.ConditionResumable, sandboxv1.ReasonSnapshotMissing) || !o.sameSession {
+			setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionResumable, metav1.ConditionTrue, sandboxv1.ReasonPersistent,
+				"Vercel keeps the filesystem when a session stops; a new session resumes it")
+		}
+	} else {
+		setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionResumable, metav1.ConditionFalse, sandboxv1.ReasonNotPersistent,
+			"spec.persistent is false: once its session stops, this sandbox cannot run again")
+	}
+	switch s.Status {
+	case vercel.SessionPending:
+		o.state = sessionPending
+	case vercel.SessionStopping, vercel.SessionSnapshotting:
+		o.state = sessionStopping
+	case vercel.SessionStopped:
+		o.state = sessionStopped
+	case vercel.SessionFailed, vercel.SessionAborted:
+		o.state = sessionFailed
+	default:
+		o.state = sessionRunning
+		// The deadline recorded in status (Vercel's own expiresAt where it
+		// sends one), so that a look at Vercel and one at status decide alike.
+		o.start, o.deadline = msTimeOf(sessionStart(s)), timeOf(st.ExpiresAt)
+	}
+	return o
+}
+
+// lifecycle gathers what decide weighs about sbx, with observation o.
+func (r *SandboxReconciler) lifecycle(sbx *sandboxv1.Sandbox, o observation, now time.Time) lifecycle {
+	st := &sbx.Status
+	key := client.ObjectKeyFromObject(sbx)
+	l := lifecycle{
+		obs:            o,
+		now:            now,
+		stopped:        sbx.Spec.State == sandboxv1.SandboxStateStopped,
+		shutdownDelete: sbx.Spec.ShutdownPolicy == sandboxv1.ShutdownDelete,
+		specChanged:    st.ObservedGeneration != sbx.Generation,
+		activity:       lastActivity(sbx),
+		idle:           idleWindow(sbx),
+		shutdown:       shutdownSchedule(now, sbx.Spec.ShutdownTime, r.shutdownWarning()),
+		name:           st.VercelName,
+		phase:          st.Phase,
+		hadSession:     st.SessionID != "",
+		stoppedAt:      timeOf(st.StoppedAt),
+		persistent:     !notPersistent(st),
+		maxSession:     r.maxSessionLength(),
+		refused:        r.extensionRefused(key, o.sessionID),
+		pollAt:         now.Add(r.pollInterval()),
+	}
+	if c := meta.FindStatusCondition(st.Conditions, sandboxv1.ConditionReady); c != nil {
+		l.ready = c.Reason
+	}
+	if next, ok := r.nextPoll.Load(key); ok {
+		l.pollAt = next.(time.Time)
+	}
+	return l
+}
+
+// notPersistent reports whether Vercel reported the sandbox as not
+// persistent: once its session stops, it cannot run again.
+func notPersistent(st *sandboxv1.SandboxStatus) bool {
+	return hasCondition(st.Conditions, sandboxv1.ConditionResumable, sandboxv1.ReasonNotPersistent)
+}
+
+// bootedFrom records the Vercel snapshot a Sandbox booted from, with the
+// SandboxSnapshot that named it, if any. Nil for a Sandbox that did not
+// boot from a snapshot.
+func bootedFrom(sbx *sandboxv1.Sandbox, snapshotID string) *sandboxv1.BootedFrom {
+	src := sbx.Spec.Source
+	switch {
+	case src.SnapshotRef != nil:
+		return &sandboxv1.BootedFrom{SnapshotID: snapshotID, SnapshotName: src.SnapshotRef.Name}
+	case src.SnapshotID != nil:
+		return &sandboxv1.BootedFrom{SnapshotID: snapshotID}
+	}
+	return nil
 }
 
 // ownedBy reports whether a Vercel sandbox was created for this object.
@@ -152,211 +291,6 @@ func (r *SandboxReconciler) getSandbox(ctx context.Context, name string, fresh b
 		return nil, errNeverCreated
 	}
 	return r.Vercel.GetSandbox(ctx, name, false)
-}
-
-// adopt takes over the sandbox a create found under this object's name, if
-// its owner tag says it was created for this object.
-func (r *SandboxReconciler) adopt(ctx context.Context, sbx *sandboxv1.Sandbox) (ctrl.Result, error) {
-	resp, err := r.Vercel.GetSandbox(ctx, sbx.Status.VercelName, false)
-	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("get sandbox %s: %w", sbx.Status.VercelName, err)
-	}
-	if !r.ownedBy(&resp.Sandbox, sbx) {
-		return r.reportNameConflict(sbx), nil
-	}
-	return r.observe(ctx, sbx, resp)
-}
-
-func (r *SandboxReconciler) create(ctx context.Context, sbx *sandboxv1.Sandbox) (ctrl.Result, error) {
-	st := &sbx.Status
-	source, ok, err := r.resolveSource(ctx, sbx)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	if !ok {
-		return ctrl.Result{RequeueAfter: snapshotRefPoll}, nil
-	}
-	secrets := &secretReader{reader: r.APIReader, namespace: sbx.Namespace}
-	cfg, err := buildConfig(ctx, secrets, &sbx.Spec)
-	if err != nil {
-		return ctrl.Result{RequeueAfter: snapshotRefPoll}, err
-	}
-	req := vercel.CreateSandboxRequest{
-		Name:          st.VercelName,
-		Resources:     cfg.resources,
-		Ports:         cfg.ports,
-		Timeout:       r.sessionTimeoutMs(cfg.timeoutMs),
-		Env:           cfg.env,
-		Persistent:    sbx.Spec.Persistent,
-		NetworkPolicy: cfg.networkPolicy,
-		Tags:          map[string]string{tagManagedBy: tagManagedByValue, tagOwnerUID: string(sbx.UID)},
-	}
-	if err := buildSource(ctx, secrets, &source, &req); err != nil {
-		return ctrl.Result{RequeueAfter: snapshotRefPoll}, err
-	}
-	resp, err := r.Vercel.CreateSandbox(ctx, req)
-	if vercel.IsConflict(err) {
-		return r.adopt(ctx, sbx)
-	}
-	if err != nil {
-		return ctrl.Result{}, redact(fmt.Errorf("create sandbox %s: %w", st.VercelName, err), secrets.values)
-	}
-	logf.FromContext(ctx).Info("Created Vercel sandbox", "vercelName", st.VercelName, "session", sessionID(resp))
-	r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Created", "Create", "Created Vercel sandbox %s", st.VercelName)
-	if id := source.SnapshotID; id != nil {
-		st.BootedFrom = bootedFrom(sbx, *id)
-	}
-	st.ObservedGeneration = sbx.Generation
-	return r.observe(ctx, sbx, resp)
-}
-
-// bootedFrom records the Vercel snapshot a Sandbox booted from, with the
-// SandboxSnapshot that named it, if any. Nil for a Sandbox that did not
-// boot from a snapshot.
-func bootedFrom(sbx *sandboxv1.Sandbox, snapshotID string) *sandboxv1.BootedFrom {
-	src := sbx.Spec.Source
-	switch {
-	case src.SnapshotRef != nil:
-		return &sandboxv1.BootedFrom{SnapshotID: snapshotID, SnapshotName: src.SnapshotRef.Name}
-	case src.SnapshotID != nil:
-		return &sandboxv1.BootedFrom{SnapshotID: snapshotID}
-	}
-	return nil
-}
-
-// observe records the remote state and takes the next step for it.
-func (r *SandboxReconciler) observe(ctx context.Context, sbx *sandboxv1.Sandbox, resp *vercel.SandboxResponse) (ctrl.Result, error) {
-	st := &sbx.Status
-	remote := &resp.Sandbox
-	st.CurrentSnapshotID = remote.CurrentSnapshotID
-	if st.Setup == nil && len(sbx.Spec.Setup) > 0 {
-		// Setup belongs to the session that made the filesystem: the first one.
-		st.Setup = &sandboxv1.SetupStatus{SessionID: remote.CurrentSessionID}
-	}
-	s := resp.Session
-	if s == nil {
-		return ctrl.Result{RequeueAfter: sessionStartPoll}, nil
-	}
-	if st.BootedFrom == nil && st.SessionID == "" && s.SourceSnapshotID != "" {
-		// Adopted (the create's answer was lost): the first session says
-		// which snapshot it booted from.
-		st.BootedFrom = bootedFrom(sbx, s.SourceSnapshotID)
-	}
-	sameSession := st.SessionID == s.ID
-	st.SessionID = s.ID
-	st.Routes = routes(resp.Routes)
-	st.StartedAt = msTime(s.StartedAt)
-	st.ExpiresAt = expiresAt(remote, s)
-	if remote.Persistent {
-		if !hasCondition(st.Conditions, sandboxv1.ConditionResumable, sandboxv1.ReasonSnapshotMissing) || !sameSession {
-			setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionResumable, metav1.ConditionTrue, sandboxv1.ReasonPersistent,
-				"Vercel keeps the filesystem when a session stops; a new session resumes it")
-		}
-	} else {
-		setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionResumable, metav1.ConditionFalse, sandboxv1.ReasonNotPersistent,
-			"spec.persistent is false: once its session stops, this sandbox cannot run again")
-	}
-	now := r.now()
-	sd := shutdownSchedule(now, sbx.Spec.ShutdownTime, r.shutdownWarning())
-	if sd.due && sbx.Spec.ShutdownPolicy == sandboxv1.ShutdownDelete {
-		return r.shutdownDelete(ctx, sbx)
-	}
-
-	switch s.Status {
-	case vercel.SessionPending:
-		st.Phase = sandboxv1.SandboxCreating
-		setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonCreating, "Waiting for the session to start")
-		return ctrl.Result{RequeueAfter: sessionStartPoll}, nil
-	case vercel.SessionStopping, vercel.SessionSnapshotting:
-		st.Phase = sandboxv1.SandboxStopping
-		setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonSessionStopped, "The session is stopping")
-		return ctrl.Result{RequeueAfter: setupPoll}, nil
-	case vercel.SessionStopped:
-		return r.observeStopped(ctx, sbx, s, sameSession, sd, now)
-	case vercel.SessionFailed, vercel.SessionAborted:
-		st.Phase = sandboxv1.SandboxFailed
-		setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonSessionFailed,
-			fmt.Sprintf("Session %s %s", s.ID, s.Status))
-		return ctrl.Result{}, nil
-	}
-
-	// Running.
-	st.StoppedAt = nil
-	if !wantRunning(sbx, sd) {
-		return r.stopSession(ctx, sbx, s.ID, sd, now)
-	}
-	if st.ObservedGeneration != sbx.Generation {
-		if err := r.update(ctx, sbx, s.ID); err != nil {
-			return ctrl.Result{}, err
-		}
-	}
-	if done, res, err := r.runSetup(ctx, sbx, s.ID); !done || err != nil {
-		return res, err
-	}
-	st.Phase = sandboxv1.SandboxRunning
-	setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionTrue, sandboxv1.ReasonRunning, fmt.Sprintf("Session %s is running", s.ID))
-	// The deadline recorded in status (Vercel's own expiresAt where it sends
-	// one), so that this path and the between-polls path decide alike.
-	return r.keepAlive(ctx, sbx, s.ID, msTimeOf(sessionStart(s)), st.ExpiresAt.Time, sd, now)
-}
-
-// update applies a changed spec to the Vercel sandbox: PATCH changes the
-// defaults of future sessions, and the network policy is also applied to the
-// running session.
-func (r *SandboxReconciler) update(ctx context.Context, sbx *sandboxv1.Sandbox, sessionID string) error {
-	secrets := &secretReader{reader: r.APIReader, namespace: sbx.Namespace}
-	cfg, err := buildConfig(ctx, secrets, &sbx.Spec)
-	if err != nil {
-		return err
-	}
-	req := vercel.UpdateSandboxRequest{Resources: cfg.resources, Timeout: r.sessionTimeoutMs(cfg.timeoutMs), Env: cfg.env, Ports: cfg.ports, NetworkPolicy: cfg.networkPolicy}
-	if req.Env == nil {
-		req.Env = map[string]string{}
-	}
-	if req.Ports == nil {
-		req.Ports = []int64{}
-	}
-	resp, err := r.Vercel.UpdateSandbox(ctx, sbx.Status.VercelName, req, false)
-	if err != nil {
-		return redact(fmt.Errorf("update sandbox %s: %w", sbx.Status.VercelName, err), secrets.values)
-	}
-	if sessionID != "" {
-		np := cfg.networkPolicy
-		if np == nil {
-			np = &vercel.NetworkPolicy{Mode: vercel.NetworkAllowAll}
-		}
-		// Only a running session's routes and policy change now; a stopped
-		// sandbox gets both with its next session.
-		sbx.Status.Routes = routes(resp.Routes)
-		if _, err := r.Vercel.UpdateNetworkPolicy(ctx, sessionID, *np); err != nil && !vercel.IsGone(err) {
-			return redact(fmt.Errorf("update network policy of session %s: %w", sessionID, err), secrets.values)
-		}
-	}
-	r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Updated", "Update", "Applied spec generation %d to Vercel sandbox %s", sbx.Generation, sbx.Status.VercelName)
-	sbx.Status.ObservedGeneration = sbx.Generation
-	return nil
-}
-
-func (r *SandboxReconciler) reportVanished(sbx *sandboxv1.Sandbox) ctrl.Result {
-	st := &sbx.Status
-	if st.Phase != sandboxv1.SandboxFailed || !hasCondition(st.Conditions, sandboxv1.ConditionReady, sandboxv1.ReasonNotFound) {
-		r.Recorder.Eventf(sbx, nil, corev1.EventTypeWarning, sandboxv1.ReasonNotFound, "Observe",
-			"Vercel sandbox %s no longer exists; it was deleted outside the operator", st.VercelName)
-	}
-	st.Phase = sandboxv1.SandboxFailed
-	st.Routes = nil
-	st.ExpiresAt = nil
-	setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonNotFound,
-		fmt.Sprintf("Vercel sandbox %s no longer exists; it was deleted outside the operator. Delete and re-create this Sandbox to get a new one.", st.VercelName))
-	return ctrl.Result{}
-}
-
-func (r *SandboxReconciler) reportNameConflict(sbx *sandboxv1.Sandbox) ctrl.Result {
-	st := &sbx.Status
-	st.Phase = sandboxv1.SandboxFailed
-	setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonNameConflict,
-		fmt.Sprintf("A Vercel sandbox named %s exists but was not created for this object; it is left alone", st.VercelName))
-	return ctrl.Result{}
 }
 
 // polled records that the object was just observed in Vercel.
@@ -469,54 +403,4 @@ func sessionID(resp *vercel.SandboxResponse) string {
 		return ""
 	}
 	return resp.Session.ID
-}
-
-func hasCondition(conds []metav1.Condition, typ, reason string) bool {
-	c := meta.FindStatusCondition(conds, typ)
-	return c != nil && c.Reason == reason
-}
-
-func timeOf(t *metav1.Time) time.Time {
-	if t == nil {
-		return time.Time{}
-	}
-	return t.Time
-}
-
-// msTimeOf is a Vercel ms timestamp second-truncated like status; zero for 0.
-func msTimeOf(ms int64) time.Time {
-	if t := msTime(ms); t != nil {
-		return t.Time
-	}
-	return time.Time{}
-}
-
-// redactedError carries an error whose message had secret values removed,
-// keeping the original in the chain so errors.As still classifies it.
-type redactedError struct {
-	msg string
-	err error
-}
-
-func (e *redactedError) Error() string { return e.msg }
-func (e *redactedError) Unwrap() error { return e.err }
-
-// redact returns err with every known secret value removed from its message.
-func redact(err error, secrets []string) error {
-	msg := scrub(err.Error(), secrets)
-	if msg == err.Error() {
-		return err
-	}
-	return &redactedError{msg: msg, err: err}
-}
-
-// scrub replaces every known secret value in s, so that an error or output
-// that echoes one never reaches status, events or logs.
-func scrub(s string, secrets []string) string {
-	for _, v := range secrets {
-		if len(v) >= 4 {
-			s = strings.ReplaceAll(s, v, "[redacted]")
-		}
-	}
-	return s
 }

@@ -31,8 +31,7 @@ func (r *SandboxReconciler) finalize(ctx context.Context, sbx *sandboxv1.Sandbox
 	// A 404 confirms the deletion as much as a 200: a delete whose answer
 	// was lost before a restart finds the sandbox already gone.
 	if _, err := r.Vercel.DeleteSandbox(ctx, st.VercelName, false); err != nil && !vercel.IsNotFound(err) {
-		st.Phase = sandboxv1.SandboxDeleting
-		setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonDeleting, "Deleting the Vercel sandbox")
+		setReady(sbx, readiness{sandboxv1.SandboxDeleting, metav1.ConditionFalse, sandboxv1.ReasonDeleting, "Deleting the Vercel sandbox"})
 		return false, ctrl.Result{}, fmt.Errorf("delete sandbox %s: %w", st.VercelName, err)
 	}
 	if err := r.deleteAutomaticSnapshots(ctx, sbx); err != nil {

@@ -11,8 +11,8 @@ import (
 
 // This file holds the pure decisions of a Sandbox's lifecycle: how long its
 // session should live, when to extend it, why it stopped, when to wake it and
-// when to look again. The reconciler feeds them status, spec and the clock;
-// the table tests in sandbox_lifecycle_internal_test.go pin them down.
+// when to look again: the pieces decide (sandbox_decide.go) is built from.
+// The table tests in sandbox_lifecycle_internal_test.go pin them down.
 
 // Defaults for the manager flags of the same meaning.
 const (
@@ -57,6 +57,13 @@ func (k keepAlive) desired() time.Time {
 		d = limit
 	}
 	return d
+}
+
+// capped is k with the current deadline as the limit: Vercel refused to move
+// it further.
+func (k keepAlive) capped() keepAlive {
+	k.max = k.deadline.Sub(k.start) + capSafety
+	return k
 }
 
 // limit is the latest deadline the plan allows.
@@ -145,15 +152,6 @@ func shutdownSchedule(now time.Time, at *metav1.Time, lead time.Duration) shutdo
 	default:
 		return shutdownState{next: warnAt}
 	}
-}
-
-// wantRunning reports whether the Sandbox should have a running session now:
-// spec.state is Running and no Stop shutdown has passed.
-func wantRunning(sbx *sandboxv1.Sandbox, sd shutdownState) bool {
-	if sbx.Spec.State == sandboxv1.SandboxStateStopped {
-		return false
-	}
-	return !sd.due
 }
 
 // stopCause classifies a session that stopped without the controller asking:

@@ -42,9 +42,8 @@ func (r *SandboxReconciler) runSetup(ctx context.Context, sbx *sandboxv1.Sandbox
 			return false, ctrl.Result{}, fmt.Errorf("get setup command %s: %w", st.CommandID, err)
 		}
 		if cmd.ExitCode == nil {
-			sbx.Status.Phase = sandboxv1.SandboxSettingUp
-			setCondition(&sbx.Status.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonSettingUp,
-				fmt.Sprintf("Running setup step %d of %d (%s)", st.Completed+1, len(steps), stepName(step)))
+			setReady(sbx, readiness{sandboxv1.SandboxSettingUp, metav1.ConditionFalse, sandboxv1.ReasonSettingUp,
+				fmt.Sprintf("Running setup step %d of %d (%s)", st.Completed+1, len(steps), stepName(step))})
 			return false, ctrl.Result{RequeueAfter: setupPoll}, nil
 		}
 		if *cmd.ExitCode != 0 {
@@ -98,8 +97,7 @@ func (r *SandboxReconciler) reportSetupFailed(ctx context.Context, sbx *sandboxv
 	}
 	msg = scrub(msg, secrets.values)
 	wasFailed := st.Phase == sandboxv1.SandboxFailed
-	st.Phase = sandboxv1.SandboxFailed
-	setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonSetupFailed, msg)
+	setReady(sbx, readiness{sandboxv1.SandboxFailed, metav1.ConditionFalse, sandboxv1.ReasonSetupFailed, msg})
 	if !wasFailed {
 		r.Recorder.Eventf(sbx, nil, corev1.EventTypeWarning, sandboxv1.ReasonSetupFailed, "RunCommand", "%s", truncate(msg, maxEventNote))
 	}

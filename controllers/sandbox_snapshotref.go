@@ -37,8 +37,7 @@ func (r *SandboxReconciler) resolveSource(ctx context.Context, sbx *sandboxv1.Sa
 		why = fmt.Sprintf("Waiting for SandboxSnapshot %q to be ready to use (phase %s)", ref.Name, snap.Status.Phase)
 	}
 	if why != "" {
-		sbx.Status.Phase = sandboxv1.SandboxPending
-		setCondition(&sbx.Status.Conditions, sbx.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonWaitingForSnapshot, why)
+		setReady(sbx, readiness{sandboxv1.SandboxPending, metav1.ConditionFalse, sandboxv1.ReasonWaitingForSnapshot, why})
 		return src, false, nil
 	}
 	id := snap.Status.SnapshotID

@@ -1,0 +1,338 @@
+package controllers
+
+// The Sandbox's actions: what the reconciler does for a decision (see
+// sandbox_decide.go) — create, apply a changed spec, stop, resume, keep a
+// running session (setup, extension) or delete the Sandbox at its shutdown
+// time — and the one place its phase and Ready condition are written.
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+	"github.com/getsentry/sandbox-controller/internal/vercel"
+)
+
+// act decides on l and performs the decision. A create or a resume answers
+// with the sandbox's new state: next, to decide on in turn.
+func (r *SandboxReconciler) act(ctx context.Context, sbx *sandboxv1.Sandbox, l lifecycle) (res ctrl.Result, next *observation, err error) {
+	d := decide(l)
+	switch d.action {
+	case actCreate:
+		return r.create(ctx, sbx)
+	case actShutdownDelete:
+		res, err = r.shutdownDelete(ctx, sbx)
+		return res, nil, err
+	case actStop:
+		res, err = r.stop(ctx, sbx, l, d)
+		return res, nil, err
+	case actRun:
+		res, err = r.run(ctx, sbx, l, d)
+		return res, nil, err
+	}
+	st := &sbx.Status
+	if d.stoppedAt != nil {
+		st.StoppedAt = d.stoppedAt
+	}
+	if d.update {
+		if err := r.update(ctx, sbx, ""); err != nil {
+			return ctrl.Result{}, nil, err
+		}
+	}
+	if e := d.event; e != nil {
+		r.Recorder.Eventf(sbx, nil, e.eventType, e.reason, "Observe", "%s", e.note)
+	}
+	if d.action == actResume {
+		return r.resume(ctx, sbx)
+	}
+	if d.noSession {
+		st.Routes, st.ExpiresAt = nil, nil
+	}
+	if d.ready != nil {
+		setReady(sbx, *d.ready)
+	}
+	if d.forgetPoll {
+		r.forgetPoll(client.ObjectKeyFromObject(sbx))
+	}
+	if d.warn {
+		r.warnShutdown(sbx, l.shutdown, false)
+	}
+	return ctrl.Result{RequeueAfter: d.requeue}, nil, nil
+}
+
+// create creates the Vercel sandbox from the spec, or adopts the one a lost
+// answer left under this object's name.
+func (r *SandboxReconciler) create(ctx context.Context, sbx *sandboxv1.Sandbox) (ctrl.Result, *observation, error) {
+	st := &sbx.Status
+	source, ok, err := r.resolveSource(ctx, sbx)
+	if err != nil {
+		return ctrl.Result{}, nil, err
+	}
+	if !ok {
+		return ctrl.Result{RequeueAfter: snapshotRefPoll}, nil, nil
+	}
+	secrets := &secretReader{reader: r.APIReader, namespace: sbx.Namespace}
+	cfg, err := buildConfig(ctx, secrets, &sbx.Spec)
+	if err != nil {
+		return ctrl.Result{RequeueAfter: snapshotRefPoll}, nil, err
+	}
+	req := vercel.CreateSandboxRequest{
+		Name:          st.VercelName,
+		Resources:     cfg.resources,
+		Ports:         cfg.ports,
+		Timeout:       r.sessionTimeoutMs(cfg.timeoutMs),
+		Env:           cfg.env,
+		Persistent:    sbx.Spec.Persistent,
+		NetworkPolicy: cfg.networkPolicy,
+		Tags:          map[string]string{tagManagedBy: tagManagedByValue, tagOwnerUID: string(sbx.UID)},
+	}
+	if err := buildSource(ctx, secrets, &source, &req); err != nil {
+		return ctrl.Result{RequeueAfter: snapshotRefPoll}, nil, err
+	}
+	resp, err := r.Vercel.CreateSandbox(ctx, req)
+	if vercel.IsConflict(err) {
+		return r.adopt(ctx, sbx)
+	}
+	if err != nil {
+		return ctrl.Result{}, nil, redact(fmt.Errorf("create sandbox %s: %w", st.VercelName, err), secrets.values)
+	}
+	logf.FromContext(ctx).Info("Created Vercel sandbox", "vercelName", st.VercelName, "session", sessionID(resp))
+	r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Created", "Create", "Created Vercel sandbox %s", st.VercelName)
+	if id := source.SnapshotID; id != nil {
+		st.BootedFrom = bootedFrom(sbx, *id)
+	}
+	st.ObservedGeneration = sbx.Generation
+	o := record(sbx, resp)
+	return ctrl.Result{}, &o, nil
+}
+
+// adopt takes over the sandbox a create found under this object's name, if
+// its owner tag says it was created for this object.
+func (r *SandboxReconciler) adopt(ctx context.Context, sbx *sandboxv1.Sandbox) (ctrl.Result, *observation, error) {
+	resp, err := r.Vercel.GetSandbox(ctx, sbx.Status.VercelName, false)
+	if err != nil {
+		return ctrl.Result{}, nil, fmt.Errorf("get sandbox %s: %w", sbx.Status.VercelName, err)
+	}
+	o := r.observe(sbx, resp)
+	return ctrl.Result{}, &o, nil
+}
+
+// update applies a changed spec to the Vercel sandbox: PATCH changes the
+// defaults of future sessions, and the network policy is also applied to the
+// running session.
+func (r *SandboxReconciler) update(ctx context.Context, sbx *sandboxv1.Sandbox, sessionID string) error {
+	secrets := &secretReader{reader: r.APIReader, namespace: sbx.Namespace}
+	cfg, err := buildConfig(ctx, secrets, &sbx.Spec)
+	if err != nil {
+		return err
+	}
+	req := vercel.UpdateSandboxRequest{Resources: cfg.resources, Timeout: r.sessionTimeoutMs(cfg.timeoutMs), Env: cfg.env, Ports: cfg.ports, NetworkPolicy: cfg.networkPolicy}
+	if req.Env == nil {
+		req.Env = map[string]string{}
+	}
+	if req.Ports == nil {
+		req.Ports = []int64{}
+	}
+	resp, err := r.Vercel.UpdateSandbox(ctx, sbx.Status.VercelName, req, false)
+	if err != nil {
+		return redact(fmt.Errorf("update sandbox %s: %w", sbx.Status.VercelName, err), secrets.values)
+	}
+	if sessionID != "" {
+		np := cfg.networkPolicy
+		if np == nil {
+			np = &vercel.NetworkPolicy{Mode: vercel.NetworkAllowAll}
+		}
+		// Only a running session's routes and policy change now; a stopped
+		// sandbox gets both with its next session.
+		sbx.Status.Routes = routes(resp.Routes)
+		if _, err := r.Vercel.UpdateNetworkPolicy(ctx, sessionID, *np); err != nil && !vercel.IsGone(err) {
+			return redact(fmt.Errorf("update network policy of session %s: %w", sessionID, err), secrets.values)
+		}
+	}
+	r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Updated", "Update", "Applied spec generation %d to Vercel sandbox %s", sbx.Generation, sbx.Status.VercelName)
+	sbx.Status.ObservedGeneration = sbx.Generation
+	return nil
+}
+
+// run keeps a running session: it applies a changed spec, runs setup, reports
+// the session Running, and extends it when its deadline comes near and a
+// heartbeat asks for more time.
+func (r *SandboxReconciler) run(ctx context.Context, sbx *sandboxv1.Sandbox, l lifecycle, d decision) (ctrl.Result, error) {
+	id := l.obs.sessionID
+	sbx.Status.StoppedAt = nil
+	if d.update {
+		if err := r.update(ctx, sbx, id); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	if done, res, err := r.runSetup(ctx, sbx, id); !done || err != nil {
+		return res, err
+	}
+	setReady(sbx, *d.ready)
+	return r.keepAlive(ctx, sbx, l, d)
+}
+
+// keepAlive extends the running session by what the decision asks, warns of
+// a coming shutdown, and says when to look again: the next poll, extension
+// check, deadline or shutdown timer.
+func (r *SandboxReconciler) keepAlive(ctx context.Context, sbx *sandboxv1.Sandbox, l lifecycle, d decision) (ctrl.Result, error) {
+	st := &sbx.Status
+	id := l.obs.sessionID
+	k := d.keep
+	key := client.ObjectKeyFromObject(sbx)
+	if d.extend > 0 {
+		s, err := r.Vercel.ExtendTimeout(ctx, id, d.extend)
+		switch {
+		case vercel.IsGone(err), vercel.IsStopping(err), vercel.IsSnapshotting(err):
+			// It stopped first: look at it again right away.
+			r.forgetPoll(key)
+			return ctrl.Result{RequeueAfter: minRequeue}, nil
+		case vercel.IsInvalid(err):
+			// Vercel's plan maximum is below --max-session-length: let the
+			// session end rather than retry an extension that cannot succeed.
+			r.Recorder.Eventf(sbx, nil, corev1.EventTypeWarning, sandboxv1.ReasonMaxSessionLength, "Extend",
+				"Vercel refused to extend session %s (%v); the manager's --max-session-length may exceed the plan's", id, err)
+			r.refused.Store(key, id)
+			k = k.capped()
+		case err != nil:
+			return ctrl.Result{}, fmt.Errorf("extend session %s: %w", id, err)
+		default:
+			k.deadline = time.UnixMilli(sessionDeadline(s))
+			st.ExpiresAt = msTime(sessionDeadline(s))
+			logf.FromContext(ctx).V(1).Info("Extended session", "vercelName", st.VercelName, "session", id, "by", d.extend, "expiresAt", k.deadline)
+			r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Extended", "ExtendTimeout",
+				"Extended session %s to keep it running %s past the last activity", id, k.idle)
+		}
+	}
+	r.warnShutdown(sbx, l.shutdown, true)
+	return ctrl.Result{RequeueAfter: requeueAt(l.now, l.pollAt, k.nextCheck(), l.shutdown.next)}, nil
+}
+
+// stop stops the running session, because spec.state is Stopped or the
+// shutdown time has come; a persistent sandbox keeps its filesystem.
+func (r *SandboxReconciler) stop(ctx context.Context, sbx *sandboxv1.Sandbox, l lifecycle, d decision) (ctrl.Result, error) {
+	st := &sbx.Status
+	id := l.obs.sessionID
+	resp, err := r.Vercel.StopSession(ctx, id)
+	if err != nil && !vercel.IsGone(err) {
+		return ctrl.Result{}, fmt.Errorf("stop session %s: %w", id, err)
+	}
+	logf.FromContext(ctx).Info("Stopped session", "vercelName", st.VercelName, "session", id, "reason", d.ready.reason)
+	r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, d.stopEvent, "Stop", "Stopped session %s because %s", id, d.stopWhy)
+	st.StoppedAt = &metav1.Time{Time: l.now.Truncate(time.Second)}
+	if resp != nil {
+		if t := msTime(resp.Session.StoppedAt); t != nil {
+			st.StoppedAt = t
+		}
+		if resp.Sandbox != nil {
+			st.CurrentSnapshotID = resp.Sandbox.CurrentSnapshotID
+		}
+	}
+	st.ExpiresAt = nil
+	setReady(sbx, *d.ready)
+	r.forgetPoll(client.ObjectKeyFromObject(sbx))
+	if l.specChanged {
+		if err := r.update(ctx, sbx, ""); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	return ctrl.Result{RequeueAfter: d.requeue}, nil
+}
+
+// resume starts a new session from the sandbox's latest snapshot. A snapshot
+// that is gone makes the Sandbox report SnapshotMissing, and it waits for a
+// spec change or a requested reconcile to try again.
+func (r *SandboxReconciler) resume(ctx context.Context, sbx *sandboxv1.Sandbox) (ctrl.Result, *observation, error) {
+	st := &sbx.Status
+	resp, err := r.Vercel.GetSandbox(ctx, st.VercelName, true)
+	if vercel.IsSnapshotNotFound(err) {
+		msg := fmt.Sprintf("Cannot resume Vercel sandbox %s: the snapshot it resumes from (%s) is gone", st.VercelName, st.CurrentSnapshotID)
+		if !hasCondition(st.Conditions, sandboxv1.ConditionReady, sandboxv1.ReasonSnapshotMissing) {
+			r.Recorder.Eventf(sbx, nil, corev1.EventTypeWarning, sandboxv1.ReasonSnapshotMissing, "Resume", "%s", msg)
+		}
+		st.ExpiresAt = nil
+		setReady(sbx, readiness{sandboxv1.SandboxFailed, metav1.ConditionFalse, sandboxv1.ReasonSnapshotMissing, msg})
+		setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionResumable, metav1.ConditionFalse, sandboxv1.ReasonSnapshotMissing, msg)
+		return ctrl.Result{}, nil, nil
+	}
+	if err != nil {
+		return ctrl.Result{}, nil, fmt.Errorf("resume sandbox %s: %w", st.VercelName, err)
+	}
+	r.polled(sbx, r.now())
+	s := resp.Session
+	if s == nil || (s.Status != vercel.SessionRunning && s.Status != vercel.SessionPending) {
+		return ctrl.Result{RequeueAfter: sessionStartPoll}, nil, nil
+	}
+	logf.FromContext(ctx).Info("Resumed Vercel sandbox", "vercelName", st.VercelName, "session", s.ID)
+	r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Resumed", "Resume", "Resumed Vercel sandbox %s in session %s", st.VercelName, s.ID)
+	st.StoppedAt = nil
+	o := record(sbx, resp)
+	return ctrl.Result{}, &o, nil
+}
+
+// extensionRefused reports whether Vercel refused to extend this session of
+// the Sandbox at key.
+func (r *SandboxReconciler) extensionRefused(key client.ObjectKey, sessionID string) bool {
+	id, ok := r.refused.Load(key)
+	return ok && id == sessionID
+}
+
+// warnShutdown emits the ShutdownWarning event once per shutdownTime, when
+// the shutdown will change something (a running session, or a deletion).
+func (r *SandboxReconciler) warnShutdown(sbx *sandboxv1.Sandbox, sd shutdownState, running bool) {
+	if !sd.warn || (!running && sbx.Spec.ShutdownPolicy != sandboxv1.ShutdownDelete) {
+		return
+	}
+	at := sbx.Spec.ShutdownTime.Time
+	if prev, ok := r.warned.Load(client.ObjectKeyFromObject(sbx)); ok && prev.(time.Time).Equal(at) {
+		return
+	}
+	r.warned.Store(client.ObjectKeyFromObject(sbx), at)
+	what := "stopped"
+	switch {
+	case sbx.Spec.ShutdownPolicy == sandboxv1.ShutdownDelete && sbx.Spec.DeletionPolicy == sandboxv1.DeletionPolicyRetain:
+		what = "deleted, keeping its Vercel sandbox stopped (deletionPolicy Retain),"
+	case sbx.Spec.ShutdownPolicy == sandboxv1.ShutdownDelete:
+		what = "deleted with its Vercel sandbox"
+	}
+	r.Recorder.Eventf(sbx, nil, corev1.EventTypeWarning, "ShutdownWarning", "Shutdown",
+		"This Sandbox will be %s at %s (spec.shutdownTime)", what, at.UTC().Format(time.RFC3339))
+}
+
+// shutdownDelete ends a Sandbox whose shutdownTime has come with policy
+// Delete by deleting the object: the finalizer then treats the Vercel sandbox
+// as any delete does, so it is deleted once, and kept under deletionPolicy
+// Retain. A kept sandbox has its session stopped first, because a shutdown
+// time promises that nothing runs (and bills) after it.
+func (r *SandboxReconciler) shutdownDelete(ctx context.Context, sbx *sandboxv1.Sandbox) (ctrl.Result, error) {
+	st := &sbx.Status
+	if sbx.Spec.DeletionPolicy == sandboxv1.DeletionPolicyRetain && st.SessionID != "" && sessionMayRun(st.Phase) {
+		if _, err := r.Vercel.StopSession(ctx, st.SessionID); err != nil && !vercel.IsGone(err) && !vercel.IsNotFound(err) {
+			return ctrl.Result{}, fmt.Errorf("stop session %s at shutdown: %w", st.SessionID, err)
+		}
+	}
+	logf.FromContext(ctx).Info("Deleting Sandbox at shutdownTime", "vercelName", st.VercelName)
+	r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "ShutdownDelete", "Delete", "Deleting this Sandbox because spec.shutdownTime has come (deletionPolicy %s)", sbx.Spec.DeletionPolicy)
+	if err := r.Delete(ctx, sbx); err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{}, nil
+}
+
+// sessionMayRun reports whether a Sandbox in phase may have a session that
+// has not stopped.
+func sessionMayRun(phase sandboxv1.SandboxPhase) bool {
+	switch phase {
+	case sandboxv1.SandboxStopped, sandboxv1.SandboxIdle, sandboxv1.SandboxFailed:
+		return false
+	}
+	return true
+}

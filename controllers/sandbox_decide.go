@@ -1,0 +1,315 @@
+package controllers
+
+// The Sandbox's one decision: from one observation of its Vercel side (what
+// Vercel answered just now, or, between polls, what status recorded) and the
+// spec, decide what to do next and the status it leaves: phase, Ready, the
+// event to emit and when to look again. decide is pure: the reconciler makes
+// the observation (sandbox_controller.go) and performs the action decide
+// names (sandbox_act.go); sandbox_decide_internal_test.go walks every branch.
+
+import (
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+	"github.com/getsentry/sandbox-controller/internal/vercel"
+)
+
+// remoteState is what one observation found on the Vercel side.
+type remoteState int
+
+const (
+	// remoteMissing: Vercel has no sandbox under the recorded name (404).
+	remoteMissing remoteState = iota
+	// remoteForeign: a sandbox has the name but was not created for this object.
+	remoteForeign
+	// noSession: the sandbox exists but has no session yet.
+	noSession
+	sessionPending
+	sessionRunning
+	// sessionStopping: stopping, or being snapshotted (which stops it).
+	sessionStopping
+	sessionStopped
+	// sessionFailed: failed or aborted.
+	sessionFailed
+)
+
+// observation is one look at the Vercel side of a Sandbox.
+type observation struct {
+	state remoteState
+	// fromVercel: Vercel answered now. The other observations come from
+	// status, between polls, for a session that runs or rests.
+	fromVercel bool
+	// session is the Vercel session Vercel answered with (nil from status).
+	session *vercel.Session
+	// sessionID is the observed session.
+	sessionID string
+	// sameSession: status had already recorded this session before the look.
+	sameSession bool
+	// start and deadline of a running session, as status records them.
+	start, deadline time.Time
+}
+
+// lifecycle is everything decide weighs: the observation, the spec's wishes,
+// what status recorded, the clock and the manager's settings.
+type lifecycle struct {
+	obs observation
+	now time.Time
+
+	// From the spec.
+	stopped        bool // spec.state is Stopped
+	shutdownDelete bool // spec.shutdownPolicy is Delete
+	specChanged    bool // the spec generation was not applied to Vercel yet
+	activity       time.Time
+	idle           time.Duration
+	shutdown       shutdownState
+
+	// From status.
+	name       string // the Vercel sandbox's name
+	phase      sandboxv1.SandboxPhase
+	hadSession bool   // a session was recorded once
+	ready      string // the Ready reason before this reconcile; "" when unset
+	stoppedAt  time.Time
+	persistent bool // Vercel keeps the filesystem when a session stops
+
+	// From the reconciler.
+	maxSession time.Duration
+	refused    bool      // Vercel refused to extend this session before
+	pollAt     time.Time // when the running session is next observed in Vercel
+}
+
+// action is what the reconciler does for a decision.
+type action int
+
+const (
+	// actNone records the decision's status and waits for the requeue.
+	actNone action = iota
+	// actCreate creates the Vercel sandbox (adopting one made for this object).
+	actCreate
+	// actShutdownDelete deletes the Sandbox at spec.shutdownTime.
+	actShutdownDelete
+	// actStop stops the running session (spec.state Stopped, or shutdownTime).
+	actStop
+	// actResume starts a new session of a stopped persistent sandbox.
+	actResume
+	// actRun keeps a running session: applies a changed spec, runs setup,
+	// then reports it Running and extends it when its deadline comes near.
+	actRun
+)
+
+// readiness is the phase and Ready condition a step leaves a Sandbox in.
+type readiness struct {
+	phase   sandboxv1.SandboxPhase
+	ready   metav1.ConditionStatus
+	reason  string
+	message string
+}
+
+// setReady records a Sandbox's phase and Ready condition.
+func setReady(sbx *sandboxv1.Sandbox, rd readiness) {
+	sbx.Status.Phase = rd.phase
+	setCondition(&sbx.Status.Conditions, sbx.Generation, sandboxv1.ConditionReady, rd.ready, rd.reason, rd.message)
+}
+
+// event is an event to emit about the Sandbox.
+type event struct {
+	eventType, reason, note string
+}
+
+// decision is what to do next and the status it leaves.
+type decision struct {
+	action action
+	// update applies a changed spec to the Vercel sandbox before the action
+	// (actStop applies it after stopping, when specChanged).
+	update bool
+	// stoppedAt, when set, is recorded as the time the session stopped.
+	stoppedAt *metav1.Time
+	// event is emitted before acting.
+	event *event
+	// ready is the phase and Ready condition; nil leaves them. For actStop
+	// and actRun it is recorded once the action succeeded.
+	ready *readiness
+	// noSession clears what only a live session has (routes, deadline).
+	noSession bool
+	// forgetPoll: a session that rests is not polled.
+	forgetPoll bool
+	// warn: the coming shutdown is warned about (once) while the session rests.
+	warn bool
+	// requeue is when to look again (0: not on a timer).
+	requeue time.Duration
+
+	// For actStop: the event reason and why, in words.
+	stopEvent, stopWhy string
+	// For actRun: the session's deadline and how much to extend it now.
+	keep   keepAlive
+	extend time.Duration
+}
+
+// decide is the Sandbox's decision tree.
+func decide(l lifecycle) decision {
+	o := l.obs
+	switch o.state {
+	case remoteForeign:
+		return decision{ready: &readiness{sandboxv1.SandboxFailed, metav1.ConditionFalse, sandboxv1.ReasonNameConflict,
+			fmt.Sprintf("A Vercel sandbox named %s exists but was not created for this object; it is left alone", l.name)}}
+	case remoteMissing:
+		if !l.hadSession {
+			return decision{action: actCreate}
+		}
+		d := decision{noSession: true, ready: &readiness{sandboxv1.SandboxFailed, metav1.ConditionFalse, sandboxv1.ReasonNotFound,
+			fmt.Sprintf("Vercel sandbox %s no longer exists; it was deleted outside the operator. Delete and re-create this Sandbox to get a new one.", l.name)}}
+		if l.phase != sandboxv1.SandboxFailed || l.ready != sandboxv1.ReasonNotFound {
+			d.event = &event{corev1.EventTypeWarning, sandboxv1.ReasonNotFound,
+				fmt.Sprintf("Vercel sandbox %s no longer exists; it was deleted outside the operator", l.name)}
+		}
+		return d
+	case noSession:
+		return decision{requeue: sessionStartPoll}
+	}
+	if l.shutdown.due && l.shutdownDelete {
+		return decision{action: actShutdownDelete}
+	}
+	switch o.state {
+	case sessionPending:
+		return decision{requeue: sessionStartPoll,
+			ready: &readiness{sandboxv1.SandboxCreating, metav1.ConditionFalse, sandboxv1.ReasonCreating, "Waiting for the session to start"}}
+	case sessionStopping:
+		return decision{requeue: setupPoll,
+			ready: &readiness{sandboxv1.SandboxStopping, metav1.ConditionFalse, sandboxv1.ReasonSessionStopped, "The session is stopping"}}
+	case sessionFailed:
+		return decision{ready: &readiness{sandboxv1.SandboxFailed, metav1.ConditionFalse, sandboxv1.ReasonSessionFailed,
+			fmt.Sprintf("Session %s %s", o.sessionID, o.session.Status)}}
+	case sessionStopped:
+		return decideStopped(l)
+	}
+	return decideRunning(l)
+}
+
+// decideRunning keeps a running session, or stops it when it should not run.
+func decideRunning(l lifecycle) decision {
+	o := l.obs
+	if !l.wantRunning() {
+		reason, stopEvent, why := sandboxv1.ReasonStopped, "Stopped", "spec.state is Stopped"
+		if !l.stopped {
+			reason, stopEvent, why = sandboxv1.ReasonShutdownTime, "ShutdownStop", "spec.shutdownTime has come"
+		}
+		msg := fmt.Sprintf("Session %s stopped because %s", o.sessionID, why)
+		if !l.persistent {
+			msg += cannotRunAgain
+		}
+		return decision{action: actStop, stopEvent: stopEvent, stopWhy: why,
+			ready:   &readiness{sandboxv1.SandboxStopped, metav1.ConditionFalse, reason, msg},
+			requeue: restingRequeue(l.shutdownDelete, l.shutdown, l.now)}
+	}
+	k := keepAlive{start: o.start, deadline: o.deadline, activity: l.activity, idle: l.idle, max: l.maxSession}
+	if l.refused {
+		k = k.capped()
+	}
+	return decision{action: actRun, update: l.specChanged, keep: k, extend: k.extension(l.now),
+		ready: &readiness{sandboxv1.SandboxRunning, metav1.ConditionTrue, sandboxv1.ReasonRunning, fmt.Sprintf("Session %s is running", o.sessionID)}}
+}
+
+// decideStopped reports why a session stopped and whether it can come back,
+// and resumes it when it should run again. Between polls the reason status
+// recorded stands; a fresh look classifies the stop again.
+func decideStopped(l lifecycle) decision {
+	o := l.obs
+	d := decision{}
+	stoppedAt := l.stoppedAt
+	reason := l.ready
+	if o.fromVercel {
+		if t := msTime(o.session.StoppedAt); t != nil {
+			d.stoppedAt, stoppedAt = t, t.Time
+		} else if stoppedAt.IsZero() {
+			d.stoppedAt = &metav1.Time{Time: l.now.Truncate(time.Second)}
+			stoppedAt = d.stoppedAt.Time
+		}
+		switch {
+		case l.stopped:
+			reason = sandboxv1.ReasonStopped
+		case l.shutdown.due:
+			reason = sandboxv1.ReasonShutdownTime
+		case o.sameSession && restingReasons[l.ready] != "":
+			// Already classified, by the controller's own stop or an earlier look.
+		default:
+			reason = stopCause(o.session, l.maxSession)
+			if reason == sandboxv1.ReasonIdleTimeout && l.refused {
+				// It ran to the deadline Vercel would not move: the plan's limit.
+				reason = sandboxv1.ReasonMaxSessionLength
+			}
+		}
+		d.update = l.specChanged
+	}
+	msg := l.stopMessage(reason)
+	if !l.persistent {
+		msg += cannotRunAgain
+	}
+	if reason != l.ready {
+		// Reported even when a heartbeat resumes the sandbox right away.
+		switch reason {
+		case sandboxv1.ReasonSessionStopped:
+			d.event = &event{corev1.EventTypeWarning, reason, msg}
+		case sandboxv1.ReasonIdleTimeout, sandboxv1.ReasonMaxSessionLength, sandboxv1.ReasonSnapshotted:
+			d.event = &event{corev1.EventTypeNormal, reason, msg}
+		}
+	}
+	want := l.wantRunning()
+	// A fresh look at a sandbox whose snapshot was missing happens only on a
+	// spec change or a requested reconcile: both retry the resume.
+	if l.persistent && (o.fromVercel && reason == sandboxv1.ReasonSnapshotMissing && want ||
+		shouldResume(reason, want, stoppedAt, l.activity)) {
+		d.action = actResume
+		return d
+	}
+	if o.fromVercel {
+		if reason == sandboxv1.ReasonSnapshotMissing {
+			// The failed resume reported it; it waits for a spec change or
+			// a requested reconcile, not for a timer.
+			return d
+		}
+		d.ready = &readiness{restingReasons[reason], metav1.ConditionFalse, reason, msg}
+		d.forgetPoll = true
+	}
+	d.warn = true
+	d.requeue = restingRequeue(l.shutdownDelete, l.shutdown, l.now)
+	return d
+}
+
+// wantRunning reports whether the Sandbox should have a running session now:
+// spec.state is Running and no Stop shutdown has passed.
+func (l lifecycle) wantRunning() bool { return !l.stopped && !l.shutdown.due }
+
+func (l lifecycle) stopMessage(reason string) string {
+	id := l.obs.sessionID
+	switch reason {
+	case sandboxv1.ReasonStopped:
+		return fmt.Sprintf("Session %s stopped because spec.state is Stopped", id)
+	case sandboxv1.ReasonShutdownTime:
+		return fmt.Sprintf("Session %s stopped at spec.shutdownTime", id)
+	case sandboxv1.ReasonIdleTimeout:
+		return fmt.Sprintf("Session %s stopped after %s without activity; a newer %s heartbeat resumes it", id, l.idle, sandboxv1.AnnotationLastActivity)
+	case sandboxv1.ReasonMaxSessionLength:
+		return fmt.Sprintf("Session %s stopped at the plan's maximum session length (%s); a newer %s heartbeat resumes it in a new session",
+			id, l.maxSession, sandboxv1.AnnotationLastActivity)
+	case sandboxv1.ReasonSnapshotted:
+		return fmt.Sprintf("Session %s stopped when a snapshot was taken of it; a newer %s heartbeat resumes it", id, sandboxv1.AnnotationLastActivity)
+	default:
+		return fmt.Sprintf("Session %s was stopped outside the operator; a newer %s heartbeat resumes it", id, sandboxv1.AnnotationLastActivity)
+	}
+}
+
+// cannotRunAgain ends the message about a stopped session of a sandbox that
+// is not persistent.
+const cannotRunAgain = "; spec.persistent is false, so it cannot run again: delete and re-create this Sandbox for a new one"
+
+// restingRequeue is when a stopped sandbox needs the controller again without
+// any change to it: only for its shutdown (warning, then delete).
+func restingRequeue(shutdownDelete bool, sd shutdownState, now time.Time) time.Duration {
+	if !shutdownDelete {
+		return 0
+	}
+	return requeueAt(now, sd.next)
+}
