@@ -24,6 +24,10 @@ func TestChaosShort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Commands in the emulator may run as an unprivileged user (Run says why).
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	bin := filepath.Join(dir, "manager")
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {

@@ -132,7 +132,7 @@ func evaluate(cl *cluster, deleted []deletedObject, maxSession int64) *verdict {
 		if s.Labels[sandboxv1.LabelFork] != "" {
 			kind = "Sandbox (fork child)"
 		}
-		v.add(kind, s.Namespace+"/"+s.Name, sandboxProblem(cl, s, maxSession))
+		v.add(kind, s.Namespace+"/"+s.Name, firstProblem(sandboxProblem(cl, s, maxSession), syncedProblem(s.Status.Conditions)))
 	}
 	for i := range cl.snapshots {
 		s := &cl.snapshots[i]
@@ -147,7 +147,7 @@ func evaluate(cl *cluster, deleted []deletedObject, maxSession int64) *verdict {
 		if s.Labels[sandboxv1.LabelFork] != "" {
 			kind = "SandboxSnapshot (fork capture)"
 		}
-		v.add(kind, s.Namespace+"/"+s.Name, snapshotProblem(cl, s))
+		v.add(kind, s.Namespace+"/"+s.Name, firstProblem(snapshotProblem(cl, s), syncedProblem(s.Status.Conditions)))
 	}
 	for i := range cl.forks {
 		f := &cl.forks[i]
@@ -158,7 +158,7 @@ func evaluate(cl *cluster, deleted []deletedObject, maxSession int64) *verdict {
 		if !isChaosNS(f.Namespace) {
 			continue
 		}
-		v.add("SandboxFork", f.Namespace+"/"+f.Name, forkProblem(cl, f))
+		v.add("SandboxFork", f.Namespace+"/"+f.Name, firstProblem(forkProblem(cl, f), syncedProblem(f.Status.Conditions)))
 	}
 
 	// Deleted objects: gone from Kubernetes and from Vercel.
@@ -416,4 +416,23 @@ func policyMode(np *vercel.NetworkPolicy) string {
 		return vercel.NetworkAllowAll
 	}
 	return np.Mode
+}
+
+// syncedProblem: an object in its declared state also had its last
+// reconcile succeed; Synced=False means the controller still retries
+// something (and calls Vercel for it).
+func syncedProblem(conds []metav1.Condition) string {
+	if c := meta.FindStatusCondition(conds, sandboxv1.ConditionSynced); c != nil && c.Status == metav1.ConditionFalse {
+		return fmt.Sprintf("in its declared state, but Synced=False %s: %s", c.Reason, c.Message)
+	}
+	return ""
+}
+
+func firstProblem(problems ...string) string {
+	for _, p := range problems {
+		if p != "" {
+			return p
+		}
+	}
+	return ""
 }

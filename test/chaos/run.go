@@ -8,10 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -84,7 +87,9 @@ type Config struct {
 	// the control plane's) and, when a target is missed, a dump of the
 	// objects. A temporary directory when empty.
 	WorkDir string
-	// Exec is the emulator's command execution mode ("" auto).
+	// Exec is the emulator's command execution mode (default "host": in
+	// "namespace" mode commands cannot see the local repository a recipe
+	// variant clones).
 	Exec string
 	// Log receives progress lines (besides WorkDir/chaos.log); nil: none.
 	Log io.Writer
@@ -104,6 +109,7 @@ func Defaults() Config {
 		BlackHoleAt: 10 * time.Minute,
 		Converge:    10 * time.Minute,
 		Replicas:    2,
+		Exec:        "host",
 	}
 }
 
@@ -133,6 +139,9 @@ func (c *Config) defaults() {
 	if c.Replicas <= 0 {
 		c.Replicas = d.Replicas
 	}
+	if c.Exec == "" {
+		c.Exec = d.Exec
+	}
 }
 
 // harness is one run.
@@ -153,6 +162,8 @@ type harness struct {
 
 	leaseMu sync.Mutex
 	holders []string // Lease holders seen, in order
+
+	stopEmulator func() // stops serving the emulator
 }
 
 func (h *harness) logf(format string, args ...any) {
@@ -183,6 +194,11 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 	if err := os.MkdirAll(filepath.Join(cfg.WorkDir, "logs"), 0o755); err != nil {
 		return nil, err
 	}
+	// In exec mode host the emulator runs commands as an unprivileged user
+	// when it runs as root; that user must reach the session directories.
+	if err := os.Chmod(cfg.WorkDir, 0o755); err != nil {
+		return nil, err
+	}
 	h := &harness{cfg: cfg, canaries: newCanaries(), start: time.Now()}
 	if h.logFile, err = os.Create(filepath.Join(cfg.WorkDir, "chaos.log")); err != nil {
 		return nil, err
@@ -195,6 +211,9 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 		return nil, err
 	}
 	defer func() {
+		if h.stopEmulator != nil {
+			h.stopEmulator()
+		}
 		if serr := h.stack.Stop(); serr != nil && err == nil {
 			h.logf("stop the control plane and the emulator: %v", serr)
 		}
@@ -323,10 +342,15 @@ func (h *harness) startStack(ctx context.Context) error {
 		ControllerManager: true,
 		ControlPlaneLog:   cpLog,
 		Emulator:          emulator.Options{DataDir: filepath.Join(h.cfg.WorkDir, "emulator"), Exec: h.cfg.Exec},
+		EmulatorAddr:      "-", // served below, behind the request log
 	})
 	if err != nil {
 		_ = cpLog.Close()
 		return fmt.Errorf("start the local stack: %w", err)
+	}
+	if h.stack.EmulatorURL, err = h.serveEmulator(); err != nil {
+		_ = h.stack.Stop()
+		return err
 	}
 	h.cfg.RepoRoot = h.stack.RepoRoot
 	h.logf("control plane at %s, emulator at %s (exec mode %s)", h.stack.Config.Host, h.stack.EmulatorURL, h.stack.Emulator.ExecMode())
@@ -624,6 +648,28 @@ func makeGitRepo(dir string) string {
 		cmd := exec.Command("git", args...)
 		cmd.Dir = dir
 		if err := cmd.Run(); err != nil {
+			return ""
+		}
+	}
+	// Run as root, the emulator runs commands as vercel-sandbox (or nobody),
+	// and git refuses to read a repository another user owns.
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("vercel-sandbox")
+		if err != nil {
+			u, err = user.Lookup("nobody")
+		}
+		if err != nil {
+			return ""
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		err = filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			return os.Lchown(p, uid, gid)
+		})
+		if err != nil {
 			return ""
 		}
 	}
