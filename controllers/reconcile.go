@@ -179,9 +179,12 @@ func reportOutcome(rec events.EventRecorder, o client.Object, res ctrl.Result, e
 	switch {
 	case class.retryAfter > 0:
 		return ctrl.Result{RequeueAfter: class.retryAfter}, nil
-	case class.terminal:
+	case class.terminal && o.GetDeletionTimestamp().IsZero():
 		return res, reconcile.TerminalError(err)
 	}
+	// A finalizer keeps trying with backoff, even after an answer that would
+	// be terminal for a spec: the object must not hang in Terminating
+	// silently, and Synced says why it still does.
 	return res, err
 }
 
