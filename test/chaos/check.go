@@ -163,7 +163,11 @@ func evaluate(cl *cluster, deleted []deletedObject, maxSession int64) *verdict {
 
 	// Deleted objects: gone from Kubernetes and from Vercel.
 	for _, d := range deleted {
-		v.add("deleted "+d.kind, d.namespace+"/"+d.name, deletedProblem(cl, d))
+		key := d.namespace + "/" + d.name
+		if d.namespace == "" {
+			key = d.name
+		}
+		v.add("deleted "+d.kind, key, deletedProblem(cl, d))
 	}
 
 	// Vercel sandboxes without an owner, and owners with several.
