@@ -48,8 +48,6 @@ type deletedObject struct {
 	snapshotID            string // SandboxSnapshot: status.snapshotID when deleted
 }
 
-func (d deletedObject) key() string { return d.kind + " " + d.namespace + "/" + d.name }
-
 // nsState is what the workload created in one namespace.
 type nsState struct {
 	name      string
