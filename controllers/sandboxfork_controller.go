@@ -52,6 +52,7 @@ func (r *SandboxForkReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		client:    r.Client,
 		recorder:  r.Recorder,
 		finalizer: sandboxv1.SandboxForkFinalizer,
+		pausable:  true,
 		finalize:  r.finalize,
 		reconcile: r.reconcileFork,
 	}.run(ctx, req.NamespacedName, &sandboxv1.SandboxFork{})

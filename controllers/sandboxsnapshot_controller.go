@@ -65,6 +65,7 @@ func (r *SandboxSnapshotReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		client:    r.Client,
 		recorder:  r.Recorder,
 		finalizer: sandboxv1.SandboxSnapshotFinalizer,
+		pausable:  true,
 		labels:    r.hashLabel,
 		finalize:  r.finalize,
 		reconcile: r.reconcileSnapshot,

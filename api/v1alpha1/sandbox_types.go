@@ -80,9 +80,10 @@ const (
 	// the latest of the session start and this time, and a heartbeat newer than
 	// an idle stop resumes the sandbox.
 	AnnotationLastActivity = "sandbox.sentry.io/last-activity"
-	// AnnotationPaused set to "true" stops reconciling the object (for
-	// maintenance): nothing is called in Vercel and only the Paused condition
-	// is written. Deleting the object still deletes the Vercel sandbox.
+	// AnnotationPaused set to "true" stops reconciling the object, of any of
+	// the three kinds (for maintenance): nothing is called in Vercel, no
+	// child is created or deleted, and only the Paused condition is written.
+	// Deleting the object still deletes its Vercel sandbox or snapshot.
 	AnnotationPaused = "sandbox.sentry.io/paused"
 	// AnnotationReconcileRequestedAt forces a reconcile, with a fresh look at
 	// Vercel, whenever its value changes (any string; a time is customary).
