@@ -24,7 +24,7 @@ func TestChaosShort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Commands in the emulator may run as an unprivileged user (Run says why).
+	// Run as root, the emulator runs commands as an unprivileged user.
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -31,6 +31,8 @@ type Report struct {
 	OwnExits          []string
 	LeaderChanges     int
 	LeaseAcquisitions int
+	GitClones         int // authenticated clones of the recipe repository
+	GitRefused        int // requests with wrong credentials
 
 	cfg Config
 }
@@ -148,7 +150,8 @@ func (r *Report) Details() string {
 	}
 	section("Workload operations", ops, 100)
 	section("Fault episodes", faults, 100)
-	fmt.Fprintf(&b, "\nLogs: %s\n", r.WorkDir)
+	fmt.Fprintf(&b, "\nRecipe repository: %d clones with a git Secret's credentials, %d requests refused for wrong ones\n", r.GitClones, r.GitRefused)
+	fmt.Fprintf(&b, "Logs: %s\n", r.WorkDir)
 	return b.String()
 }
 

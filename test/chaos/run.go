@@ -8,13 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -87,9 +84,8 @@ type Config struct {
 	// the control plane's) and, when a target is missed, a dump of the
 	// objects. A temporary directory when empty.
 	WorkDir string
-	// Exec is the emulator's command execution mode (default "host": in
-	// "namespace" mode commands cannot see the local repository a recipe
-	// variant clones).
+	// Exec is the emulator's command execution mode ("" automatic:
+	// namespace when run as root on Linux, else host).
 	Exec string
 	// Log receives progress lines (besides WorkDir/chaos.log); nil: none.
 	Log io.Writer
@@ -109,7 +105,6 @@ func Defaults() Config {
 		BlackHoleAt: 10 * time.Minute,
 		Converge:    10 * time.Minute,
 		Replicas:    2,
-		Exec:        "host",
 	}
 }
 
@@ -139,9 +134,6 @@ func (c *Config) defaults() {
 	if c.Replicas <= 0 {
 		c.Replicas = d.Replicas
 	}
-	if c.Exec == "" {
-		c.Exec = d.Exec
-	}
 }
 
 // harness is one run.
@@ -154,7 +146,7 @@ type harness struct {
 	managerEnv  []string
 	replicas    []*replica
 	canaries    *canaries
-	gitRepo     string // a local repository recipes clone ("" without git)
+	git         *gitServer // the repository a recipe variant clones (nil: none)
 
 	logMu   sync.Mutex
 	logFile *os.File
@@ -164,6 +156,10 @@ type harness struct {
 	holders []string // Lease holders seen, in order
 
 	stopEmulator func() // stops serving the emulator
+
+	eventsMu   sync.Mutex
+	eventsLog  *os.File        // logs/events.log: every event seen, once per version
+	seenEvents map[string]bool // uid/resourceVersion
 }
 
 func (h *harness) logf(format string, args ...any) {
@@ -194,8 +190,8 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 	if err := os.MkdirAll(filepath.Join(cfg.WorkDir, "logs"), 0o755); err != nil {
 		return nil, err
 	}
-	// In exec mode host the emulator runs commands as an unprivileged user
-	// when it runs as root; that user must reach the session directories.
+	// Run as root, the emulator runs commands as an unprivileged user, who
+	// must reach the session directories.
 	if err := os.Chmod(cfg.WorkDir, 0o755); err != nil {
 		return nil, err
 	}
@@ -222,7 +218,16 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 	if err := h.deploy(ctx); err != nil {
 		return nil, err
 	}
-	h.gitRepo = makeGitRepo(filepath.Join(cfg.WorkDir, "repo"))
+	// Only commands of the namespace mode can clone: in host mode a
+	// recipe's absolute paths (/vercel/sandbox/…) are the host's.
+	if _, err := exec.LookPath("git"); err == nil && h.stack.Emulator.ExecMode() == "namespace" {
+		if h.git, err = startGitServer(filepath.Join(cfg.WorkDir, "git")); err != nil {
+			return nil, err
+		}
+		defer h.git.close()
+	} else {
+		h.logf("no recipe clones a repository: it needs git and the emulator's exec mode namespace (root on Linux)")
+	}
 
 	// Independent seeded streams, so that the timing of one part does not
 	// change the choices of another.
@@ -325,6 +330,14 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 	if len(rep.Missed()) > 0 {
 		h.dump(ctx)
 	}
+	if h.git != nil {
+		rep.GitClones, rep.GitRefused = h.git.counts()
+	}
+	h.eventsMu.Lock()
+	if h.eventsLog != nil {
+		_ = h.eventsLog.Close()
+	}
+	h.eventsMu.Unlock()
 	return rep, nil
 }
 
@@ -564,11 +577,29 @@ func (h *harness) scanCluster(ctx context.Context) {
 	c := h.stack.Client
 	evs := &eventsv1.EventList{}
 	if err := c.List(ctx, evs); err == nil {
+		h.eventsMu.Lock()
+		if h.eventsLog == nil {
+			h.eventsLog, _ = os.Create(filepath.Join(h.cfg.WorkDir, "logs", "events.log"))
+			h.seenEvents = map[string]bool{}
+		}
 		for i := range evs.Items {
 			e := &evs.Items[i]
 			b, _ := json.Marshal(e)
 			h.canaries.scan("events", fmt.Sprintf("event %s/%s (%s %s)", e.Namespace, e.Name, e.Regarding.Kind, e.Regarding.Name), b)
+			// Kept for the post-mortem: a deleted namespace takes its events along.
+			if key := string(e.UID) + "/" + e.ResourceVersion; !h.seenEvents[key] && h.eventsLog != nil {
+				h.seenEvents[key] = true
+				at := e.EventTime.Time
+				if e.Series != nil {
+					at = e.Series.LastObservedTime.Time
+				} else if at.IsZero() {
+					at = e.CreationTimestamp.Time
+				}
+				fmt.Fprintf(h.eventsLog, "%s %s %s/%s %s %s: %s\n", at.UTC().Format("15:04:05"), e.Type, e.Regarding.Namespace,
+					e.Regarding.Name, e.Regarding.Kind, e.Reason, e.Note)
+			}
 		}
+		h.eventsMu.Unlock()
 	}
 	sbxs := &sandboxv1.SandboxList{}
 	if err := c.List(ctx, sbxs); err == nil {
@@ -630,50 +661,6 @@ func maxSessionMs(args []string) int64 {
 		}
 	}
 	return (d - time.Second).Milliseconds()
-}
-
-// makeGitRepo creates a local repository with one commit for recipes to
-// clone; "" when git is missing.
-func makeGitRepo(dir string) string {
-	if _, err := exec.LookPath("git"); err != nil {
-		return ""
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return ""
-	}
-	if err := os.WriteFile(filepath.Join(dir, "README"), []byte("chaos\n"), 0o644); err != nil {
-		return ""
-	}
-	for _, args := range [][]string{{"init", "-q"}, {"add", "README"}, {"-c", "user.name=chaos", "-c", "user.email=chaos@example.invalid", "commit", "-q", "-m", "chaos"}} {
-		cmd := exec.Command("git", args...)
-		cmd.Dir = dir
-		if err := cmd.Run(); err != nil {
-			return ""
-		}
-	}
-	// Run as root, the emulator runs commands as vercel-sandbox (or nobody),
-	// and git refuses to read a repository another user owns.
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("vercel-sandbox")
-		if err != nil {
-			u, err = user.Lookup("nobody")
-		}
-		if err != nil {
-			return ""
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		err = filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			return os.Lchown(p, uid, gid)
-		})
-		if err != nil {
-			return ""
-		}
-	}
-	return dir
 }
 
 func findDeployment(manifests []byte) (*appsv1.Deployment, error) {

@@ -48,6 +48,8 @@ type deletedObject struct {
 	snapshotID            string // SandboxSnapshot: status.snapshotID when deleted
 }
 
+func (d deletedObject) key() string { return d.kind + " " + d.namespace + "/" + d.name }
+
 // nsState is what the workload created in one namespace.
 type nsState struct {
 	name      string
@@ -86,6 +88,12 @@ func (w *workload) count(op string) {
 	if op != opSkipped && op != opRefused {
 		w.total++
 	}
+}
+
+// did counts a successful operation and logs it with its object.
+func (w *workload) did(op, what string) {
+	w.count(op)
+	w.h.logf("workload: %s %s", op, what)
 }
 
 func (w *workload) liveObjects() int {
@@ -211,6 +219,9 @@ func (w *workload) createNamespace(ctx context.Context) error {
 		for _, k := range secretKeys {
 			data[k] = []byte(w.h.canaries.next(w.rng))
 		}
+		if name == gitCredentialSecret && w.h.git != nil {
+			w.h.git.allow(string(data["username"]), string(data["password"]))
+		}
 		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns.name, Name: name}, Data: data}
 		if err := w.c.Create(ctx, sec); err != nil {
 			return fmt.Errorf("create Secret %s/%s: %w", ns.name, name, err)
@@ -218,7 +229,7 @@ func (w *workload) createNamespace(ctx context.Context) error {
 		ns.secrets = append(ns.secrets, name)
 	}
 	w.nss = append(w.nss, ns)
-	w.count(opCreateNamespace)
+	w.did(opCreateNamespace, ns.name)
 	return nil
 }
 
@@ -298,7 +309,7 @@ func (w *workload) createSandbox(ctx context.Context, ns *nsState, snapshot *str
 		return w.refusal(op, sbx.Name, err)
 	}
 	ns.sandboxes[sbx.Name] = true
-	w.count(op)
+	w.did(op, ns.name+"/"+sbx.Name)
 	return nil
 }
 
@@ -358,7 +369,7 @@ func (w *workload) changeSpec(ctx context.Context, ns *nsState) error {
 		return w.refusal(opChangeSpec, name, err)
 	}
 	if ok {
-		w.count(opChangeSpec)
+		w.did(opChangeSpec, ns.name+"/"+name)
 	}
 	return nil
 }
@@ -390,7 +401,7 @@ func (w *workload) setState(ctx context.Context, ns *nsState, state sandboxv1.Sa
 		return w.refusal(op, name, err)
 	}
 	if ok {
-		w.count(op)
+		w.did(op, ns.name+"/"+name)
 	}
 	return nil
 }
@@ -441,7 +452,7 @@ func (w *workload) heartbeat(ctx context.Context, ns *nsState) error {
 	if err := heartbeatSandbox(ctx, w.c, sbx); err != nil {
 		return w.refusal(opHeartbeat, sbx.Name, err)
 	}
-	w.count(opHeartbeat)
+	w.did(opHeartbeat, ns.name+"/"+sbx.Name)
 	return nil
 }
 
@@ -475,13 +486,13 @@ func (w *workload) capture(ctx context.Context, ns *nsState) error {
 		return w.refusal(opCapture, snap.Name, err)
 	}
 	if ok {
-		w.count(opResume)
+		w.did(opResume, ns.name+"/"+src)
 	}
 	if err := w.c.Create(ctx, snap); err != nil {
 		return w.refusal(opCapture, snap.Name, err)
 	}
 	ns.snapshots[snap.Name] = true
-	w.count(opCapture)
+	w.did(opCapture, ns.name+"/"+snap.Name+" of "+src)
 	return nil
 }
 
@@ -497,9 +508,9 @@ func (w *workload) recipe(ctx context.Context, ns *nsState) error {
 			{Name: "build", Command: "sh", Args: []string{"-c", fmt.Sprintf("echo variant %d > built.txt", v)}},
 		},
 	}
-	if v == 3 && w.h.gitRepo != "" {
+	if v == 3 && w.h.git != nil {
 		r.Repositories = []sandboxv1.RecipeRepository{{
-			URL: "file://" + w.h.gitRepo, Path: "repo",
+			URL: w.h.git.url, Path: "repo",
 			Credentials: &sandboxv1.GitCredentials{SecretName: gitCredentialSecret},
 		}}
 	}
@@ -511,7 +522,7 @@ func (w *workload) recipe(ctx context.Context, ns *nsState) error {
 		return w.refusal(opRecipe, snap.Name, err)
 	}
 	ns.snapshots[snap.Name] = true
-	w.count(opRecipe)
+	w.did(opRecipe, fmt.Sprintf("%s/%s variant %d", ns.name, snap.Name, v))
 	return nil
 }
 
@@ -549,14 +560,14 @@ func (w *workload) fork(ctx context.Context, ns *nsState) error {
 			return w.refusal(opFork, f.Name, err)
 		}
 		if ok {
-			w.count(opResume)
+			w.did(opResume, ns.name+"/"+src)
 		}
 	}
 	if err := w.c.Create(ctx, f); err != nil {
 		return w.refusal(opFork, f.Name, err)
 	}
 	ns.forks[f.Name] = true
-	w.count(opFork)
+	w.did(opFork, ns.name+"/"+f.Name)
 	return nil
 }
 
@@ -571,7 +582,7 @@ func (w *workload) scale(ctx context.Context, ns *nsState) error {
 	if err := w.c.Patch(ctx, f, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
 		return w.refusal(opScale, name, err)
 	}
-	w.count(opScale)
+	w.did(opScale, fmt.Sprintf("%s/%s to %d", ns.name, name, replicas))
 	return nil
 }
 
@@ -618,7 +629,7 @@ func (w *workload) deleteObject(ctx context.Context, ns *nsState) error {
 	}
 	delete(set, name)
 	w.deleted = append(w.deleted, d)
-	w.count(opDelete)
+	w.did(opDelete, d.key())
 	return nil
 }
 
@@ -701,7 +712,7 @@ func (w *workload) replaceNamespace(ctx context.Context, ns *nsState) error {
 			break
 		}
 	}
-	w.count(opDeleteNamespace)
+	w.did(opDeleteNamespace, fmt.Sprintf("%s (%d objects)", ns.name, len(recs)-1))
 	return w.createNamespace(ctx)
 }
 

@@ -31,7 +31,7 @@ func main() {
 	flag.IntVar(&cfg.Replicas, "replicas", d.Replicas, "Manager replicas (leader-elected).")
 	flag.StringVar(&cfg.ManagerBin, "manager-bin", "", "The manager binary (make chaos builds it).")
 	flag.StringVar(&cfg.WorkDir, "workdir", "", "Directory for the logs and, when a target is missed, the state dump (default: a new temporary directory).")
-	flag.StringVar(&cfg.Exec, "exec", d.Exec, "Emulator command execution mode: host, namespace (cannot see the repository a recipe clones) or none.")
+	flag.StringVar(&cfg.Exec, "exec", "", "Emulator command execution mode: namespace, host or none (default: namespace as root on Linux, else host; only namespace clones a repository in recipes).")
 	flag.Parse()
 	cfg.ManagerArgs = flag.Args()
 	cfg.Log = os.Stderr
