@@ -228,6 +228,13 @@ var _ = Describe("SandboxFork", func() {
 			Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{"count/sandboxes.sandbox.sentry.io": resource.MustParse("0")}},
 		}
 		Expect(k8sClient.Create(ctx, quota)).To(Succeed())
+		// The API server's quota admission reads quotas from its own cache:
+		// wait until it refuses a Sandbox, or the child could slip through.
+		Eventually(func() error {
+			probe := &sandboxv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "quota-probe"},
+				Spec: sandboxv1.SandboxSpec{Source: runtimeSource("node24")}}
+			return k8sClient.Create(ctx, probe, client.DryRunAll)
+		}).Should(MatchError(ContainSubstring("quota")))
 		Expect(k8sClient.Create(ctx, &sandboxv1.SandboxFork{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "capped"},
 			Spec:       sandboxv1.SandboxForkSpec{Source: sandboxv1.SandboxForkSource{SnapshotRef: &sandboxv1.LocalObjectReference{Name: "base"}}},
