@@ -1,3 +1,0 @@
-package tools
-
-import _ "go.etcd.io/etcd/server/v3"

@@ -1,3 +1,0 @@
-package tools
-
-import _ "k8s.io/kubernetes/cmd/kube-apiserver"
