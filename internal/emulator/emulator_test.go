@@ -4,7 +4,6 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
-	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -242,12 +241,9 @@ func (te *tenv) readFile(sessionID, path string) resp {
 	return te.req("POST", "/v2/sandboxes/sessions/"+sessionID+"/fs/read", map[string]any{"path": path})
 }
 
-// jwt builds an unsigned OIDC-style token.
+// jwt builds an OIDC token signed with testRSAKey (verifiable with testJWKS).
 func jwt(claims map[string]any) string {
-	enc := base64.RawURLEncoding
-	h := enc.EncodeToString([]byte(`{"alg":"RS256","typ":"JWT"}`))
-	p, _ := json.Marshal(claims)
-	return h + "." + enc.EncodeToString(p) + ".c2lnbmF0dXJl"
+	return signJWT(&testRSAKey.PublicKey, testRSAKey, "rsa-1", claims)
 }
 
 // requireKeys checks that a JSON object has every key.

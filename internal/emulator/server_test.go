@@ -10,7 +10,7 @@ import (
 )
 
 func TestAuth(t *testing.T) {
-	te := newEnv(t, Options{})
+	te := newEnv(t, Options{OIDCJWKS: testJWKS})
 	for _, tc := range []struct {
 		name, tok string
 		status    int
@@ -140,9 +140,9 @@ func TestResponseShapes(t *testing.T) {
 }
 
 func TestOIDCScoping(t *testing.T) {
-	te := newEnv(t, Options{})
+	te := newEnv(t, Options{OIDCJWKS: testJWKS})
 	own := te.create(map[string]any{"name": "mine"})
-	oidc := jwt(map[string]any{"owner_id": "team_other", "project_id": "prj_other"})
+	oidc := jwt(map[string]any{"owner_id": "team_other", "project_id": "prj_other", "exp": time.Now().Add(time.Hour).Unix()})
 
 	// The OIDC token needs no projectId and sees only its own project.
 	r := te.reqTok(oidc, "POST", "/v3/sandboxes", map[string]any{"name": "theirs"})
