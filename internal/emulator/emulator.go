@@ -109,7 +109,38 @@ type Options struct {
 	PendingOps string
 	// Logger receives request and lifecycle logs; nil discards them.
 	Logger *slog.Logger
+
+	// OIDCJWKS is a JSON Web Key Set (RS256 and ES256 keys). When set, OIDC
+	// tokens (JWTs) whose signature verifies with one of its keys are accepted,
+	// scoped to their owner_id/project_id; when nil only Token is accepted.
+	OIDCJWKS []byte
+	// OIDCIssuer, when set, is the `iss` claim OIDC tokens must carry.
+	OIDCIssuer string
+	// AllowedSourceDir is the only host directory whose files a create's
+	// tarball source (a path or file:// URL) or git source (a local repository)
+	// may name; "" = none. Tarball URLs over http(s) are fetched from loopback
+	// addresses only.
+	AllowedSourceDir string
+	// SourceLimits caps what a tarball source may unpack (zero fields:
+	// DefaultSourceLimits).
+	SourceLimits sandboxruntime.TarLimits
+	// MaxReadBytes caps the size of a file fs/read returns (0 = 256 MiB).
+	MaxReadBytes int64
+	// AllowHostRootSudo lets sudo commands run as the host's root when the
+	// emulator runs as root and cannot give them a user namespace (exec mode
+	// host, or namespace without user namespaces). Off, such commands are
+	// refused with 403: sudo never means host root unless asked for.
+	AllowHostRootSudo bool
 }
+
+// DefaultSourceLimits are the caps of a tarball source: 100,000 entries,
+// 1 GiB of content, 256 MiB per file.
+func DefaultSourceLimits() sandboxruntime.TarLimits {
+	return sandboxruntime.TarLimits{MaxEntries: 100_000, MaxBytes: 1 << 30, MaxFileBytes: 256 << 20}
+}
+
+// defaultMaxReadBytes is the default of Options.MaxReadBytes.
+const defaultMaxReadBytes = 256 << 20
 
 // Plan holds the limits the emulator enforces. For MaxRunning,
 // RequestsPerMinute and DeletesPerSecond 0 means unlimited; the other fields
@@ -204,6 +235,7 @@ type Emulator struct {
 	dataDir string
 	tempDir bool
 	runner  *sandboxruntime.Runner
+	oidc    *oidcVerifier // nil: OIDC tokens are refused
 	faults  *Faults
 	handler http.Handler
 
@@ -271,6 +303,36 @@ func New(opts Options) (*Emulator, error) {
 	case "", "namespace", "host", "none":
 	default:
 		return nil, fmt.Errorf("emulator: Exec must be \"\", \"namespace\", \"host\" or \"none\", not %q", opts.Exec)
+	}
+	if opts.OIDCJWKS != nil {
+		v, err := newOIDCVerifier(opts.OIDCJWKS, opts.OIDCIssuer)
+		if err != nil {
+			return nil, fmt.Errorf("emulator: %w", err)
+		}
+		e.oidc = v
+	}
+	if opts.AllowedSourceDir != "" {
+		abs, err := filepath.Abs(opts.AllowedSourceDir)
+		if err == nil {
+			abs, err = filepath.EvalSymlinks(abs)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("emulator: AllowedSourceDir: %w", err)
+		}
+		e.opts.AllowedSourceDir = abs
+	}
+	d := DefaultSourceLimits()
+	if e.opts.SourceLimits.MaxEntries <= 0 {
+		e.opts.SourceLimits.MaxEntries = d.MaxEntries
+	}
+	if e.opts.SourceLimits.MaxBytes <= 0 {
+		e.opts.SourceLimits.MaxBytes = d.MaxBytes
+	}
+	if e.opts.SourceLimits.MaxFileBytes <= 0 {
+		e.opts.SourceLimits.MaxFileBytes = min(d.MaxFileBytes, e.opts.SourceLimits.MaxBytes)
+	}
+	if e.opts.MaxReadBytes <= 0 {
+		e.opts.MaxReadBytes = defaultMaxReadBytes
 	}
 	r, err := sandboxruntime.NewRunner(sandboxruntime.Mode(opts.Exec))
 	if err != nil {

@@ -297,7 +297,8 @@ func TestCreateFromTarballAndGit(t *testing.T) {
 	needSh(t)
 	tgz := tarGz(t, map[string]string{"README.md": "from tarball"})
 	ts := newTarballServer(t, tgz)
-	te := newEnv(t, Options{Exec: "host"})
+	srcDir := t.TempDir()
+	te := newEnv(t, Options{Exec: "host", AllowedSourceDir: srcDir})
 	sb := te.create(map[string]any{"source": map[string]any{"type": "tarball", "url": ts + "/x.tar.gz"}})
 	if r := te.readFile(sb.Session.ID, "/vercel/sandbox/README.md"); r.status != 200 || string(r.body) != "from tarball" {
 		t.Fatalf("tarball: %d %s", r.status, r.body)
@@ -308,7 +309,7 @@ func TestCreateFromTarballAndGit(t *testing.T) {
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Skip("no git")
 	}
-	repo := t.TempDir()
+	repo := srcDir + "/repo"
 	for _, args := range [][]string{
 		{"init", "-q", "-b", "main", repo},
 		{"-C", repo, "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "--allow-empty", "-m", "init"},

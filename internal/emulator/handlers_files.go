@@ -59,7 +59,7 @@ func (e *Emulator) handleReadFile(rc *reqCtx) {
 		rc.fail(notFound("File %s not found.", *b.Path))
 		return
 	}
-	data, rerr := f.ReadFile(*b.Path, b.cwd())
+	data, rerr := f.ReadFileLimit(*b.Path, b.cwd(), e.opts.MaxReadBytes)
 	if errors.Is(rerr, fs.ErrNotExist) {
 		rc.fail(notFound("File %s not found.", *b.Path))
 		return

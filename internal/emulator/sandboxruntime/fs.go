@@ -330,6 +330,13 @@ func (f *FS) hostPath(p string) (string, error) {
 // sandbox would, absolute ones from the session root, so a link to /etc/passwd
 // reads the session's /etc/passwd (normally missing), never the host's.
 func (f *FS) ReadFile(p, cwd string) ([]byte, error) {
+	return f.ReadFileLimit(p, cwd, 0)
+}
+
+// ReadFileLimit is ReadFile for files of at most max bytes (0 = no limit); a
+// larger file, or one that grows past max while read, is an ErrInvalidInput
+// error, so one fs/read cannot make the emulator hold a huge file in memory.
+func (f *FS) ReadFileLimit(p, cwd string, max int64) ([]byte, error) {
 	if p == "" {
 		return nil, requestErrorf(nil, "path is required")
 	}
@@ -365,7 +372,17 @@ func (f *FS) ReadFile(p, cwd string) ([]byte, error) {
 	case !fi.Mode().IsRegular():
 		return nil, requestErrorf(nil, "path %q is not a regular file", abs)
 	}
-	return io.ReadAll(file)
+	if max <= 0 {
+		return io.ReadAll(file)
+	}
+	if fi.Size() > max {
+		return nil, requestErrorf(nil, "file %q has %d bytes, more than the emulator's read limit of %d bytes", abs, fi.Size(), max)
+	}
+	data, err := io.ReadAll(io.LimitReader(file, max+1))
+	if err == nil && int64(len(data)) > max {
+		return nil, requestErrorf(nil, "file %q grew past the emulator's read limit of %d bytes", abs, max)
+	}
+	return data, err
 }
 
 // Mkdir creates the directory at the sandbox path p (relative to cwd). With

@@ -19,13 +19,60 @@ import (
 // gzip bomb cannot fill the host's disk. A variable so tests can lower it.
 var maxExtractBytes int64 = 8 << 30
 
-// ExtractTarGz unpacks a gzip-compressed tar stream (the body of fs/write) into
-// the session, relative to the sandbox directory cwd (the x-cwd header; "" means
-// /vercel/sandbox), which is created if missing. Missing parent directories are
-// created, existing files and symlinks are replaced (as tar does), entry modes are
-// applied without setuid/setgid, and everything written belongs to the sandbox
-// user. Entries are accepted as the JS SDK's tar-stream writes them: ustar with
-// PAX or GNU long names, regular files, directories and symlinks.
+// maxUploadEntries caps the entries of one fs/write upload, so a small stream of
+// empty files cannot use up the host's inodes.
+const maxUploadEntries = 1 << 20
+
+// TarLimits caps what one tar stream may unpack. Zero fields take the fs/write
+// defaults (UploadLimits).
+type TarLimits struct {
+	MaxEntries   int   // entries of any type
+	MaxBytes     int64 // file content in total
+	MaxFileBytes int64 // content of one file; 0 = MaxBytes
+}
+
+// UploadLimits are the limits of an fs/write upload: 1Mi entries, 8 GiB.
+func UploadLimits() TarLimits {
+	return TarLimits{MaxEntries: maxUploadEntries, MaxBytes: maxExtractBytes}
+}
+
+func (l TarLimits) normalized() TarLimits {
+	d := UploadLimits()
+	if l.MaxEntries <= 0 {
+		l.MaxEntries = d.MaxEntries
+	}
+	if l.MaxBytes <= 0 {
+		l.MaxBytes = d.MaxBytes
+	}
+	if l.MaxFileBytes <= 0 || l.MaxFileBytes > l.MaxBytes {
+		l.MaxFileBytes = l.MaxBytes
+	}
+	return l
+}
+
+// StreamBytes bounds the decompressed tar stream of an extraction within l:
+// the content plus up to 8 KiB of headers (long names, PAX records) per entry.
+// Reading is cut off there, so neither a gzip bomb nor a flood of header
+// records can make extraction read without end.
+func (l TarLimits) StreamBytes() int64 {
+	l = l.normalized()
+	return l.MaxBytes + int64(l.MaxEntries)*8<<10 + 1<<20
+}
+
+// ExtractTarGz unpacks an fs/write upload within UploadLimits; see
+// ExtractTarGzLimited.
+func (f *FS) ExtractTarGz(cwd string, r io.Reader) error {
+	return f.ExtractTarGzLimited(cwd, r, UploadLimits())
+}
+
+// ExtractTarGzLimited unpacks a gzip-compressed tar stream (the body of fs/write, or
+// a tarball source) into the session, relative to the sandbox directory cwd (the
+// x-cwd header; "" means /vercel/sandbox), which is created if missing. Missing
+// parent directories are created, existing files and symlinks are replaced (as tar
+// does), entry modes are applied without setuid/setgid, and everything written
+// belongs to the sandbox user. Entries are accepted as the JS SDK's tar-stream
+// writes them: ustar with PAX or GNU long names, regular files, directories and
+// symlinks.
 //
 // Refused with ErrInvalidInput, which stops the extraction (entries before the bad
 // one stay written, as with tar):
@@ -36,9 +83,11 @@ var maxExtractBytes int64 = 8 << 30
 //     relative to the sandbox's "/");
 //   - hard links, character and block devices, FIFOs, sparse files and unknown
 //     entry types;
-//   - a file where a directory exists, a corrupt gzip or tar stream, and more than
-//     maxExtractBytes of content.
-func (f *FS) ExtractTarGz(cwd string, r io.Reader) error {
+//   - a file where a directory exists, a corrupt gzip or tar stream;
+//   - more entries, content, content in one file or decompressed bytes than lim
+//     allows.
+func (f *FS) ExtractTarGzLimited(cwd string, r io.Reader, lim TarLimits) error {
+	lim = lim.normalized()
 	zr, err := gzip.NewReader(r)
 	if err != nil {
 		return requestErrorf(err, "invalid gzip stream: %v", err)
@@ -59,16 +108,25 @@ func (f *FS) ExtractTarGz(cwd string, r io.Reader) error {
 		return err
 	}
 
-	x := &tarExtraction{root: root, base: base, budget: maxExtractBytes}
-	tr := tar.NewReader(zr)
+	x := &tarExtraction{root: root, base: base, budget: lim.MaxBytes, lim: lim}
+	stream := &cappedReader{r: zr, left: lim.StreamBytes()}
+	tr := tar.NewReader(stream)
 	var extractErr error
 	for {
 		hdr, err := tr.Next()
 		if err == io.EOF {
 			break
 		}
+		if errors.Is(err, errStreamCap) {
+			extractErr = requestErrorf(err, "tar stream exceeds %d decompressed bytes", lim.StreamBytes())
+			break
+		}
 		if err != nil {
 			extractErr = requestErrorf(err, "invalid tar stream: %v", err)
+			break
+		}
+		if x.entries++; x.entries > lim.MaxEntries {
+			extractErr = requestErrorf(nil, "tar stream has more than %d entries", lim.MaxEntries)
 			break
 		}
 		if err := x.entry(hdr, tr); err != nil {
@@ -92,10 +150,33 @@ func (f *FS) ExtractTarGz(cwd string, r io.Reader) error {
 
 // tarExtraction is the state of one ExtractTarGz call.
 type tarExtraction struct {
-	root   *os.Root
-	base   string // absolute sandbox directory entry names are relative to
-	budget int64  // content bytes still allowed
-	dirs   []tarDirMeta
+	root    *os.Root
+	base    string // absolute sandbox directory entry names are relative to
+	budget  int64  // content bytes still allowed
+	lim     TarLimits
+	entries int // entries seen so far
+	dirs    []tarDirMeta
+}
+
+// errStreamCap ends a decompressed tar stream that grew past its limit.
+var errStreamCap = errors.New("decompressed tar stream too large")
+
+// cappedReader returns errStreamCap once more than left bytes were asked for.
+type cappedReader struct {
+	r    io.Reader
+	left int64
+}
+
+func (c *cappedReader) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		return 0, errStreamCap
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.r.Read(p)
+	c.left -= int64(n)
+	return n, err
 }
 
 // tarDirMeta is a directory entry's mode and time, applied after all entries.
@@ -222,8 +303,11 @@ func (x *tarExtraction) entry(hdr *tar.Header, body io.Reader) error {
 				return err
 			}
 		}
+		if hdr.Size > x.lim.MaxFileBytes {
+			return requestErrorf(nil, "tar entry %q: file of %d bytes exceeds the limit of %d bytes per file", name, hdr.Size, x.lim.MaxFileBytes)
+		}
 		if hdr.Size > x.budget {
-			return requestErrorf(nil, "tar entry %q: upload exceeds %d bytes", name, maxExtractBytes)
+			return requestErrorf(nil, "tar entry %q: upload exceeds %d bytes", name, x.lim.MaxBytes)
 		}
 		out, err := x.root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if err != nil {
@@ -241,6 +325,9 @@ func (x *tarExtraction) entry(hdr *tar.Header, body io.Reader) error {
 		}
 		if cerr := out.Close(); err == nil {
 			err = cerr
+		}
+		if errors.Is(src.err, errStreamCap) {
+			return requestErrorf(src.err, "tar stream exceeds %d decompressed bytes", x.lim.StreamBytes())
 		}
 		if src.err != nil {
 			return requestErrorf(src.err, "invalid tar stream: entry %q: %v", name, src.err)

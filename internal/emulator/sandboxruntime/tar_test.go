@@ -611,3 +611,49 @@ func TestTarWriteFuzzSeeds(t *testing.T) {
 		}
 	}
 }
+
+// TestTarExtractLimits: entries, per-file content and the decompressed stream
+// are capped; what is refused stops the extraction with ErrInvalidInput.
+func TestTarExtractLimits(t *testing.T) {
+	lim := TarLimits{MaxEntries: 10, MaxBytes: 512, MaxFileBytes: 100}
+	pax := strings.Repeat("x", 900<<10) // a 900 KiB PAX record: header bytes, no content
+	for _, tc := range []struct {
+		name    string
+		entries []rtTarEntry
+		want    string
+	}{
+		{"entries", func() []rtTarEntry {
+			var es []rtTarEntry
+			for i := range 11 {
+				es = append(es, rtTarEntry{name: fmt.Sprintf("f%d", i)})
+			}
+			return es
+		}(), "more than 10 entries"},
+		{"file", []rtTarEntry{{name: "big", body: strings.Repeat("x", 101)}}, "per file"},
+		{"total", []rtTarEntry{
+			{name: "a", body: strings.Repeat("x", 100)}, {name: "b", body: strings.Repeat("x", 100)},
+			{name: "c", body: strings.Repeat("x", 100)}, {name: "d", body: strings.Repeat("x", 100)},
+			{name: "e", body: strings.Repeat("x", 100)}, {name: "f", body: strings.Repeat("x", 100)},
+		}, "exceeds 512 bytes"},
+		{"header flood", []rtTarEntry{
+			{name: "p1", pax: map[string]string{"comment": pax}}, {name: "p2", pax: map[string]string{"comment": pax}},
+			{name: "p3", pax: map[string]string{"comment": pax}},
+		}, "decompressed bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, _ := rtNewFS(t)
+			err := f.ExtractTarGzLimited("", bytes.NewReader(rtTarGz(t, tc.entries...)), lim)
+			if !errors.Is(err, ErrInvalidInput) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want ErrInvalidInput with %q", err, tc.want)
+			}
+		})
+	}
+	// Within the limits everything is written.
+	f, _ := rtNewFS(t)
+	if err := f.ExtractTarGzLimited("", bytes.NewReader(rtTarGz(t, rtTarEntry{name: "ok", body: "fine"})), lim); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := f.ReadFile("ok", ""); err != nil || string(b) != "fine" {
+		t.Fatalf("ok: %q %v", b, err)
+	}
+}
