@@ -334,7 +334,7 @@ func New(opts Options) (*Emulator, error) {
 	if e.opts.MaxReadBytes <= 0 {
 		e.opts.MaxReadBytes = defaultMaxReadBytes
 	}
-	r, err := sandboxruntime.NewRunner(sandboxruntime.Mode(opts.Exec))
+	r, err := sandboxruntime.NewRunner(sandboxruntime.Mode(opts.Exec), sandboxruntime.RunnerOptions{AllowHostRootSudo: opts.AllowHostRootSudo})
 	if err != nil {
 		return nil, fmt.Errorf("emulator: exec mode %q: %w", opts.Exec, err)
 	}

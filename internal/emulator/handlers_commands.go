@@ -146,6 +146,8 @@ func runtimeError(err error) *apiError {
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, sandboxruntime.ErrSudoRefused):
+		return &apiError{status: 403, code: "forbidden", message: err.Error()}
 	case errors.Is(err, sandboxruntime.ErrInvalidInput):
 		return badRequest("%s", err.Error())
 	case errors.Is(err, os.ErrNotExist):

@@ -10,6 +10,8 @@
 //	RestoreFS(snapshotDir, dir) (*FS, error) // a session from a snapshot
 //	(*FS).SnapshotTo(dir) (sizeBytes int64, err error)
 //	(*FS).ExtractTarGz(cwd, r) error         // fs/write: a gzip'd tar upload
+//	(*FS).ExtractTarGzLimited(cwd, r, TarLimits) error // a tarball source, within its caps
+//	(*FS).ReadFileLimit(path, cwd, max) ([]byte, error)
 //	(*FS).CopyDir(hostDir, cwd) error        // a host tree (a git checkout), by the rules of an upload
 //	(*FS).ReadFile(path, cwd) ([]byte, error)
 //	(*FS).Mkdir(path, cwd, recursive) error
@@ -17,7 +19,8 @@
 //
 // Commands (exec.go, exec_linux.go, output.go):
 //
-//	NewRunner(mode) (*Runner, error)         // ModeNamespace, ModeHost, ModeNone; "" = namespace when possible
+//	NewRunner(mode, RunnerOptions{AllowHostRootSudo}) (*Runner, error) // ModeNamespace, ModeHost, ModeNone; "" = namespace when possible
+//	ErrSudoRefused                           // Start: sudo would be host root and was not allowed
 //	(*Runner).Mode(), Describe(), SetScriptedExit(name, code)
 //	(*Runner).Start(Command{FS, Name, Args, Cwd, Env, Sudo, Timeout}) (*Process, error)
 //	(*Process).Done(), ExitCode(), Kill(signal), Terminate(), Output()

@@ -28,8 +28,11 @@ import (
 //     the host never sees a mount. Limits: what the fs API writes under the
 //     host-backed directories (say /usr/local/bin/x or /etc/hostname) is stored in
 //     the session but hidden from commands by the read-only host directory, and
-//     commands see the host's processes and network. It separates paths, not
-//     privileges: a sudo command is host root.
+//     commands see the host's processes and network. Each command also gets its
+//     own user namespace (when the kernel allows, probed once): the sandbox's
+//     root is host uid sandboxIDBase, so a sudo command is root over the
+//     session's files but holds no privilege on the host. The command's mount
+//     namespace is pivoted into the session, so leaving the chroot leads nowhere.
 //   - host (fallback when namespaces are unavailable, e.g. not root): commands run
 //     with their cwd mapped into the session directory and HOME/TMPDIR pointing
 //     into it, but absolute paths are NOT remapped: `cat /vercel/sandbox/a.txt`
@@ -40,9 +43,13 @@ import (
 //
 // Non-sudo commands run as the sandbox user (vercel-sandbox if the host has such a
 // user, else nobody) when the emulator is root; otherwise every command runs as the
-// emulator's user. A command's process group is killed as a whole: on kill, on
-// timeout, on terminate, and when the command's main process exits (background
-// jobs it leaves behind are killed then, so nothing outlives its command).
+// emulator's user. A sudo command would be the host's root when the emulator is
+// root but cannot give it a user namespace (host mode, or no user namespaces):
+// such commands are refused with ErrSudoRefused unless
+// RunnerOptions.AllowHostRootSudo says otherwise. A command's process group is
+// killed as a whole: on kill, on timeout, on terminate, and when the command's main
+// process exits (background jobs it leaves behind are killed then, so nothing
+// outlives its command).
 
 // Mode selects how commands run; see the file comment.
 type Mode string
@@ -65,10 +72,29 @@ const (
 	exitKilled = 128 + int(syscall.SIGKILL)
 )
 
+// ErrSudoRefused is returned by Start for a sudo command that would run as the
+// host's root (see RunnerOptions.AllowHostRootSudo).
+var ErrSudoRefused = errors.New("sudo is refused: this emulator runs as root and cannot give commands a user namespace, " +
+	"so a sudo command would be root on the host (start the emulator with --allow-host-root-sudo to allow it)")
+
+// RunnerOptions are the choices of a Runner beyond its mode.
+type RunnerOptions struct {
+	// AllowHostRootSudo lets sudo commands run as the host's root where no
+	// user namespace can contain them. Off by default.
+	AllowHostRootSudo bool
+}
+
 // Runner starts commands in one exec mode. It is safe for concurrent use.
 type Runner struct {
 	m      Mode
 	reason string // why auto-detection settled on host mode
+	// userns: namespace mode gives each command a user namespace.
+	userns       bool
+	usernsReason string // why not, when root in namespace mode
+	// sudoRefused: a sudo command would be host root and that was not allowed.
+	sudoRefused bool
+	// sudoHostRoot: a sudo command is host root (allowed explicitly).
+	sudoHostRoot bool
 
 	mu       sync.RWMutex
 	scripted map[string]int // exec mode none: exit codes by command name
@@ -77,24 +103,39 @@ type Runner struct {
 // NewRunner returns a runner for mode, which is "namespace", "host", "none", or ""
 // to pick namespace when this process can create mount namespaces and chroot
 // (probed once, here) and host otherwise. Asking for namespace explicitly when it
-// is unavailable is an error.
-func NewRunner(mode Mode) (*Runner, error) {
+// is unavailable is an error. In namespace mode it also probes whether commands
+// can get a user namespace.
+func NewRunner(mode Mode, opts RunnerOptions) (*Runner, error) {
+	var r *Runner
 	switch mode {
 	case ModeNone, ModeHost:
-		return &Runner{m: mode}, nil
+		r = &Runner{m: mode}
 	case ModeNamespace:
 		if err := probeNamespace(); err != nil {
 			return nil, fmt.Errorf("exec mode namespace is unavailable: %w", err)
 		}
-		return &Runner{m: mode}, nil
+		r = &Runner{m: mode}
 	case "":
 		if err := probeNamespace(); err != nil {
-			return &Runner{m: ModeHost, reason: err.Error()}, nil
+			r = &Runner{m: ModeHost, reason: err.Error()}
+		} else {
+			r = &Runner{m: ModeNamespace}
 		}
-		return &Runner{m: ModeNamespace}, nil
 	default:
 		return nil, fmt.Errorf("unknown exec mode %q (want namespace, host or none)", mode)
 	}
+	if r.m == ModeNamespace {
+		if err := probeUserNamespace(); err != nil {
+			r.usernsReason = err.Error()
+		} else {
+			r.userns = true
+		}
+	}
+	if r.m != ModeNone && !r.userns && os.Geteuid() == 0 {
+		r.sudoHostRoot = opts.AllowHostRootSudo
+		r.sudoRefused = !opts.AllowHostRootSudo
+	}
+	return r, nil
 }
 
 // Mode returns the mode commands run in.
@@ -104,8 +145,19 @@ func (r *Runner) Mode() Mode { return r.m }
 func (r *Runner) Describe() string {
 	u := sandboxUser()
 	who := fmt.Sprintf("non-sudo commands run as %s (uid %d)", u.name, u.uid)
-	if !chownAllowed() {
+	switch {
+	case !chownAllowed():
 		who = fmt.Sprintf("all commands run as the emulator's user (uid %d): not root, so no user switching", os.Geteuid())
+	case r.userns:
+		who += fmt.Sprintf("; sudo is root in a user namespace, host uid %d (no host privilege)", sandboxIDBase)
+	case r.sudoHostRoot:
+		who += "; sudo commands run as HOST ROOT (--allow-host-root-sudo)"
+	case r.sudoRefused:
+		why := "exec=host"
+		if r.usernsReason != "" {
+			why = "no user namespaces: " + r.usernsReason
+		}
+		who += "; sudo commands are refused (" + why + "; --allow-host-root-sudo runs them as host root)"
 	}
 	switch r.m {
 	case ModeNamespace:
@@ -260,6 +312,9 @@ func (r *Runner) Start(spec Command) (*Process, error) {
 	if spec.FS == nil {
 		return nil, errors.New("start command: no sandbox filesystem")
 	}
+	if spec.Sudo && r.sudoRefused {
+		return nil, ErrSudoRefused
+	}
 	for _, a := range append([]string{spec.Name}, spec.Args...) {
 		if strings.IndexByte(a, 0) >= 0 {
 			return nil, requestErrorf(nil, "command and arguments must not contain NUL bytes")
@@ -267,7 +322,7 @@ func (r *Runner) Start(spec Command) (*Process, error) {
 	}
 	cwd := sandboxAbs(".", spec.Cwd)
 
-	l := &procLaunch{spec: spec, cwd: cwd, ns: r.m == ModeNamespace}
+	l := &procLaunch{spec: spec, cwd: cwd, ns: r.m == ModeNamespace, userns: r.userns}
 	home := sandboxUserHome
 	if spec.Sudo {
 		home = "/root"
@@ -291,7 +346,16 @@ func (r *Runner) Start(spec Command) (*Process, error) {
 		return nil, err
 	}
 	l.env, l.pathEnv = env, pathEnv
-	if !spec.Sudo && chownAllowed() {
+	switch {
+	case l.userns:
+		// Ids inside the command's user namespace; the sandbox user's are the
+		// same as on the host (see idMappings).
+		l.cred = &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}}
+		if !spec.Sudo {
+			u := sandboxUser()
+			l.cred.Uid, l.cred.Gid = uint32(u.uid), uint32(u.gid)
+		}
+	case !spec.Sudo && chownAllowed():
 		u := sandboxUser()
 		l.cred = &syscall.Credential{Uid: uint32(u.uid), Gid: uint32(u.gid), Groups: []uint32{}}
 	}
@@ -322,6 +386,7 @@ type procLaunch struct {
 	cwd     string // sandbox cwd
 	hostCwd string // host mode: cwd on the host
 	ns      bool
+	userns  bool // ns, and the command gets a user namespace
 	env     []string
 	pathEnv string
 	cred    *syscall.Credential
@@ -355,7 +420,7 @@ func (l *procLaunch) spawn(p *Process) (*os.Process, error) {
 
 	dir := l.hostCwd // cwd for relative lookups, as seen from this thread
 	if l.ns {
-		if err := enterSandbox(l.spec.FS, l.cwd); err != nil {
+		if err := enterSandbox(l.spec.FS, l.cwd, l.userns); err != nil {
 			closeAll()
 			return nil, err
 		}
@@ -371,7 +436,7 @@ func (l *procLaunch) spawn(p *Process) (*os.Process, error) {
 	attr := &os.ProcAttr{
 		Env:   l.env,
 		Files: []*os.File{devNull, outW, errW},
-		Sys:   newSysProcAttr(l.cred),
+		Sys:   newSysProcAttr(l.cred, l.userns),
 	}
 	if !l.ns {
 		attr.Dir = l.hostCwd

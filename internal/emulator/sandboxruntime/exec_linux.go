@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"sync"
@@ -41,6 +42,73 @@ func probeNamespace() error {
 		}()
 	}()
 	return <-errc
+}
+
+// probeUserNamespace reports whether commands can get a user namespace with
+// the mappings of idMappings: it runs `true` in one.
+func probeUserNamespace() error {
+	if os.Geteuid() != 0 {
+		return errors.New("not running as root")
+	}
+	prog, err := exec.LookPath("true")
+	if err != nil {
+		return fmt.Errorf("no `true` program to probe with: %w", err)
+	}
+	cmd := exec.Command(prog)
+	cmd.SysProcAttr = newSysProcAttr(&syscall.Credential{Groups: []uint32{}}, true)
+	cmd.SysProcAttr.Pdeathsig = 0
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("user namespace: %w", err)
+	}
+	// The kernel refuses user namespaces to chrooted processes, so commands
+	// need pivot_root (refused, e.g., when the host runs from an initramfs).
+	dir, err := os.MkdirTemp("", "sandbox-pivot-probe-")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(dir)
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the runtime discards the thread
+		errc <- func() error {
+			if err := syscall.Unshare(syscall.CLONE_NEWNS); err != nil {
+				return err
+			}
+			if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
+				return err
+			}
+			if err := syscall.Mount(dir, dir, "", syscall.MS_BIND, ""); err != nil {
+				return err
+			}
+			return pivotInto(dir)
+		}()
+	}()
+	if err := <-errc; err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+	return nil
+}
+
+// idMappings maps the ids 0..65535 of a command's user namespace to the host
+// range starting at sandboxIDBase, except the sandbox user's own id, which
+// stays itself (so files it and the fs API own need no translation).
+func idMappings(own int) []syscall.SysProcIDMap {
+	const size = 1 << 16
+	if own <= 0 { // a sandbox "user" that is root gets no identity mapping
+		return []syscall.SysProcIDMap{{ContainerID: 0, HostID: sandboxIDBase, Size: size}}
+	}
+	var m []syscall.SysProcIDMap
+	{
+		m = append(m, syscall.SysProcIDMap{ContainerID: 0, HostID: sandboxIDBase, Size: min(own, size)})
+	}
+	if own >= size {
+		return m
+	}
+	m = append(m, syscall.SysProcIDMap{ContainerID: own, HostID: own, Size: 1})
+	if own+1 < size {
+		m = append(m, syscall.SysProcIDMap{ContainerID: own + 1, HostID: sandboxIDBase + own + 1, Size: size - own - 1})
+	}
+	return m
 }
 
 // hostEntryKind says how a host top-level entry appears in a sandbox.
@@ -91,13 +159,19 @@ var hostEntries = sync.OnceValue(func() []hostEntry {
 
 // enterSandbox moves the calling thread, which must be locked and never unlocked
 // again, into a new private mount namespace in which the host's system
-// directories are mounted into the session directory, then chroots it there and
-// changes to the sandbox directory cwd. Processes the thread starts inherit all
-// of it. Mount points missing in the session are created (empty directories and
-// the host's /bin-style symlinks); entries the session has replaced with
-// something else are left alone and not mounted. A missing cwd is an
-// ErrInvalidInput error.
-func enterSandbox(f *FS, cwd string) error {
+// directories are mounted into the session directory, then makes that directory
+// its root and changes to the sandbox directory cwd. Processes the thread starts
+// inherit all of it. Mount points missing in the session are created (empty
+// directories and the host's /bin-style symlinks); entries the session has
+// replaced with something else are left alone and not mounted. A missing cwd is
+// an ErrInvalidInput error. needProc: the sandbox's /proc must be a proc mount
+// (the user namespace of a command is set up through it).
+//
+// The root is changed with pivot_root, and the host's tree detached, so that
+// a command root in its user namespace (which may chroot) finds no way back
+// to the host's files (the kernel also refuses user namespaces to chrooted
+// processes). Without a user namespace, where pivot_root is refused, chroot.
+func enterSandbox(f *FS, cwd string, needProc bool) error {
 	if err := syscall.Unshare(syscall.CLONE_NEWNS); err != nil {
 		return fmt.Errorf("unshare mount namespace: %w", err)
 	}
@@ -105,6 +179,11 @@ func enterSandbox(f *FS, cwd string) error {
 	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
 	}
+	// pivot_root needs the new root to be a mount point.
+	if err := syscall.Mount(f.root, f.root, "", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind the sandbox root: %w", err)
+	}
+	procMounted := false
 	for _, e := range hostEntries() {
 		target := filepath.Join(f.root, e.name)
 		fi, err := os.Lstat(target)
@@ -129,14 +208,40 @@ func enterSandbox(f *FS, cwd string) error {
 		if err := mountHostEntry(e, target); err != nil {
 			return fmt.Errorf("mount /%s into the sandbox: %w", e.name, err)
 		}
+		procMounted = procMounted || e.kind == hostProc
 	}
-	if err := syscall.Chroot(f.root); err != nil {
-		return fmt.Errorf("chroot into the sandbox: %w", err)
+	if needProc && !procMounted {
+		return requestErrorf(nil, "the sandbox's /proc is not a directory: commands cannot start")
+	}
+	if err := pivotInto(f.root); err != nil {
+		if needProc { // a user namespace: chroot would make the kernel refuse it
+			return fmt.Errorf("pivot_root into the sandbox: %w", err)
+		}
+		if err := syscall.Chroot(f.root); err != nil {
+			return fmt.Errorf("chroot into the sandbox: %w", err)
+		}
 	}
 	if err := syscall.Chdir(cwd); err != nil {
 		return requestErrorf(err, "cwd %q: %v", cwd, err)
 	}
 	return nil
+}
+
+// pivotInto makes dir (a mount point) the root of the calling thread's mount
+// namespace and detaches the old root.
+func pivotInto(dir string) error {
+	if err := syscall.Chdir(dir); err != nil {
+		return err
+	}
+	// pivot_root(".", "."): the old root ends up stacked on the new one, and
+	// detaching "." removes it, without a directory to park it in.
+	if err := syscall.PivotRoot(".", "."); err != nil {
+		return err
+	}
+	if err := syscall.Unmount(".", syscall.MNT_DETACH); err != nil {
+		return fmt.Errorf("detach the host's root: %w", err)
+	}
+	return syscall.Chdir("/")
 }
 
 // mountHostEntry mounts the host's /<e.name> on target as e.kind says.
@@ -156,15 +261,28 @@ func mountHostEntry(e hostEntry, target string) error {
 		if err := syscall.Mount(src, target, "", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {
 			return err
 		}
-		return syscall.Mount("", target, "", syscall.MS_REMOUNT|syscall.MS_BIND|syscall.MS_RDONLY, "")
+		// nosuid: a host setuid program (su, sudo, passwd) must not make a
+		// sandbox user the host's root.
+		return syscall.Mount("", target, "", syscall.MS_REMOUNT|syscall.MS_BIND|syscall.MS_RDONLY|syscall.MS_NOSUID, "")
 	}
 }
 
 // newSysProcAttr returns the process attributes of a command: its own process
 // group, the given credentials, and death with the thread that starts it (which
-// lives until the command is reaped).
-func newSysProcAttr(cred *syscall.Credential) *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Setpgid: true, Credential: cred, Pdeathsig: syscall.SIGKILL}
+// lives until the command is reaped). With userns the command starts in a new
+// user namespace mapped by idMappings, and cred holds ids inside it.
+func newSysProcAttr(cred *syscall.Credential, userns bool) *syscall.SysProcAttr {
+	a := &syscall.SysProcAttr{Setpgid: true, Credential: cred, Pdeathsig: syscall.SIGKILL}
+	if userns {
+		u := sandboxUser()
+		a.Cloneflags = syscall.CLONE_NEWUSER
+		a.UidMappings = idMappings(u.uid)
+		a.GidMappings = idMappings(u.gid)
+		// setgroups must be allowed so that the command drops the emulator's
+		// supplementary groups (root's) instead of keeping them.
+		a.GidMappingsEnableSetgroups = true
+	}
+	return a
 }
 
 // waitExited blocks until proc has exited without reaping it (waitid WNOWAIT), so

@@ -11,12 +11,15 @@ import (
 // probeNamespace reports that namespace mode needs Linux.
 func probeNamespace() error { return errors.New("mount namespaces need Linux") }
 
+// probeUserNamespace reports that user namespaces need Linux.
+func probeUserNamespace() error { return errors.New("user namespaces need Linux") }
+
 // enterSandbox is never called outside Linux (namespace mode is never selected).
-func enterSandbox(*FS, string) error { return errors.New("mount namespaces need Linux") }
+func enterSandbox(*FS, string, bool) error { return errors.New("mount namespaces need Linux") }
 
 // newSysProcAttr returns the process attributes of a command: its own process
 // group and the given credentials.
-func newSysProcAttr(cred *syscall.Credential) *syscall.SysProcAttr {
+func newSysProcAttr(cred *syscall.Credential, _ bool) *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Credential: cred}
 }
 

@@ -22,7 +22,7 @@ import (
 // mount namespaces are unavailable (not root, no CAP_SYS_ADMIN, not Linux).
 func rtNamespaceRunner(t *testing.T) *Runner {
 	t.Helper()
-	r, err := NewRunner(ModeNamespace)
+	r, err := NewRunner(ModeNamespace, RunnerOptions{})
 	if err != nil {
 		t.Skipf("namespace mode unavailable: %v", err)
 	}
@@ -401,7 +401,7 @@ func TestExecSnapshotOfCommandOutput(t *testing.T) {
 
 func TestExecHostMode(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	r, err := NewRunner(ModeHost)
+	r, err := NewRunner(ModeHost, RunnerOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -429,14 +429,14 @@ func TestExecHostMode(t *testing.T) {
 	if b, err := f.ReadFile("/vercel/sandbox/a.txt", ""); err != nil || string(b) != "x\n" {
 		t.Fatalf("readFile = %q, %v", b, err)
 	}
-	res = rtRun(t, r, Command{FS: f, Name: "sh", Args: []string{"-c", "pwd"}, Cwd: "/tmp", Sudo: true})
+	res = rtRun(t, r, Command{FS: f, Name: "sh", Args: []string{"-c", "pwd"}, Cwd: "/tmp"})
 	if res.stdout != filepath.Join(f.root, "tmp")+"\n" {
 		t.Fatalf("host mode cwd /tmp = %+v", res)
 	}
 	if _, err := r.Start(Command{FS: f, Name: "true", Cwd: "/nope"}); !errors.Is(err, ErrInvalidInput) {
 		t.Fatalf("missing cwd = %v, want ErrInvalidInput", err)
 	}
-	p, err := r.Start(Command{FS: f, Name: "sleep", Args: []string{"30"}, Sudo: true})
+	p, err := r.Start(Command{FS: f, Name: "sleep", Args: []string{"30"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -450,7 +450,7 @@ func TestExecHostMode(t *testing.T) {
 
 func TestExecNoneMode(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	r, err := NewRunner(ModeNone)
+	r, err := NewRunner(ModeNone, RunnerOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -498,7 +498,7 @@ func TestExecNoneMode(t *testing.T) {
 }
 
 func TestExecAutoMode(t *testing.T) {
-	r, err := NewRunner("")
+	r, err := NewRunner("", RunnerOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -507,7 +507,7 @@ func TestExecAutoMode(t *testing.T) {
 		t.Fatalf("auto mode picked %q, namespace available: %v", r.Mode(), wantNS)
 	}
 	t.Logf("auto: %s", r.Describe())
-	if _, err := NewRunner("bogus"); err == nil {
+	if _, err := NewRunner("bogus", RunnerOptions{}); err == nil {
 		t.Fatal("NewRunner accepted an unknown mode")
 	}
 }

@@ -92,6 +92,21 @@ var sandboxUser = sync.OnceValue(func() sandboxIdentity {
 	return sandboxIdentity{uid: 65534, gid: 65534, name: "nobody"}
 })
 
+// sandboxIDBase is the first host uid and gid of the range a command's user
+// namespace maps the sandbox's ids 0..65535 to (only the sandbox user keeps its
+// own host id, so that what it and the fs API write stays its own). The
+// sandbox's root is therefore host uid sandboxIDBase: an id no host user or
+// file has, so "sudo" holds no privilege on the host. The value is the last
+// 64Ki block of the range systemd leaves to containers (0x00080000-0x6FFFFFFF).
+const sandboxIDBase = 0x6FFF0000
+
+// sandboxRoot is the host identity that owns the sandbox's root-owned areas
+// ("/", /root, /tmp, /vercel, /home): the host id of root inside a command's
+// user namespace.
+func sandboxRoot() sandboxIdentity {
+	return sandboxIdentity{uid: sandboxIDBase, gid: sandboxIDBase, name: "root"}
+}
+
 // chownAllowed reports whether the emulator can hand files to the sandbox user
 // (it runs as root). Otherwise everything simply belongs to the emulator's user.
 var chownAllowed = sync.OnceValue(func() bool { return os.Geteuid() == 0 })
@@ -150,6 +165,14 @@ func (f *FS) ensureLayout() error {
 	if err := os.Chmod(f.root, 0o755); err != nil {
 		return err
 	}
+	root := sandboxRoot()
+	if chownAllowed() {
+		// The sandbox's "/" belongs to its root, so sudo may create top-level
+		// directories as in a real sandbox.
+		if err := os.Lchown(f.root, root.uid, root.gid); err != nil {
+			return err
+		}
+	}
 	r, err := os.OpenRoot(f.root)
 	if err != nil {
 		return err
@@ -183,8 +206,12 @@ func (f *FS) ensureLayout() error {
 		if err := r.Chmod(d.name, d.mode); err != nil {
 			return err
 		}
-		if d.userOwned && chownAllowed() {
-			if err := r.Lchown(d.name, u.uid, u.gid); err != nil {
+		if chownAllowed() {
+			owner := root
+			if d.userOwned {
+				owner = u
+			}
+			if err := r.Lchown(d.name, owner.uid, owner.gid); err != nil {
 				return err
 			}
 		}

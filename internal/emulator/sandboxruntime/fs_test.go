@@ -472,7 +472,7 @@ func TestSandboxFSIdleCost(t *testing.T) {
 		t.Skip("creates thousands of directories")
 	}
 	const n = 1000
-	r, err := NewRunner(ModeNone)
+	r, err := NewRunner(ModeNone, RunnerOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
