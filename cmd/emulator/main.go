@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/getsentry/sandbox-controller/internal/emulator"
+	"github.com/getsentry/sandbox-controller/internal/emulator/sandboxruntime"
 )
 
 func main() {
@@ -67,6 +68,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 		fakeClock    = fs.Bool("fake-clock", false, "run on a fake clock, advanced only through POST /_emulator/clock/advance")
 		printEnv     = fs.Bool("print-env", false, "print only `export VAR=value` lines on stdout (banner goes to stderr)")
 		logLevel     = fs.String("log-level", "info", "log level: debug, info, warn, error")
+		jwksFile     = fs.String("oidc-jwks-file", "", "accept OIDC tokens (JWTs) signed by a key of this JSON Web Key Set (RS256/ES256); default: only the printed token")
+		oidcIssuer   = fs.String("oidc-issuer", "", "with --oidc-jwks-file: the `iss` OIDC tokens must carry")
+		sourceDir    = fs.String("allowed-source-dir", "", "the only host directory tarball (path, file://) and git (local) sources may read; default: none")
+		srcEntries   = fs.Int("source-max-entries", 0, "cap: entries of a tarball source (default 100000)")
+		srcBytes     = fs.Int64("source-max-bytes", 0, "cap: content bytes of a tarball source (default 1 GiB)")
+		srcFileBytes = fs.Int64("source-max-file-bytes", 0, "cap: bytes of one file in a tarball source (default 256 MiB)")
+		maxRead      = fs.Int64("max-read-bytes", 0, "cap: size of a file fs/read returns (default 256 MiB)")
+		hostRootSudo = fs.Bool("allow-host-root-sudo", false, "run sudo commands as HOST ROOT where no user namespace can contain them (default: refuse them)")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -120,6 +129,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 		DataDir: *dataDir, Exec: *execMode, StartPending: *startPending,
 		DuplicateNameStatus: *dupStatus, SecondStopStatus: *secondStop,
 		DeletedSnapshotGetStatus: *deletedSnap, PendingOps: *pendingOps, Logger: logger,
+		OIDCIssuer: *oidcIssuer, AllowedSourceDir: *sourceDir, MaxReadBytes: *maxRead, AllowHostRootSudo: *hostRootSudo,
+		SourceLimits: sandboxruntime.TarLimits{MaxEntries: *srcEntries, MaxBytes: *srcBytes, MaxFileBytes: *srcFileBytes},
+	}
+	if *jwksFile != "" {
+		b, err := os.ReadFile(*jwksFile)
+		if err != nil {
+			return fmt.Errorf("--oidc-jwks-file: %w", err)
+		}
+		opts.OIDCJWKS = b
+	} else if *oidcIssuer != "" {
+		return errors.New("--oidc-issuer needs --oidc-jwks-file")
 	}
 	if *fakeClock {
 		opts.Clock = emulator.NewFakeClock(time.Now())
@@ -148,6 +168,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fmt.Fprintf(banner, "  team:      %s   project: %s   plan: %s\n", *teamID, *projectID, plan.Name)
 	fmt.Fprintf(banner, "  exec mode: %s\n    %s\n", emu.ExecMode(), emu.ExecDescription())
 	fmt.Fprintf(banner, "  data dir:  %s\n", emu.DataDir())
+	if *jwksFile != "" {
+		fmt.Fprintf(banner, "  oidc:      tokens signed by a key of %s are accepted\n", *jwksFile)
+	}
+	if *sourceDir != "" {
+		fmt.Fprintf(banner, "  sources:   host paths inside %s; http(s) on loopback only\n", *sourceDir)
+	}
 	if emu.ExecMode() != "none" {
 		fmt.Fprintln(banner, strings.Repeat("!", 78))
 		fmt.Fprintln(banner, "!! WARNING: commands sent to this emulator run as real processes ON THIS HOST.")

@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -126,5 +127,49 @@ func TestCheckListen(t *testing.T) {
 	}
 	if err := run(context.Background(), []string{"--plan=team"}, io.Discard, io.Discard, nil); err == nil {
 		t.Fatal("bad plan accepted")
+	}
+}
+
+func TestRunSecurityFlags(t *testing.T) {
+	dir := t.TempDir()
+	bad := dir + "/bad.json"
+	if err := os.WriteFile(bad, []byte(`{"keys":[]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--exec=none", "--oidc-jwks-file=" + dir + "/missing.json"}, "--oidc-jwks-file"},
+		{[]string{"--exec=none", "--oidc-jwks-file=" + bad}, "no keys"},
+		{[]string{"--exec=none", "--oidc-issuer=https://oidc.vercel.com/x"}, "needs --oidc-jwks-file"},
+		{[]string{"--exec=none", "--allowed-source-dir=" + dir + "/missing"}, "AllowedSourceDir"},
+	} {
+		err := run(context.Background(), tc.args, io.Discard, io.Discard, nil)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("run %q = %v, want an error with %q", tc.args, err, tc.want)
+		}
+	}
+
+	// The banner names the allowed source directory.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan string, 1)
+	var out, errOut syncBuf
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--exec=none", "--allowed-source-dir=" + dir, "--source-max-entries=10", "--max-read-bytes=1024"}, &out, &errOut, ready)
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatal(err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "host paths inside "+dir) {
+		t.Fatalf("banner: %s", out.String())
 	}
 }
