@@ -28,10 +28,12 @@
 //   - The concurrency limit answers 429 concurrency_limit_exceeded, without
 //     Retry-After. Plan rate limits answer 429 rate_limited with Retry-After,
 //     X-RateLimit-* headers and the `limit` object inside `error`.
-//   - Non-OIDC tokens act on ?teamId (or ?slug, or Options.TeamID); a
-//     3-segment JWT is an OIDC token scoped to its owner_id/project_id (not
-//     verified; `exp` checked against wall time). Requests without a project
-//     where docs/dev/vercel-sandbox-api.md §2.3 needs one answer 400.
+//   - The emulator's token (compared in constant time) acts on ?teamId (or
+//     ?slug, or Options.TeamID). OIDC tokens are accepted only with
+//     Options.OIDCJWKS: a JWT whose RS256/ES256 signature verifies, scoped to
+//     its owner_id/project_id (`exp` required, checked against wall time).
+//     Requests without a project where docs/dev/vercel-sandbox-api.md §2.3
+//     needs one answer 400. See docs/dev/emulator-security.md.
 //   - Expired snapshots become status "deleted" (GET: 200 or 404,
 //     Options.DeletedSnapshotGetStatus) and are not listed; deleted ones
 //     neither. keepLastSnapshots counts all created snapshots of the sandbox.
@@ -42,10 +44,12 @@
 //     that session's live filesystem; else an empty one. Creating from a
 //     snapshot does not make it the new sandbox's currentSnapshotId, but its
 //     first snapshot gets it as parentId.
-//   - git sources are cloned only for local paths/file:// URLs when git
-//     exists; tarball sources (http(s), file://, local path) are downloaded
-//     and extracted into /vercel/sandbox. Otherwise, or in exec mode "none",
-//     the source is only recorded.
+//   - git sources are cloned only for local paths/file:// URLs inside
+//     Options.AllowedSourceDir when git exists; tarball sources (http(s) on
+//     loopback, or a file:// URL or path inside Options.AllowedSourceDir) are
+//     downloaded and extracted into /vercel/sandbox within
+//     Options.SourceLimits. Otherwise, or in exec mode "none", the source is
+//     only recorded (and a warning logged).
 //   - mkdir is recursive unless "recursive": false (current OpenAPI).
 //   - Mounts are validated; as the emulator has no drives, any mount answers
 //     404 (drive not found). stdin writes answer 501: the runtime gives
