@@ -163,8 +163,9 @@ func (r *SandboxReconciler) update(ctx context.Context, sbx *sandboxv1.Sandbox, 
 }
 
 // run keeps a running session: it applies a changed spec, runs setup, reports
-// the session Running, and extends it when its deadline comes near and a
-// heartbeat asks for more time.
+// the session Running once setup has succeeded on its filesystem, and extends
+// it when its deadline comes near and a heartbeat (or a running setup
+// command) asks for more time.
 func (r *SandboxReconciler) run(ctx context.Context, sbx *sandboxv1.Sandbox, l lifecycle, d decision) (ctrl.Result, error) {
 	id := l.obs.sessionID
 	sbx.Status.StoppedAt = nil
@@ -173,7 +174,24 @@ func (r *SandboxReconciler) run(ctx context.Context, sbx *sandboxv1.Sandbox, l l
 			return ctrl.Result{}, err
 		}
 	}
-	if done, res, err := r.runSetup(ctx, sbx, id); !done || err != nil {
+	progress, err := r.runSetup(ctx, sbx, id)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	switch progress {
+	case setupFailed:
+		// Ready stays False; the session lives out its idle window for
+		// whoever wants to look at it.
+		return ctrl.Result{}, nil
+	case setupRunning:
+		// A running setup command is activity: the session is extended
+		// while it runs, so a step longer than the idle window (npm ci)
+		// is not cut off, and the command is polled.
+		d.keep, d.extend = d.keep.duringSetup(l.now, setupPoll)
+		res, err := r.keepAlive(ctx, sbx, l, d)
+		if err == nil && (res.RequeueAfter <= 0 || res.RequeueAfter > setupPoll) {
+			res.RequeueAfter = setupPoll
+		}
 		return res, err
 	}
 	setReady(sbx, *d.ready)

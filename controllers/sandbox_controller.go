@@ -175,10 +175,6 @@ func record(sbx *sandboxv1.Sandbox, resp *vercel.SandboxResponse) observation {
 	st := &sbx.Status
 	remote := &resp.Sandbox
 	st.CurrentSnapshotID = remote.CurrentSnapshotID
-	if st.Setup == nil && len(sbx.Spec.Setup) > 0 {
-		// Setup belongs to the session that made the filesystem: the first one.
-		st.Setup = &sandboxv1.SetupStatus{SessionID: remote.CurrentSessionID}
-	}
 	s := resp.Session
 	if s == nil {
 		return observation{state: noSession, fromVercel: true}

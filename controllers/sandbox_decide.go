@@ -232,8 +232,10 @@ func decideStopped(l lifecycle) decision {
 			reason = sandboxv1.ReasonStopped
 		case l.shutdown.due:
 			reason = sandboxv1.ReasonShutdownTime
-		case o.sameSession && restingReasons[l.ready] != "":
-			// Already classified, by the controller's own stop or an earlier look.
+		case o.sameSession && restingReasons[l.ready] != "" && l.phase != sandboxv1.SandboxStopping:
+			// Already classified, by the controller's own stop or an earlier
+			// look. A look while it was stopping recorded SessionStopped in
+			// phase Stopping, which says nothing about why it stopped.
 		default:
 			reason = stopCause(o.session, l.maxSession)
 			if reason == sandboxv1.ReasonIdleTimeout && l.refused {

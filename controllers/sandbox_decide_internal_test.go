@@ -145,6 +145,13 @@ func TestDecide(t *testing.T) {
 			decision{stoppedAt: stoppedAt(300), forgetPoll: true, warn: true,
 				event: &event{corev1.EventTypeNormal, sandboxv1.ReasonIdleTimeout, idleMsg},
 				ready: &readiness{sandboxv1.SandboxIdle, metav1.ConditionFalse, sandboxv1.ReasonIdleTimeout, idleMsg}}},
+		{"stopped at its deadline, seen stopping before: Idle, not SessionStopped",
+			with(stoppedAfter(300, nil), func(l *lifecycle) {
+				l.now, l.phase, l.ready = at(310), sandboxv1.SandboxStopping, sandboxv1.ReasonSessionStopped
+			}),
+			decision{stoppedAt: stoppedAt(300), forgetPoll: true, warn: true,
+				event: &event{corev1.EventTypeNormal, sandboxv1.ReasonIdleTimeout, idleMsg},
+				ready: &readiness{sandboxv1.SandboxIdle, metav1.ConditionFalse, sandboxv1.ReasonIdleTimeout, idleMsg}}},
 		{"stopped at its deadline, a heartbeat since: resume, reporting the stop first",
 			with(stoppedAfter(300, nil), func(l *lifecycle) { l.now, l.activity = at(310), at(305) }),
 			decision{action: actResume, stoppedAt: stoppedAt(300), event: &event{corev1.EventTypeNormal, sandboxv1.ReasonIdleTimeout, idleMsg}}},

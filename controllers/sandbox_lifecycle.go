@@ -102,6 +102,21 @@ func (k keepAlive) extension(now time.Time) time.Duration {
 	return k.wanted()
 }
 
+// duringSetup is k while a setup command runs, and how much to extend the
+// session by now. The command counts as activity until the controller looks
+// at it again, poll from now, so the deadline stays an idle window past that
+// look; the extension is made a poll earlier than for a heartbeat, because
+// the look that would make it comes only every poll.
+func (k keepAlive) duringSetup(now time.Time, poll time.Duration) (keepAlive, time.Duration) {
+	if at := now.Add(poll); at.After(k.activity) {
+		k.activity = at
+	}
+	if now.Before(k.deadline.Add(-extendMargin(k.idle) - poll)) {
+		return k, 0
+	}
+	return k, k.wanted()
+}
+
 // nextCheck is when the session needs attention next: shortly before its
 // deadline when it is to be extended, else shortly after it, to report it Idle.
 func (k keepAlive) nextCheck() time.Time {

@@ -68,6 +68,38 @@ func TestKeepAliveExtension(t *testing.T) {
 	}
 }
 
+func TestKeepAliveDuringSetup(t *testing.T) {
+	const poll = 2 * time.Second
+	for _, tc := range []struct {
+		name      string
+		k         keepAlive
+		now       time.Time
+		want      time.Duration
+		wantCheck time.Time
+	}{
+		{"long window, far from the deadline: no extension yet; check at deadline-margin",
+			keepAlive{start: at(0), deadline: at(300), idle: 300 * time.Second, max: 24 * time.Hour}, at(200), 0, at(240)},
+		{"long window, a poll before the margin: extend to the next look plus the window",
+			keepAlive{start: at(0), deadline: at(300), idle: 300 * time.Second, max: 24 * time.Hour}, at(238), 240 * time.Second, at(240)},
+		{"a heartbeat further out than the next look stands",
+			keepAlive{start: at(0), deadline: at(300), activity: at(260), idle: 300 * time.Second, max: 24 * time.Hour}, at(250), 260 * time.Second, at(240)},
+		{"window shorter than a poll: extended at every look, a window past the next one",
+			keepAlive{start: at(0), deadline: at(3), idle: 3 * time.Second, max: time.Hour}, at(0), 2 * time.Second, at(2)},
+		{"at the plan maximum: no extension",
+			keepAlive{start: at(0), deadline: at(3599), idle: 300 * time.Second, max: time.Hour}, at(3590), 0, at(3600)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k, got := tc.k.duringSetup(tc.now, poll)
+			if got != tc.want {
+				t.Errorf("duringSetup() extends by %s, want %s", got, tc.want)
+			}
+			if got := k.nextCheck(); !got.Equal(tc.wantCheck) {
+				t.Errorf("nextCheck() = %s, want %s", got.Sub(t0), tc.wantCheck.Sub(t0))
+			}
+		})
+	}
+}
+
 func TestExtendMargin(t *testing.T) {
 	for idle, want := range map[time.Duration]time.Duration{
 		time.Second:       time.Second,

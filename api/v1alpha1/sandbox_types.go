@@ -384,8 +384,11 @@ type SandboxSpec struct {
 	// +optional
 	// +kubebuilder:default=true
 	Persistent *bool `json:"persistent,omitempty"`
-	// setup commands run in order, once per fresh filesystem (after create, not
-	// after resume). Ready waits for them; a failing command fails the Sandbox.
+	// setup commands run in order until they have all succeeded once on the
+	// sandbox's filesystem; later sessions (resume, idle wake) do not run them
+	// again. Ready waits for them in every session, and the session is kept
+	// alive while one runs. A failing command fails the Sandbox until
+	// spec.setup changes, which runs setup again from its first command.
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=32
@@ -397,7 +400,7 @@ type SandboxSpec struct {
 	DeletionPolicy DeletionPolicy `json:"deletionPolicy,omitempty"`
 	// state: Running (default) or Stopped. Stopped on a persistent sandbox is a
 	// pause: the session stops and Vercel keeps the filesystem; Running again
-	// resumes it in a new session (setup does not run again). On a
+	// resumes it in a new session (setup that succeeded does not run again). On a
 	// non-persistent sandbox Stopped ends it for good.
 	// +optional
 	// +kubebuilder:default=Running
@@ -438,9 +441,37 @@ type BootedFrom struct {
 	SnapshotID string `json:"snapshotID,omitempty"`
 }
 
-// SetupStatus tracks the setup commands of the current filesystem.
+// SetupState is where spec.setup stands on the sandbox's filesystem.
+// +kubebuilder:validation:Enum=Running;Succeeded;Failed
+type SetupState string
+
+const (
+	// SetupRunning: setup commands remain to run; a session that stops in
+	// the middle of one runs it again in the next session.
+	SetupRunning SetupState = "Running"
+	// SetupSucceeded: every setup command exited 0 on this filesystem; later
+	// sessions (resume, idle wake) are Ready without running setup again.
+	SetupSucceeded SetupState = "Succeeded"
+	// SetupFailed: a setup command exited non-zero; no session is Ready on
+	// this filesystem until spec.setup changes, which runs setup again.
+	SetupFailed SetupState = "Failed"
+)
+
+// SetupStatus tracks spec.setup on the sandbox's filesystem, which a
+// persistent sandbox keeps across sessions.
 type SetupStatus struct {
-	// sessionID the setup commands run in.
+	// state: Running, Succeeded or Failed.
+	// +optional
+	State SetupState `json:"state,omitempty"`
+	// specHash identifies the spec.setup that state is about.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	SpecHash string `json:"specHash,omitempty"`
+	// attempt counts the times setup started from its first command on this
+	// filesystem; each attempt's commands carry it in their marker.
+	// +optional
+	Attempt int32 `json:"attempt,omitempty"`
+	// sessionID the setup command ran in last.
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	SessionID string `json:"sessionID,omitempty"`
