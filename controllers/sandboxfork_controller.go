@@ -263,10 +263,14 @@ func (r *SandboxForkReconciler) scale(ctx context.Context, fork *sandboxv1.Sandb
 			continue
 		}
 		child := r.newChild(fork, snap, inherited, idx)
-		if err := r.Create(ctx, child); err != nil && !apierrors.IsAlreadyExists(err) {
+		switch err := r.Create(ctx, child); {
+		case apierrors.IsAlreadyExists(err):
+			// Created by an earlier reconcile the cache does not show yet.
+		case err != nil:
 			return fmt.Errorf("create child %s: %w", child.Name, err)
+		default:
+			r.Recorder.Eventf(fork, child, corev1.EventTypeNormal, "ChildCreated", "Create", "Created child Sandbox %s", child.Name)
 		}
-		r.Recorder.Eventf(fork, child, corev1.EventTypeNormal, "ChildCreated", "Create", "Created child Sandbox %s", child.Name)
 		have[idx] = child
 	}
 
