@@ -41,3 +41,48 @@ func sanitizeName(s string) string {
 		}
 	}, s)
 }
+
+// Kubernetes limits on the names the fork controller derives.
+const (
+	// maxLabelValueLength is the limit of a label value.
+	maxLabelValueLength = 63
+	// maxObjectNameLength is the limit of a DNS subdomain, the name of a
+	// Sandbox or SandboxSnapshot.
+	maxObjectNameLength = 253
+	// nameHashLength is how many hex digits of SHA-256 stand for the part of
+	// a name cut off: 64 bits, so distinct names do not collide in practice.
+	nameHashLength = 16
+)
+
+// labelValue is an object name (a DNS subdomain) as a label value: the name
+// itself when it fits in 63 characters, else its first 46 characters, "-"
+// and a hash of the whole name. A name starts with an alphanumeric
+// character and the hash ends with one, as a label value must.
+func labelValue(name string) string {
+	if len(name) <= maxLabelValueLength {
+		return name
+	}
+	return hashedName(name, "", maxLabelValueLength)
+}
+
+// derivedName is the name of an object derived from base, such as a fork's
+// child (base "-3") or capture (base "-capture"): base+suffix when that is a
+// valid name length, else a prefix of base, "-", a hash of the whole base,
+// and suffix, 253 characters in all. It stays a valid DNS subdomain when
+// base is one and suffix is "-" followed by lowercase alphanumerics.
+func derivedName(base, suffix string) string {
+	if len(base)+len(suffix) <= maxObjectNameLength {
+		return base + suffix
+	}
+	return hashedName(base, suffix, maxObjectNameLength)
+}
+
+// hashedName is a prefix of name, "-", the hash of name, and suffix, max
+// characters long. The prefix loses trailing '-' and '.' so that no DNS label
+// of the result starts or ends with one.
+func hashedName(name, suffix string, max int) string {
+	sum := sha256.Sum256([]byte(name))
+	hash := hex.EncodeToString(sum[:])[:nameHashLength]
+	prefix := strings.TrimRight(name[:max-len(suffix)-1-nameHashLength], "-.")
+	return prefix + "-" + hash + suffix
+}

@@ -2,7 +2,8 @@ package controllers
 
 // The reconcile skeleton the three kinds share: read the object (gone: done),
 // branch to its deletion, honour a pause, keep the finalizer, run the kind's
-// own reconcile, and report how it ended — the Synced condition, lastError
+// own reconcile, record the reconcile request it handled, and report how it
+// ended — the Synced condition, lastError
 // and a Warning event for a new error, the retry that fits the error — with
 // one status write, skipped when nothing changed.
 
@@ -89,6 +90,13 @@ func (s skeleton[O]) run(ctx context.Context, key types.NamespacedName, o O) (ct
 		meta.RemoveStatusCondition(statusOf(o).conditions, sandboxv1.ConditionPaused)
 	}
 	res, err := s.reconcile(ctx, o)
+	if err == nil {
+		// Every kind's reconcile looks at Vercel afresh for what it has not
+		// settled (a Sandbox skips the look only when it has handled the
+		// current request), and every change of this annotation triggers one,
+		// so a successful reconcile has handled the request.
+		*statusOf(o).lastHandledReconcileAt = o.GetAnnotations()[sandboxv1.AnnotationReconcileRequestedAt]
+	}
 	return s.finish(ctx, before, o, res, err)
 }
 
@@ -143,16 +151,18 @@ type statusView struct {
 	all        any // the whole status, to tell whether it changed
 	conditions *[]metav1.Condition
 	lastError  **sandboxv1.ErrorStatus
+	// lastHandledReconcileAt is the reconcile-requested-at value handled last.
+	lastHandledReconcileAt *string
 }
 
 func statusOf(o client.Object) statusView {
 	switch o := o.(type) {
 	case *sandboxv1.Sandbox:
-		return statusView{&o.Status, &o.Status.Conditions, &o.Status.LastError}
+		return statusView{&o.Status, &o.Status.Conditions, &o.Status.LastError, &o.Status.LastHandledReconcileAt}
 	case *sandboxv1.SandboxSnapshot:
-		return statusView{&o.Status, &o.Status.Conditions, &o.Status.LastError}
+		return statusView{&o.Status, &o.Status.Conditions, &o.Status.LastError, &o.Status.LastHandledReconcileAt}
 	case *sandboxv1.SandboxFork:
-		return statusView{&o.Status, &o.Status.Conditions, &o.Status.LastError}
+		return statusView{&o.Status, &o.Status.Conditions, &o.Status.LastError, &o.Status.LastHandledReconcileAt}
 	}
 	panic(fmt.Sprintf("controllers: no status for %T", o))
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -60,12 +59,12 @@ func (r *SandboxForkReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 
 func (r *SandboxForkReconciler) reconcileFork(ctx context.Context, fork *sandboxv1.SandboxFork) (ctrl.Result, error) {
 	st := &fork.Status
-	st.Selector = sandboxv1.LabelFork + "=" + fork.Name
+	st.Selector = sandboxv1.LabelFork + "=" + labelValue(fork.Name)
 	if st.Phase == sandboxv1.ForkFailed {
 		// Failure is final: the source is immutable, so nothing would change.
 		return ctrl.Result{}, nil
 	}
-	snap, source, res, err := r.snapshot(ctx, fork)
+	snap, res, err := r.snapshot(ctx, fork)
 	if snap == nil || err != nil {
 		return res, err
 	}
@@ -86,50 +85,93 @@ func (r *SandboxForkReconciler) reconcileFork(ctx context.Context, fork *sandbox
 			fmt.Sprintf("Waiting for SandboxSnapshot %q: %s", snap.Name, readyMessage(snap.Status.Conditions)))
 		return ctrl.Result{RequeueAfter: r.untilDeadline(fork)}, nil
 	}
-	if err := r.scale(ctx, fork, snap, source); err != nil {
+	inherited, unknown := inheritedSpec(fork, snap)
+	if unknown != "" {
+		r.refuseUnknownSpec(fork, snap, unknown)
+		// Only a change of spec.template.inherit can help; it wakes the fork.
+		return ctrl.Result{}, nil
+	}
+	if err := r.scale(ctx, fork, snap, inherited); err != nil {
 		return ctrl.Result{}, err
 	}
 	st.ObservedGeneration = fork.Generation
 	return ctrl.Result{}, nil
 }
 
+// inheritedSpec is what the children inherit besides spec.template.spec: the
+// source Sandbox's spec as the snapshot recorded it at capture time, never
+// the live Sandbox, which may have changed (a shutdownTime now past) or be
+// gone. A recipe has no source Sandbox, so nothing. When the snapshot should
+// have a source spec but does not record one, unknown says why and the
+// children must not be created: guessing would give them full internet access
+// and no env.
+func inheritedSpec(fork *sandboxv1.SandboxFork, snap *sandboxv1.SandboxSnapshot) (spec *sandboxv1.SourceSandboxSpec, unknown string) {
+	switch src := snap.Spec.Source; {
+	case fork.Spec.Template.Inherit == sandboxv1.InheritNone:
+		return nil, ""
+	case snap.Status.SourceSpec != nil:
+		return snap.Status.SourceSpec, ""
+	case src.Recipe != nil:
+		return nil, ""
+	case src.SnapshotID != nil:
+		return nil, "it was imported by id"
+	default:
+		return nil, "its capture did not record it"
+	}
+}
+
+// refuseUnknownSpec reports a source spec the fork cannot know, with one
+// Warning event when the refusal starts.
+func (r *SandboxForkReconciler) refuseUnknownSpec(fork *sandboxv1.SandboxFork, snap *sandboxv1.SandboxSnapshot, why string) {
+	st := &fork.Status
+	msg := fmt.Sprintf("SandboxSnapshot %q does not record the spec of the Sandbox it was taken from (%s), so the children's env and network policy are unknown; "+
+		"set spec.template.inherit to None to create them from spec.template.spec alone", snap.Name, why)
+	if !hasCondition(st.Conditions, sandboxv1.ConditionReady, sandboxv1.ReasonSourceSpecUnknown) {
+		r.Recorder.Eventf(fork, snap, corev1.EventTypeWarning, sandboxv1.ReasonSourceSpecUnknown, "Fork", "%s", msg)
+	}
+	st.Phase = sandboxv1.ForkPending
+	setCondition(&st.Conditions, fork.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonSourceSpecUnknown, msg)
+	st.ObservedGeneration = fork.Generation
+}
+
 // snapshot returns the SandboxSnapshot the children boot from, creating the
-// fork's own capture for a sandboxRef source, and the source Sandbox if any.
-// A nil snapshot means "waiting", described in status.
-func (r *SandboxForkReconciler) snapshot(ctx context.Context, fork *sandboxv1.SandboxFork) (*sandboxv1.SandboxSnapshot, *sandboxv1.Sandbox, ctrl.Result, error) {
+// fork's own capture for a sandboxRef source. A nil snapshot means
+// "waiting", described in status.
+func (r *SandboxForkReconciler) snapshot(ctx context.Context, fork *sandboxv1.SandboxFork) (*sandboxv1.SandboxSnapshot, ctrl.Result, error) {
 	st := &fork.Status
 	src := fork.Spec.Source
 	if ref := src.SnapshotRef; ref != nil {
 		snap := &sandboxv1.SandboxSnapshot{}
 		if err := r.Get(ctx, types.NamespacedName{Namespace: fork.Namespace, Name: ref.Name}, snap); err != nil {
 			if !apierrors.IsNotFound(err) {
-				return nil, nil, ctrl.Result{}, err
+				return nil, ctrl.Result{}, err
 			}
-			return nil, nil, r.waitForSource(fork, fmt.Sprintf("SandboxSnapshot %q does not exist", ref.Name)), nil
+			return nil, r.waitForSource(fork, fmt.Sprintf("SandboxSnapshot %q does not exist", ref.Name)), nil
 		}
-		return snap, nil, ctrl.Result{}, nil
+		return snap, ctrl.Result{}, nil
 	}
 
-	source, err := findSandbox(ctx, r, fork.Namespace, src.SandboxRef.Name)
-	if err != nil {
-		return nil, nil, ctrl.Result{}, err
-	}
 	snap := &sandboxv1.SandboxSnapshot{}
 	key := types.NamespacedName{Namespace: fork.Namespace, Name: captureName(fork)}
-	err = r.Get(ctx, key, snap)
+	err := r.Get(ctx, key, snap)
 	switch {
 	case err == nil:
-		return snap, source, ctrl.Result{}, nil
+		return snap, ctrl.Result{}, nil
 	case !apierrors.IsNotFound(err):
-		return nil, nil, ctrl.Result{}, err
-	case source == nil:
-		return nil, nil, r.waitForSource(fork, fmt.Sprintf("Sandbox %q does not exist", src.SandboxRef.Name)), nil
+		return nil, ctrl.Result{}, err
+	}
+	source, err := findSandbox(ctx, r, fork.Namespace, src.SandboxRef.Name)
+	if err != nil {
+		return nil, ctrl.Result{}, err
+	}
+	if source == nil {
+		return nil, r.waitForSource(fork, fmt.Sprintf("Sandbox %q does not exist", src.SandboxRef.Name)), nil
 	}
 	snap = &sandboxv1.SandboxSnapshot{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: fork.Namespace,
 			Name:      key.Name,
-			Labels:    map[string]string{sandboxv1.LabelFork: fork.Name, sandboxv1.LabelSourceSandbox: source.Name},
+			Labels:    map[string]string{sandboxv1.LabelFork: labelValue(fork.Name), sandboxv1.LabelSourceSandbox: labelValue(source.Name)},
 		},
 		Spec: sandboxv1.SandboxSnapshotSpec{
 			Source:            sandboxv1.SandboxSnapshotSource{SandboxRef: &sandboxv1.LocalObjectReference{Name: source.Name}},
@@ -138,16 +180,16 @@ func (r *SandboxForkReconciler) snapshot(ctx context.Context, fork *sandboxv1.Sa
 		},
 	}
 	if err := controllerutil.SetControllerReference(fork, snap, r.Scheme()); err != nil {
-		return nil, nil, ctrl.Result{}, err
+		return nil, ctrl.Result{}, err
 	}
 	if err := r.Create(ctx, snap); err != nil && !apierrors.IsAlreadyExists(err) {
-		return nil, nil, ctrl.Result{}, fmt.Errorf("create SandboxSnapshot %s: %w", key.Name, err)
+		return nil, ctrl.Result{}, fmt.Errorf("create SandboxSnapshot %s: %w", key.Name, err)
 	}
 	r.Recorder.Eventf(fork, snap, corev1.EventTypeNormal, "CaptureRequested", "Create", "Created SandboxSnapshot %s of Sandbox %s", key.Name, source.Name)
 	st.Phase = sandboxv1.ForkCapturing
 	setCondition(&st.Conditions, fork.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonCapturingSource,
 		fmt.Sprintf("Capturing Sandbox %q into SandboxSnapshot %q", source.Name, key.Name))
-	return nil, nil, ctrl.Result{}, nil
+	return nil, ctrl.Result{}, nil
 }
 
 // waitForSource reports a missing source, failing the fork past its deadline.
@@ -193,7 +235,7 @@ func (r *SandboxForkReconciler) untilDeadline(fork *sandboxv1.SandboxFork) time.
 
 // scale creates the missing children, deletes the surplus (highest indexes
 // first) and records every child's state.
-func (r *SandboxForkReconciler) scale(ctx context.Context, fork *sandboxv1.SandboxFork, snap *sandboxv1.SandboxSnapshot, source *sandboxv1.Sandbox) error {
+func (r *SandboxForkReconciler) scale(ctx context.Context, fork *sandboxv1.SandboxFork, snap *sandboxv1.SandboxSnapshot, inherited *sandboxv1.SourceSandboxSpec) error {
 	want := int32(1)
 	if fork.Spec.Replicas != nil {
 		want = *fork.Spec.Replicas
@@ -220,11 +262,15 @@ func (r *SandboxForkReconciler) scale(ctx context.Context, fork *sandboxv1.Sandb
 		if _, ok := have[idx]; ok {
 			continue
 		}
-		child := r.newChild(fork, snap, source, idx)
-		if err := r.Create(ctx, child); err != nil && !apierrors.IsAlreadyExists(err) {
+		child := r.newChild(fork, snap, inherited, idx)
+		switch err := r.Create(ctx, child); {
+		case apierrors.IsAlreadyExists(err):
+			// Created by an earlier reconcile the cache does not show yet.
+		case err != nil:
 			return fmt.Errorf("create child %s: %w", child.Name, err)
+		default:
+			r.Recorder.Eventf(fork, child, corev1.EventTypeNormal, "ChildCreated", "Create", "Created child Sandbox %s", child.Name)
 		}
-		r.Recorder.Eventf(fork, child, corev1.EventTypeNormal, "ChildCreated", "Create", "Created child Sandbox %s", child.Name)
 		have[idx] = child
 	}
 
@@ -264,54 +310,27 @@ func (r *SandboxForkReconciler) scale(ctx context.Context, fork *sandboxv1.Sandb
 	return nil
 }
 
-// newChild builds child number idx: the source Sandbox's spec (if any) with
-// the template's overrides, booting from the fork's snapshot. Setup commands
-// are not copied: the snapshot already holds their result.
-func (r *SandboxForkReconciler) newChild(fork *sandboxv1.SandboxFork, snap *sandboxv1.SandboxSnapshot, source *sandboxv1.Sandbox, idx int32) *sandboxv1.Sandbox {
-	var spec sandboxv1.SandboxSpec
+// newChild builds child number idx, booting from the fork's snapshot: the
+// inherited source spec (if any) under the template's overrides.
+func (r *SandboxForkReconciler) newChild(fork *sandboxv1.SandboxFork, snap *sandboxv1.SandboxSnapshot, inherited *sandboxv1.SourceSandboxSpec, idx int32) *sandboxv1.Sandbox {
 	labels := map[string]string{}
 	for k, v := range fork.Spec.Template.Metadata.Labels {
 		labels[k] = v
 	}
-	labels[sandboxv1.LabelFork] = fork.Name
+	labels[sandboxv1.LabelFork] = labelValue(fork.Name)
 	labels[sandboxv1.LabelForkIndex] = strconv.Itoa(int(idx))
-	labels[sandboxv1.LabelSourceSnapshot] = snap.Name
-	if source != nil {
-		spec = *source.Spec.DeepCopy()
-		spec.Setup = nil
-		labels[sandboxv1.LabelSourceSandbox] = source.Name
-	} else if ref := fork.Spec.Source.SandboxRef; ref != nil {
-		labels[sandboxv1.LabelSourceSandbox] = ref.Name
-	}
-	spec.Source = sandboxv1.SandboxSource{SnapshotRef: &sandboxv1.LocalObjectReference{Name: snap.Name}}
-	spec.DeletionPolicy = fork.Spec.DeletionPolicy
-	o := fork.Spec.Template.Spec
-	if o.Resources != nil {
-		spec.Resources = o.Resources.DeepCopy()
-	}
-	if o.Env != nil {
-		spec.Env = append([]sandboxv1.EnvVar(nil), o.Env...)
-	}
-	if o.TimeoutSeconds != nil {
-		spec.TimeoutSeconds = o.TimeoutSeconds
-	}
-	if o.Ports != nil {
-		spec.Ports = append([]int32(nil), o.Ports...)
-	}
-	if o.NetworkPolicy != nil {
-		spec.NetworkPolicy = o.NetworkPolicy.DeepCopy()
-	}
-	if o.State != "" {
-		spec.State = o.State
+	labels[sandboxv1.LabelSourceSnapshot] = labelValue(snap.Name)
+	if ref := fork.Spec.Source.SandboxRef; ref != nil {
+		labels[sandboxv1.LabelSourceSandbox] = labelValue(ref.Name)
 	}
 	child := &sandboxv1.Sandbox{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace:   fork.Namespace,
-			Name:        fmt.Sprintf("%s-%d", fork.Name, idx),
+			Name:        childName(fork, idx),
 			Labels:      labels,
 			Annotations: fork.Spec.Template.Metadata.Annotations,
 		},
-		Spec: spec,
+		Spec: childSpec(fork, snap, inherited),
 	}
 	// The fork is always the controller owner; the error is impossible for
 	// two namespaced objects in one namespace.
@@ -319,9 +338,59 @@ func (r *SandboxForkReconciler) newChild(fork *sandboxv1.SandboxFork, snap *sand
 	return child
 }
 
+// childSpec is a child's spec: the inherited source spec, each field the
+// template sets replacing it, booting from snap. Nothing else of the source
+// is inherited: not setup (the snapshot holds its result), not state, and
+// nothing absolute in time (shutdownTime), which would stop or delete every
+// child created after it passed.
+func childSpec(fork *sandboxv1.SandboxFork, snap *sandboxv1.SandboxSnapshot, inherited *sandboxv1.SourceSandboxSpec) sandboxv1.SandboxSpec {
+	spec := sandboxv1.SandboxSpec{
+		Source:         sandboxv1.SandboxSource{SnapshotRef: &sandboxv1.LocalObjectReference{Name: snap.Name}},
+		DeletionPolicy: fork.Spec.DeletionPolicy,
+	}
+	if in := inherited.DeepCopy(); in != nil {
+		spec.Resources, spec.Ports, spec.TimeoutSeconds = in.Resources, in.Ports, in.TimeoutSeconds
+		spec.Env, spec.NetworkPolicy, spec.Persistent = in.Env, in.NetworkPolicy, in.Persistent
+	}
+	o := fork.Spec.Template.Spec.DeepCopy()
+	if o.Resources != nil {
+		spec.Resources = o.Resources
+	}
+	if o.Env != nil {
+		spec.Env = o.Env
+	}
+	if o.TimeoutSeconds != nil {
+		spec.TimeoutSeconds = o.TimeoutSeconds
+	}
+	if o.Ports != nil {
+		spec.Ports = o.Ports
+	}
+	if o.NetworkPolicy != nil {
+		spec.NetworkPolicy = o.NetworkPolicy
+	}
+	if o.State != "" {
+		spec.State = o.State
+	}
+	return spec
+}
+
+// sourceSpecOf is what a capture records of the Sandbox it takes: the part
+// of its spec a fork's children inherit (see childSpec).
+func sourceSpecOf(sbx *sandboxv1.Sandbox) *sandboxv1.SourceSandboxSpec {
+	in := sbx.Spec.DeepCopy()
+	return &sandboxv1.SourceSandboxSpec{
+		Resources:      in.Resources,
+		Ports:          in.Ports,
+		TimeoutSeconds: in.TimeoutSeconds,
+		Env:            in.Env,
+		NetworkPolicy:  in.NetworkPolicy,
+		Persistent:     in.Persistent,
+	}
+}
+
 func (r *SandboxForkReconciler) children(ctx context.Context, fork *sandboxv1.SandboxFork) ([]sandboxv1.Sandbox, error) {
 	list := &sandboxv1.SandboxList{}
-	if err := r.List(ctx, list, client.InNamespace(fork.Namespace), client.MatchingLabels{sandboxv1.LabelFork: fork.Name}); err != nil {
+	if err := r.List(ctx, list, client.InNamespace(fork.Namespace), client.MatchingLabels{sandboxv1.LabelFork: labelValue(fork.Name)}); err != nil {
 		return nil, err
 	}
 	out := list.Items[:0]
@@ -333,16 +402,24 @@ func (r *SandboxForkReconciler) children(ctx context.Context, fork *sandboxv1.Sa
 	return out, nil
 }
 
+// childIndex is the index of one of the fork's children: its index label,
+// when its name is the one that index gives.
 func childIndex(fork *sandboxv1.SandboxFork, child *sandboxv1.Sandbox) (int32, bool) {
-	s, ok := strings.CutPrefix(child.Name, fork.Name+"-")
-	if !ok {
+	n, err := strconv.ParseInt(child.Labels[sandboxv1.LabelForkIndex], 10, 32)
+	if err != nil || n < 0 || child.Name != childName(fork, int32(n)) {
 		return 0, false
 	}
-	n, err := strconv.ParseInt(s, 10, 32)
-	return int32(n), err == nil && n >= 0
+	return int32(n), true
 }
 
-func captureName(fork *sandboxv1.SandboxFork) string { return fork.Name + "-capture" }
+// childName is <fork>-<index>, with the fork's name shortened and hashed
+// when that would be too long for a name.
+func childName(fork *sandboxv1.SandboxFork, idx int32) string {
+	return derivedName(fork.Name, "-"+strconv.Itoa(int(idx)))
+}
+
+// captureName is <fork>-capture, shortened and hashed like childName.
+func captureName(fork *sandboxv1.SandboxFork) string { return derivedName(fork.Name, "-capture") }
 
 // finalize deletes (or, with Retain, releases) the children and the fork's
 // own snapshot, and is done once they are gone, so a deleted fork leaves no

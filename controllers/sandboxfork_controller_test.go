@@ -132,6 +132,7 @@ var _ = Describe("SandboxFork", func() {
 			Spec: sandboxv1.SandboxForkSpec{
 				Source:   sandboxv1.SandboxForkSource{SnapshotRef: &sandboxv1.LocalObjectReference{Name: "base"}},
 				Replicas: ptr.To[int32](3),
+				Template: sandboxv1.SandboxForkTemplate{Inherit: sandboxv1.InheritNone},
 			},
 		})).To(Succeed())
 		forkReady("wide", 3)
@@ -166,6 +167,7 @@ var _ = Describe("SandboxFork", func() {
 				Source:         sandboxv1.SandboxForkSource{SnapshotRef: &sandboxv1.LocalObjectReference{Name: "base"}},
 				Replicas:       ptr.To[int32](2),
 				DeletionPolicy: sandboxv1.DeletionPolicyRetain,
+				Template:       sandboxv1.SandboxForkTemplate{Inherit: sandboxv1.InheritNone},
 			},
 		})).To(Succeed())
 		forkReady("keep", 2)
@@ -237,7 +239,10 @@ var _ = Describe("SandboxFork", func() {
 		}).Should(MatchError(ContainSubstring("quota")))
 		Expect(k8sClient.Create(ctx, &sandboxv1.SandboxFork{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "capped"},
-			Spec:       sandboxv1.SandboxForkSpec{Source: sandboxv1.SandboxForkSource{SnapshotRef: &sandboxv1.LocalObjectReference{Name: "base"}}},
+			Spec: sandboxv1.SandboxForkSpec{
+				Source:   sandboxv1.SandboxForkSource{SnapshotRef: &sandboxv1.LocalObjectReference{Name: "base"}},
+				Template: sandboxv1.SandboxForkTemplate{Inherit: sandboxv1.InheritNone},
+			},
 		})).To(Succeed())
 		key := types.NamespacedName{Namespace: ns, Name: "capped"}
 		// Refused with "exceeded quota", or "status unknown for quota" until

@@ -90,6 +90,12 @@ func (r *SandboxSnapshotReconciler) capture(ctx context.Context, snap *sandboxv1
 	if err := r.patchStatusNow(ctx, snap, func(st *sandboxv1.SandboxSnapshotStatus) {
 		if st.Capture == nil || st.Capture.SessionID != sessionID {
 			st.Capture = &sandboxv1.SnapshotCaptureStatus{VercelName: vercelName, SessionID: sessionID, RequestedAt: &now}
+			st.SourceSpec = nil
+		}
+		// Frozen with the intent: a fork of this snapshot gives its children
+		// this spec, not the Sandbox's later one.
+		if st.SourceSpec == nil && sbx != nil {
+			st.SourceSpec = sourceSpecOf(sbx)
 		}
 		st.Phase = sandboxv1.SnapshotCapturing
 		setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonCapturing,

@@ -86,8 +86,9 @@ const (
 	// Deleting the object still deletes its Vercel sandbox or snapshot.
 	AnnotationPaused = "sandbox.sentry.io/paused"
 	// AnnotationReconcileRequestedAt forces a reconcile, with a fresh look at
-	// Vercel, whenever its value changes (any string; a time is customary).
-	// The value handled last is in status.lastHandledReconcileAt.
+	// Vercel, whenever its value changes (any string; a time is customary),
+	// on any of the three kinds. The value handled last is in
+	// status.lastHandledReconcileAt; a paused object handles none.
 	AnnotationReconcileRequestedAt = "sandbox.sentry.io/reconcile-requested-at"
 )
 

@@ -4,7 +4,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Labels on every child Sandbox of a SandboxFork: the lineage a client selects on.
+// Labels on every child Sandbox of a SandboxFork: the lineage a client selects
+// on. Each value is the object's name, or, for a name longer than 63
+// characters (the limit of a label value), its first 46 characters, "-" and
+// 16 hex digits of its SHA-256: status.selector of the fork gives the exact
+// selector.
 const (
 	// LabelFork names the SandboxFork that created the Sandbox.
 	LabelFork = "sandbox.sentry.io/fork"
@@ -33,6 +37,29 @@ const (
 	// snapshot failed, or when the source was missing or not capturable for
 	// longer than spec.failureDeadlineSeconds.
 	ReasonSourceFailed = "SourceFailed"
+	// ReasonSourceSpecUnknown is set on Ready=False (phase Pending) when
+	// spec.template.inherit is SourceSpec but the SandboxSnapshot records no
+	// spec of the Sandbox it was taken from (imported by id, or captured by a
+	// controller version that did not record it). Children are not created
+	// until the fork sets spec.template.inherit to None.
+	ReasonSourceSpecUnknown = "SourceSpecUnknown"
+)
+
+// ForkInheritance says what the children of a SandboxFork inherit.
+// +kubebuilder:validation:Enum=SourceSpec;None
+type ForkInheritance string
+
+// Fork inheritance modes.
+const (
+	// InheritSourceSpec: children get the spec of the Sandbox the snapshot was
+	// captured from, as it was at capture time (status.sourceSpec of the
+	// SandboxSnapshot), with template.spec on top. A recipe snapshot has no
+	// source Sandbox: children get template.spec alone. A snapshot whose
+	// source spec is unknown is refused (reason SourceSpecUnknown).
+	InheritSourceSpec ForkInheritance = "SourceSpec"
+	// InheritNone: children get template.spec alone; fields it leaves unset
+	// take the Sandbox defaults (full internet access, no env).
+	InheritNone ForkInheritance = "None"
 )
 
 // SandboxForkPhase is a one-word summary of a SandboxFork's state.
@@ -68,9 +95,47 @@ type SandboxForkTemplate struct {
 	// metadata: labels and annotations added to every child.
 	// +optional
 	Metadata ForkChildMetadata `json:"metadata,omitempty"`
-	// spec fields that override those copied from the source Sandbox.
+	// spec fields that override those inherited from the source Sandbox.
 	// +optional
 	Spec SandboxOverrides `json:"spec,omitempty"`
+	// inherit: SourceSpec (default) gives the children the spec of the Sandbox
+	// the snapshot was captured from, frozen at capture time (resources,
+	// ports, timeoutSeconds, env, networkPolicy, persistent; never setup,
+	// state or shutdownTime), under spec's overrides; a snapshot that does not
+	// record that spec (imported by id) is refused with reason
+	// SourceSpecUnknown. None gives the children spec alone.
+	// +optional
+	Inherit ForkInheritance `json:"inherit,omitempty"`
+}
+
+// SourceSandboxSpec is the part of a Sandbox's spec that a fork's children
+// inherit, recorded when the Sandbox is captured. Nothing absolute in time
+// (shutdownTime) and nothing already in the snapshot (setup) is kept. Env and
+// header values from Secrets are kept as references, never as values.
+type SourceSandboxSpec struct {
+	// resources of the source's sessions.
+	// +optional
+	Resources *SandboxResources `json:"resources,omitempty"`
+	// ports the source exposed.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=15
+	Ports []int32 `json:"ports,omitempty"`
+	// timeoutSeconds is the source's idle window.
+	// +optional
+	TimeoutSeconds *int64 `json:"timeoutSeconds,omitempty"`
+	// env of the source.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=128
+	Env []EnvVar `json:"env,omitempty"`
+	// networkPolicy of the source; unset means full internet access.
+	// +optional
+	NetworkPolicy *NetworkPolicy `json:"networkPolicy,omitempty"`
+	// persistent: whether the source kept its filesystem across sessions.
+	// +optional
+	Persistent *bool `json:"persistent,omitempty"`
 }
 
 // ForkChildMetadata is the metadata every child gets.
@@ -204,6 +269,11 @@ type SandboxForkStatus struct {
 	// observedGeneration is the spec generation the controller last acted on.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// lastHandledReconcileAt is the value of the
+	// sandbox.sentry.io/reconcile-requested-at annotation handled last.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	LastHandledReconcileAt string `json:"lastHandledReconcileAt,omitempty"`
 }
 
 // SandboxFork makes N new Sandboxes from one point in time of a Sandbox or a

@@ -346,6 +346,12 @@ type SandboxSnapshotStatus struct {
 	// capture records a sandboxRef capture.
 	// +optional
 	Capture *SnapshotCaptureStatus `json:"capture,omitempty"`
+	// sourceSpec is the spec of the captured Sandbox as it was when the
+	// capture was requested (sandboxRef only): what the children of a
+	// SandboxFork of this snapshot inherit, even after the Sandbox changed or
+	// was deleted.
+	// +optional
+	SourceSpec *SourceSandboxSpec `json:"sourceSpec,omitempty"`
 	// build is the progress of a recipe build.
 	// +optional
 	Build *SnapshotBuildStatus `json:"build,omitempty"`
@@ -362,6 +368,11 @@ type SandboxSnapshotStatus struct {
 	// observedGeneration is the spec generation the controller last acted on.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// lastHandledReconcileAt is the value of the
+	// sandbox.sentry.io/reconcile-requested-at annotation handled last.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	LastHandledReconcileAt string `json:"lastHandledReconcileAt,omitempty"`
 }
 
 // SandboxSnapshot is one Vercel snapshot: captured from a Sandbox, imported
