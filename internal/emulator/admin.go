@@ -55,7 +55,7 @@ func (e *Emulator) serveAdmin(w http.ResponseWriter, r *http.Request) {
 	if tok := bearer(r); tok == "" {
 		writeError(w, &apiError{status: 401, code: "unauthorized", message: "Missing authentication token."})
 		return
-	} else if tok != e.token {
+	} else if tok != e.currentToken() {
 		writeError(w, &apiError{status: 403, code: "forbidden", message: "Not authorized."})
 		return
 	}

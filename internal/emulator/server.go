@@ -150,6 +150,10 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if err := e.checkTeam(rc); err != nil {
+		writeError(w, err)
+		return
+	}
 	a := e.faults.draw(rte.op)
 	if a.hole != nil && !holdRequest(r, a.hole) {
 		return
@@ -268,7 +272,7 @@ func (e *Emulator) authenticate(rc *reqCtx) *apiError {
 		return &apiError{status: 401, code: "unauthorized", message: "Missing authentication token: send `Authorization: Bearer <token>`."}
 	}
 	q := rc.r.URL.Query()
-	if tok == e.token {
+	if tok == e.currentToken() {
 		rc.team = q.Get("teamId")
 		if rc.team == "" {
 			rc.team = q.Get("slug")
