@@ -44,9 +44,10 @@ var _ = Describe("Rejected credentials", func() {
 
 		// No hot loop: the per-object backoff (1 s, 2 s, 4 s, …) leaves a
 		// handful of calls in eight seconds, and one event.
-		before := emu.Counts()["getSandbox"]
+		path := "/v2/sandboxes/" + sbx.Status.VercelName
+		before := len(recorder.requests(http.MethodGet, path))
 		time.Sleep(8 * time.Second)
-		Expect(emu.Counts()["getSandbox"] - before).To(BeNumerically("<=", 5))
+		Expect(len(recorder.requests(http.MethodGet, path)) - before).To(BeNumerically("<=", 5))
 		n := 0
 		for _, e := range eventsFor(key) {
 			if strings.HasPrefix(e, "Warning Unauthorized") {

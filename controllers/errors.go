@@ -56,14 +56,13 @@ func classify(err error) errorClass {
 		// while a credential is throttled: one message for both.
 		c := errorClass{reason: sandboxv1.ReasonRateLimited,
 			message: "Vercel is rate limiting the manager's credential (429 Too Many Requests); retrying with backoff"}
-		// Only Vercel's own Retry-After is a delay to requeue after. Without
-		// one (the concurrency limit) the error is returned, so the object
-		// gets the workqueue's per-object exponential backoff: a requeue
-		// with a nil error would reset it to the first step every time.
-		var ae *vercel.APIError
-		if errors.As(err, &ae) && ae.Code != vercel.CodeClientThrottled && ae.RetryAfter > 0 {
-			c.retryAfter = ae.RetryAfter
-		}
+		// Requeue after Vercel's Retry-After, else after the client's
+		// credential backoff (exponential, jittered, shared by every caller
+		// of the credential, and cut short when a delete frees capacity).
+		// With neither, the error is returned, so the object gets the
+		// workqueue's per-object exponential backoff: a requeue with a nil
+		// error would reset it to its first step every time.
+		c.retryAfter = vercel.RetryAfter(err)
 		return c
 	case vercel.IsTransient(err):
 		return errorClass{reason: sandboxv1.ReasonTransient}

@@ -31,11 +31,11 @@ func TestClassify(t *testing.T) {
 		{"missing Secret", &secretError{name: "creds", missing: "secret"}, sandboxv1.ReasonSecretNotFound, false, 0},
 		{"missing key", &secretError{name: "creds", key: "token", missing: "key"}, sandboxv1.ReasonSecretNotFound, false, 0},
 		{"429 with Retry-After", &vercel.APIError{Status: http.StatusTooManyRequests, RetryAfter: 7 * time.Second}, sandboxv1.ReasonRateLimited, false, 7 * time.Second},
-		// Without Vercel's Retry-After the error is returned: per-object
-		// exponential backoff, not a requeue that resets it.
-		{"429 without Retry-After", api(http.StatusTooManyRequests, "rate_limited", ""), sandboxv1.ReasonRateLimited, false, 0},
-		{"429 with the client's backoff", &vercel.APIError{Status: http.StatusTooManyRequests, Code: "concurrency_limit_exceeded", Backoff: 3 * time.Second}, sandboxv1.ReasonRateLimited, false, 0},
-		{"client_throttled", &vercel.APIError{Status: http.StatusTooManyRequests, Code: vercel.CodeClientThrottled, Backoff: 3 * time.Second}, sandboxv1.ReasonRateLimited, false, 0},
+		// Without any delay the error is returned: per-object exponential
+		// backoff, not a requeue after a second that resets it.
+		{"429 without any delay", api(http.StatusTooManyRequests, "rate_limited", ""), sandboxv1.ReasonRateLimited, false, 0},
+		{"429 with the client's backoff", &vercel.APIError{Status: http.StatusTooManyRequests, Code: "concurrency_limit_exceeded", Backoff: 3 * time.Second}, sandboxv1.ReasonRateLimited, false, 3 * time.Second},
+		{"client_throttled", &vercel.APIError{Status: http.StatusTooManyRequests, Code: vercel.CodeClientThrottled, Backoff: 3 * time.Second}, sandboxv1.ReasonRateLimited, false, 3 * time.Second},
 		{"project not found", &vercel.ProjectNotFoundError{TeamID: "team_1", ProjectID: "prj_typo", Message: "Project not found."}, sandboxv1.ReasonProjectNotFound, false, 0},
 		{"500", api(http.StatusInternalServerError, "", "boom"), sandboxv1.ReasonTransient, false, 0},
 		{"no answer", &vercel.TransientError{Endpoint: "getSandbox", Err: errors.New("connection refused")}, sandboxv1.ReasonTransient, false, 0},
