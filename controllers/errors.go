@@ -7,6 +7,7 @@ package controllers
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
@@ -20,8 +21,25 @@ type errorClass struct {
 	reason string
 	// terminal errors are not retried until the spec changes.
 	terminal bool
-	// retryAfter, when set, is the delay Vercel asked for (429).
+	// retryAfter, when set, is the delay Vercel asked for (429 with
+	// Retry-After).
 	retryAfter time.Duration
+	// message, when set, replaces the error's text in Synced, lastError and
+	// the event: one stable sentence for errors whose text varies from
+	// attempt to attempt but mean the same, so that retries do not rewrite
+	// lastError and emit an event each time.
+	message string
+	// notReady errors also set Ready=False: nothing about the object can be
+	// known or done until an operator fixes the manager's configuration.
+	notReady bool
+}
+
+// text is what the outcome of err reports.
+func (c errorClass) text(err error) string {
+	if c.message != "" {
+		return c.message
+	}
+	return err.Error()
 }
 
 // classify maps an error from a reconcile to its condition reason and retry
@@ -34,15 +52,24 @@ func classify(err error) errorClass {
 	case errors.As(err, &se):
 		return errorClass{reason: sandboxv1.ReasonSecretNotFound}
 	case vercel.IsRateLimited(err):
-		d := vercel.RetryAfter(err)
-		if d <= 0 {
-			d = time.Second
-		}
-		return errorClass{reason: sandboxv1.ReasonRateLimited, retryAfter: d}
+		// A server 429 and the client's own client_throttled alternate
+		// while a credential is throttled: one message for both.
+		c := errorClass{reason: sandboxv1.ReasonRateLimited,
+			message: "Vercel is rate limiting the manager's credential (429 Too Many Requests); retrying with backoff"}
+		// Requeue after Vercel's Retry-After, else after the client's
+		// credential backoff (exponential, jittered, shared by every caller
+		// of the credential, and cut short when a delete frees capacity).
+		// With neither, the error is returned, so the object gets the
+		// workqueue's per-object exponential backoff: a requeue with a nil
+		// error would reset it to its first step every time.
+		c.retryAfter = vercel.RetryAfter(err)
+		return c
 	case vercel.IsTransient(err):
 		return errorClass{reason: sandboxv1.ReasonTransient}
 	case vercel.IsUnauthorized(err):
-		return errorClass{reason: sandboxv1.ReasonUnauthorized}
+		return errorClass{reason: sandboxv1.ReasonUnauthorized, message: credentialsRejected(err), notReady: true}
+	case vercel.IsProjectNotFound(err):
+		return errorClass{reason: sandboxv1.ReasonProjectNotFound, message: err.Error(), notReady: true}
 	case vercel.IsPaymentRequired(err):
 		return errorClass{reason: sandboxv1.ReasonPaymentRequired}
 	case vercel.IsInvalid(err):
@@ -60,6 +87,21 @@ func classify(err error) errorClass {
 		return errorClass{reason: sandboxv1.ReasonConflict}
 	}
 	return errorClass{reason: sandboxv1.ReasonReconcileError}
+}
+
+// credentialsRejected says that Vercel refused the credentials, with the
+// HTTP status (Unauthorized, Forbidden) and Vercel's own words, which
+// internal/vercel has scrubbed of the token.
+func credentialsRejected(err error) string {
+	var ae *vercel.APIError
+	if !errors.As(err, &ae) {
+		return "Vercel rejected the credentials"
+	}
+	msg := fmt.Sprintf("Vercel rejected the credentials (%d %s)", ae.Status, http.StatusText(ae.Status))
+	if ae.Message != "" {
+		msg += ": " + ae.Message
+	}
+	return msg + "; check the token (--vercel-token-file) and the team id (--vercel-team-id)"
 }
 
 // isStreamCode reports an error carried inside a command's output stream.

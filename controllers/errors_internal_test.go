@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,7 +31,12 @@ func TestClassify(t *testing.T) {
 		{"missing Secret", &secretError{name: "creds", missing: "secret"}, sandboxv1.ReasonSecretNotFound, false, 0},
 		{"missing key", &secretError{name: "creds", key: "token", missing: "key"}, sandboxv1.ReasonSecretNotFound, false, 0},
 		{"429 with Retry-After", &vercel.APIError{Status: http.StatusTooManyRequests, RetryAfter: 7 * time.Second}, sandboxv1.ReasonRateLimited, false, 7 * time.Second},
-		{"429 without Retry-After", api(http.StatusTooManyRequests, "rate_limited", ""), sandboxv1.ReasonRateLimited, false, time.Second},
+		// Without any delay the error is returned: per-object exponential
+		// backoff, not a requeue after a second that resets it.
+		{"429 without any delay", api(http.StatusTooManyRequests, "rate_limited", ""), sandboxv1.ReasonRateLimited, false, 0},
+		{"429 with the client's backoff", &vercel.APIError{Status: http.StatusTooManyRequests, Code: "concurrency_limit_exceeded", Backoff: 3 * time.Second}, sandboxv1.ReasonRateLimited, false, 3 * time.Second},
+		{"client_throttled", &vercel.APIError{Status: http.StatusTooManyRequests, Code: vercel.CodeClientThrottled, Backoff: 3 * time.Second}, sandboxv1.ReasonRateLimited, false, 3 * time.Second},
+		{"project not found", &vercel.ProjectNotFoundError{TeamID: "team_1", ProjectID: "prj_typo", Message: "Project not found."}, sandboxv1.ReasonProjectNotFound, false, 0},
 		{"500", api(http.StatusInternalServerError, "", "boom"), sandboxv1.ReasonTransient, false, 0},
 		{"no answer", &vercel.TransientError{Endpoint: "getSandbox", Err: errors.New("connection refused")}, sandboxv1.ReasonTransient, false, 0},
 		{"stream ended early", &vercel.StreamError{Code: vercel.CodeStreamEndedEarly}, sandboxv1.ReasonTransient, false, 0},
@@ -60,5 +66,24 @@ func TestClassify(t *testing.T) {
 				t.Errorf("%s: classify(%v) = %+v, want reason %s, terminal %v, retryAfter %s", tc.name, err, got, tc.reason, tc.terminal, tc.retryAfter)
 			}
 		}
+	}
+}
+
+// Whatever the endpoint or the server's words, a rejected credential reads
+// "Vercel rejected the credentials" with the HTTP reason, and never the
+// token; a 429 from Vercel and the client's own client_throttled read alike.
+func TestClassifyMessages(t *testing.T) {
+	for status, phrase := range map[int]string{http.StatusUnauthorized: "(401 Unauthorized)", http.StatusForbidden: "(403 Forbidden)"} {
+		err := fmt.Errorf("delete sandbox x: %w", &vercel.APIError{Status: status, Code: "forbidden", Message: "Not authorized", Endpoint: "deleteSandbox"})
+		c := classify(err)
+		msg := c.text(err)
+		if !strings.HasPrefix(msg, "Vercel rejected the credentials "+phrase) || !strings.Contains(msg, "Not authorized") || !c.notReady {
+			t.Errorf("%d: %+v, message %q", status, c, msg)
+		}
+	}
+	server := &vercel.APIError{Status: http.StatusTooManyRequests, Code: "concurrency_limit_exceeded", Message: "Concurrency limit exceeded", Endpoint: "createSandbox", Backoff: time.Second}
+	client := &vercel.APIError{Status: http.StatusTooManyRequests, Code: vercel.CodeClientThrottled, Message: "not sent", Endpoint: "getSandbox", Backoff: 2 * time.Second}
+	if a, b := classify(server).text(server), classify(client).text(client); a != b {
+		t.Errorf("rate-limit messages differ: %q, %q", a, b)
 	}
 }

@@ -180,8 +180,11 @@ func reportOutcome(rec events.EventRecorder, o client.Object, res ctrl.Result, e
 		return res, nil
 	}
 	class := classify(err)
-	msg := err.Error()
+	msg := class.text(err)
 	setCondition(st.conditions, o.GetGeneration(), sandboxv1.ConditionSynced, metav1.ConditionFalse, class.reason, msg)
+	if class.notReady {
+		setCondition(st.conditions, o.GetGeneration(), sandboxv1.ConditionReady, metav1.ConditionFalse, class.reason, msg)
+	}
 	if prev := *st.lastError; prev == nil || prev.Reason != class.reason || prev.Message != truncate(msg, maxErrorMessage) {
 		*st.lastError = &sandboxv1.ErrorStatus{Time: metav1.Now(), Reason: class.reason, Message: truncate(msg, maxErrorMessage)}
 		rec.Eventf(o, nil, corev1.EventTypeWarning, class.reason, "Reconcile", "%s", truncate(msg, maxEventNote))

@@ -2,8 +2,11 @@ package controllers
 
 import (
 	"errors"
+	"fmt"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/tools/events"
@@ -11,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
 
 // Each kind reports an error alike: Synced=False with the classified reason,
@@ -73,5 +77,55 @@ func TestReportOutcomeLongErrorOnce(t *testing.T) {
 	}
 	if sbx.Status.LastError != nil || !meta.IsStatusConditionTrue(sbx.Status.Conditions, sandboxv1.ConditionSynced) {
 		t.Errorf("success left lastError %v, Synced %v", sbx.Status.LastError, meta.FindStatusCondition(sbx.Status.Conditions, sandboxv1.ConditionSynced))
+	}
+}
+
+// While a credential is throttled, a reconcile meets Vercel's 429 or the
+// client's own client_throttled in turn: lastError and the event are written
+// once. Each is retried after the delay it carries; a 429 without any is
+// returned as an error, so the workqueue backs the object off.
+func TestReportOutcomeRateLimitedDoesNotChurn(t *testing.T) {
+	rec := events.NewFakeRecorder(10)
+	sbx := &sandboxv1.Sandbox{}
+	sbx.Generation = 1
+	server := &vercel.APIError{Status: http.StatusTooManyRequests, Code: "concurrency_limit_exceeded", Message: "Concurrency limit exceeded", Endpoint: "createSandbox", Backoff: time.Second}
+	client := &vercel.APIError{Status: http.StatusTooManyRequests, Code: vercel.CodeClientThrottled, Message: "not sent", Endpoint: "createSandbox", Backoff: 2 * time.Second}
+	bare := &vercel.APIError{Status: http.StatusTooManyRequests, Code: "rate_limited", Endpoint: "getSandbox"}
+	var first *sandboxv1.ErrorStatus
+	for i, err := range []*vercel.APIError{server, client, server, client, bare} {
+		res, rerr := reportOutcome(rec, sbx, ctrl.Result{}, fmt.Errorf("create sandbox x: %w", err))
+		if err == bare {
+			if rerr == nil || res.RequeueAfter != 0 {
+				t.Errorf("429 without a delay: result %+v, error %v; want the error returned for per-object backoff", res, rerr)
+			}
+		} else if rerr != nil || res.RequeueAfter != err.Backoff {
+			t.Errorf("attempt %d: result %+v, error %v; want a requeue after %s", i, res, rerr, err.Backoff)
+		}
+		if first == nil {
+			first = sbx.Status.LastError
+		} else if sbx.Status.LastError != first {
+			t.Errorf("attempt %d rewrote lastError: %+v", i, sbx.Status.LastError)
+		}
+	}
+	if n := len(rec.Events); n != 1 {
+		t.Errorf("%d events, want 1", n)
+	}
+}
+
+// A rejected credential turns Ready False too, with the same words.
+func TestReportOutcomeCredentialsRejected(t *testing.T) {
+	rec := events.NewFakeRecorder(10)
+	sbx := &sandboxv1.Sandbox{}
+	if _, err := reportOutcome(rec, sbx, ctrl.Result{}, &vercel.APIError{Status: http.StatusUnauthorized, Endpoint: "getSandbox"}); err == nil {
+		t.Fatal("the error was swallowed")
+	}
+	for _, typ := range []string{sandboxv1.ConditionReady, sandboxv1.ConditionSynced} {
+		c := meta.FindStatusCondition(sbx.Status.Conditions, typ)
+		if c == nil || c.Status != "False" || c.Reason != sandboxv1.ReasonUnauthorized || !strings.HasPrefix(c.Message, "Vercel rejected the credentials (401 Unauthorized)") {
+			t.Errorf("%s: %+v", typ, c)
+		}
+	}
+	if ev := <-rec.Events; !strings.HasPrefix(ev, "Warning Unauthorized Vercel rejected the credentials (401 Unauthorized)") {
+		t.Errorf("event %q", ev)
 	}
 }

@@ -24,6 +24,14 @@ func (r *SandboxReconciler) finalize(ctx context.Context, sbx *sandboxv1.Sandbox
 	if st.VercelName == "" {
 		return true, ctrl.Result{}, nil
 	}
+	if sbx.Annotations[sandboxv1.AnnotationAbandonRemote] == "true" {
+		// An operator released the object by hand: Vercel is unreachable for
+		// good. Admission let only those allowed to leak a sandbox set it.
+		logf.FromContext(ctx).Info("Abandoned the Vercel sandbox", "vercelName", st.VercelName)
+		r.Recorder.Eventf(sbx, nil, corev1.EventTypeWarning, "AbandonedRemote", "Delete",
+			"Released without deleting Vercel sandbox %s (annotation %s): it and its snapshots are left in Vercel, billed until deleted there", st.VercelName, sandboxv1.AnnotationAbandonRemote)
+		return true, ctrl.Result{}, nil
+	}
 	if sbx.Spec.DeletionPolicy == sandboxv1.DeletionPolicyRetain {
 		r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Retained", "Delete", "Left Vercel sandbox %s in place (deletionPolicy Retain)", st.VercelName)
 		return true, ctrl.Result{}, nil

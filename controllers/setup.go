@@ -79,12 +79,20 @@ func SetupWithManager(mgr ctrl.Manager, vc vercel.Config, o Options) error {
 		o.ReconcileTimeout = DefaultReconcileTimeout
 	}
 	mgr = withReconcileTimeout{Manager: mgr, timeout: o.ReconcileTimeout}
-	health := &VercelHealth{}
+	health := newVercelHealth()
 	vc.OnRequest = health.ObserveRequest
 	metrics.InstrumentVercel(&vc)
 	api, err := vercel.New(vc)
 	if err != nil {
 		return fmt.Errorf("vercel client: %w", err)
+	}
+	// The team and project are checked at start: with a wrong project id
+	// every delete answers 404, which must not pass for "deleted".
+	if err := mgr.Add(&projectVerifier{api: api, health: health, first: time.Second, cap: time.Minute, idle: 5 * time.Second}); err != nil {
+		return fmt.Errorf("add the Vercel project check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("vercel-credentials", health.CheckCredentials); err != nil {
+		return fmt.Errorf("add the Vercel credentials readiness check: %w", err)
 	}
 	if err := (&SandboxReconciler{
 		Client:                  mgr.GetClient(),

@@ -22,10 +22,19 @@ import (
 // objects at once, so they are Synced again within seconds rather than up to
 // a whole backoff cap later. Feed it every request's outcome through
 // vercel.Config.OnRequest (ObserveRequest). A nil *VercelHealth does nothing.
+//
+// It also knows whether Vercel accepts the manager's credentials and knows its
+// team and project (credentials.go): /readyz and two gauges report it.
 type VercelHealth struct {
 	mu        sync.Mutex
 	failures  int // consecutive attempts without an answer or with a 5xx
 	listeners []chan struct{}
+	// rejected is the status (401, 403) of the last answer when Vercel
+	// rejected the credentials, else 0.
+	rejected int
+	// project is why the team and project are not verified (nil once they
+	// are); see verifyProject.
+	project error
 }
 
 // outageFailures consecutive failures make an outage; fewer are a blip that
@@ -40,6 +49,7 @@ func (h *VercelHealth) ObserveRequest(_ string, status int, _ time.Duration) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.observeCredentialsLocked(status)
 	if status == 0 || status >= 500 {
 		h.failures++
 		return

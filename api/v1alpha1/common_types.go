@@ -52,8 +52,10 @@ const (
 	// ReasonConflict is set on Synced=False when Vercel answered that the
 	// object being created already exists (409).
 	ReasonConflict = "Conflict"
-	// ReasonRateLimited is set on Synced=False when Vercel answered 429; the
-	// controller retries after the Retry-After delay.
+	// ReasonRateLimited is set on Synced=False when Vercel answered 429 (or
+	// the client held the request back after a 429 to the same credential);
+	// the controller retries after Vercel's Retry-After delay, else with
+	// exponential backoff.
 	ReasonRateLimited = "RateLimited"
 	// ReasonTransient is set on Synced=False for 5xx answers and connection
 	// errors; the controller retries with a backoff capped at one minute.
@@ -61,9 +63,15 @@ const (
 	// ReasonInvalid is set on Synced=False when Vercel rejected the spec as
 	// invalid (400, 422); the controller does not retry until the spec changes.
 	ReasonInvalid = "Invalid"
-	// ReasonUnauthorized is set on Synced=False when Vercel refused the
-	// manager's credentials (401, 403).
+	// ReasonUnauthorized is set on Synced=False and Ready=False when Vercel
+	// rejected the manager's credentials (401, 403: a revoked token, or a
+	// team the token has no access to); the controller retries with backoff
+	// and uses a rotated token file without a restart.
 	ReasonUnauthorized = "Unauthorized"
+	// ReasonProjectNotFound is set on Synced=False and Ready=False when
+	// Vercel does not know the manager's project: a delete is then not taken
+	// as done, since every delete in a wrong project answers 404.
+	ReasonProjectNotFound = "ProjectNotFound"
 	// ReasonPaymentRequired is set on Synced=False when Vercel answered 402
 	// for the account.
 	ReasonPaymentRequired = "PaymentRequired"

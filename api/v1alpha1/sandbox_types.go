@@ -90,6 +90,13 @@ const (
 	// on any of the three kinds. The value handled last is in
 	// status.lastHandledReconcileAt; a paused object handles none.
 	AnnotationReconcileRequestedAt = "sandbox.sentry.io/reconcile-requested-at"
+	// AnnotationAbandonRemote set to "true" on a Sandbox being deleted lets
+	// its finalizer finish without deleting the Vercel sandbox, for a remote
+	// side that is unreachable for good (a deleted project, a revoked
+	// account). The Vercel sandbox and its snapshots are left behind; a
+	// Warning event names them. Setting it needs `update` on the virtual
+	// subresource sandboxes/abandon (config/admission/abandon-remote.yaml).
+	AnnotationAbandonRemote = "sandbox.sentry.io/abandon-remote"
 )
 
 // SandboxState is the desired state of a Sandbox's session.

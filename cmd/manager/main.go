@@ -63,7 +63,7 @@ func main() {
 	flag.DurationVar(&leaderElection.retryPeriod, "leader-election-retry-period", 2*time.Second, "How often replicas try to acquire or renew the lease.")
 	flag.DurationVar(&gracefulShutdown, "graceful-shutdown-timeout", 30*time.Second, "On SIGTERM, how long in-flight reconciles get to finish before the manager releases the lease and exits; keep the pod's terminationGracePeriodSeconds above it.")
 	flag.StringVar(&vercelURL, "vercel-api-url", "https://api.vercel.com", "Base URL of the Vercel Sandbox API (the emulator's URL when running locally).")
-	flag.StringVar(&tokenFile, "vercel-token-file", "", "File holding the Vercel token; the VERCEL_TOKEN environment variable is used when unset.")
+	flag.StringVar(&tokenFile, "vercel-token-file", "", "File holding the Vercel token (a mounted Secret), re-read every few seconds and after Vercel rejects the token, so a rotated Secret is used without a restart; the VERCEL_TOKEN environment variable is used when unset.")
 	flag.StringVar(&teamID, "vercel-team-id", os.Getenv("VERCEL_TEAM_ID"), "Vercel team id (default $VERCEL_TEAM_ID).")
 	flag.StringVar(&projectID, "vercel-project-id", os.Getenv("VERCEL_PROJECT_ID"), "Vercel project id (default $VERCEL_PROJECT_ID).")
 	flag.IntVar(&requestsPerMinute, "vercel-requests-per-minute", 10000, "Client-side budget of Vercel control-plane requests per minute (Vercel Pro allows 10,000).")
@@ -117,13 +117,17 @@ func main() {
 	}
 	vcfg := vercel.Config{
 		BaseURL:           vercelURL,
-		Token:             token,
 		TeamID:            teamID,
 		ProjectID:         projectID,
 		RequestsPerMinute: requestsPerMinute,
 		CallTimeout:       vercelTimeouts.call,
 		StreamIdleTimeout: vercelTimeouts.streamIdle,
 		UserAgent:         "sandbox-controller",
+	}
+	if tokenFile != "" {
+		vcfg.TokenFile = tokenFile // the client reads it again when it changes
+	} else {
+		vcfg.Token = token
 	}
 	// Checked before connecting to Kubernetes, so a bad flag fails at once;
 	// controllers.SetupWithManager builds the client the controllers use.
@@ -185,7 +189,8 @@ func main() {
 	}
 	// Liveness is Ping plus controllers.SetupWithManager's check that the
 	// Vercel in-flight slots are not all stuck (--vercel-stall-threshold);
-	// readiness stays Ping.
+	// readiness is Ping plus its check that Vercel accepts the credentials
+	// and knows the team and project.
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		log.Error(err, "Failed to add the health check")
 		os.Exit(1)

@@ -194,10 +194,13 @@ func run(c config) int {
 	}, vc, controllers.Options{
 		MaxConcurrentReconciles: c.concurrency,
 		VercelInFlight:          c.vercelInFlight,
-		PollInterval:            c.pollInterval,
-		BackoffCap:              c.backoffCap,
-		MaxSessionLength:        c.maxSessionLength,
-		ShutdownWarning:         c.shutdownWarning,
+		// As the Deployment (--vercel-reserved-in-flight's default): deletes
+		// and session extensions keep a slot of their own.
+		VercelReservedInFlight: 1,
+		PollInterval:           c.pollInterval,
+		BackoffCap:             c.backoffCap,
+		MaxSessionLength:       c.maxSessionLength,
+		ShutdownWarning:        c.shutdownWarning,
 	})
 	if err != nil {
 		return fail("%v", err)

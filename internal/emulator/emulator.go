@@ -88,6 +88,13 @@ type Options struct {
 	// are the scope of requests that name no team / of Sandbox(name); requests
 	// for other teams or projects see only what was created in that scope.
 	TeamID, ProjectID string
+	// Teams, when set, are the only teams the token may act on; a request
+	// for another answers 403 forbidden. Empty: any team.
+	Teams []string
+	// Projects, when set, are the only projects that exist; a request that
+	// names another answers 404 not_found "Project not found." Empty: any
+	// project.
+	Projects []string
 	// Plan holds the limits; the zero Plan means PlanPro().
 	Plan Plan
 	// Clock is nil for the real clock; use NewFakeClock in tests.
@@ -236,6 +243,7 @@ type Emulator struct {
 	fake    *FakeClock
 	log     *slog.Logger
 	token   string
+	rotated atomic.Pointer[string] // SetToken
 	dataDir string
 	tempDir bool
 	runner  *sandboxruntime.Runner
@@ -436,7 +444,7 @@ func (e *Emulator) URL() string {
 }
 
 // Token is the bearer token clients must send.
-func (e *Emulator) Token() string { return e.token }
+func (e *Emulator) Token() string { return e.currentToken() }
 
 // Clock is the emulator's clock.
 func (e *Emulator) Clock() Clock { return e.clock }

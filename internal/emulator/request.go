@@ -43,6 +43,9 @@ func (rc *reqCtx) project(explicit, field string) (string, *apiError) {
 	if explicit == "" {
 		return "", badRequest("Invalid request: `%s` is required unless authenticating with an OIDC token.", field)
 	}
+	if err := rc.e.checkProject(explicit); err != nil {
+		return "", err
+	}
 	return explicit, nil
 }
 

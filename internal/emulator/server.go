@@ -149,6 +149,10 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if err := e.checkTeam(rc); err != nil {
+		writeError(w, err)
+		return
+	}
 	a := e.faults.draw(rte.op)
 	if a.hole != nil && !holdRequest(r, a.hole) {
 		return
@@ -233,7 +237,7 @@ func (b *bufferedWriter) Flush() {}
 // tokenMatches compares a presented bearer token with the emulator's token in
 // constant time, so response timing does not reveal how much of it matched.
 func (e *Emulator) tokenMatches(tok string) bool {
-	return subtle.ConstantTimeCompare([]byte(tok), []byte(e.token)) == 1
+	return subtle.ConstantTimeCompare([]byte(tok), []byte(e.currentToken())) == 1
 }
 
 func bearer(r *http.Request) string {

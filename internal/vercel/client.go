@@ -43,7 +43,8 @@ const (
 	DefaultStreamIdleTimeout = time.Minute
 )
 
-// Config configures a Client. Exactly one of Token and OIDCToken is required.
+// Config configures a Client. Exactly one of Token, TokenFile and OIDCToken
+// is required.
 //
 // Config's String, GoString and Format never print the tokens, so a Config
 // can be logged with %v or %+v.
@@ -52,6 +53,15 @@ type Config struct {
 	BaseURL string
 	// Token is a Vercel access token; it needs TeamID and ProjectID.
 	Token string
+	// TokenFile is a file holding a Vercel access token (a mounted Secret),
+	// read by New and again every TokenReloadInterval and at once after a
+	// 401 or 403, so that a rotated token is used without a restart. A
+	// request rejected with the old token is sent again once with the new
+	// one. It needs TeamID and ProjectID like Token.
+	TokenFile string
+	// TokenReloadInterval is how often TokenFile is read again; 0 means
+	// DefaultTokenReloadInterval.
+	TokenReloadInterval time.Duration
 	// TeamID is sent as the teamId query parameter on every request
 	// (docs/dev/vercel-sandbox-api.md §2.3).
 	TeamID string
@@ -113,8 +123,8 @@ func redact(s string) string {
 
 // String describes the configuration with both tokens redacted.
 func (c Config) String() string {
-	return fmt.Sprintf("vercel.Config{BaseURL:%q, TeamID:%q, ProjectID:%q, Token:%q, OIDCToken:%q, RequestsPerMinute:%d, MaxRetryAfter:%s, MaxRetries:%d, CallTimeout:%s, StreamIdleTimeout:%s, UserAgent:%q}",
-		c.BaseURL, c.TeamID, c.ProjectID, redact(c.Token), redact(c.OIDCToken),
+	return fmt.Sprintf("vercel.Config{BaseURL:%q, TeamID:%q, ProjectID:%q, Token:%q, TokenFile:%q, OIDCToken:%q, RequestsPerMinute:%d, MaxRetryAfter:%s, MaxRetries:%d, CallTimeout:%s, StreamIdleTimeout:%s, UserAgent:%q}",
+		c.BaseURL, c.TeamID, c.ProjectID, redact(c.Token), c.TokenFile, redact(c.OIDCToken),
 		c.RequestsPerMinute, c.MaxRetryAfter, c.MaxRetries, c.CallTimeout, c.StreamIdleTimeout, c.UserAgent)
 }
 
@@ -135,11 +145,15 @@ func formatRedacted(f fmt.State, verb rune, s string) {
 // Client calls the Vercel Sandbox API. It is safe for concurrent use.
 type Client struct {
 	baseURL   string
-	token     string
+	tokens    *tokenSource
 	teamID    string
 	projectID string
 	userAgent string
 	hc        *http.Client
+	// projectOK is set once a list of the project succeeded: from then on a
+	// 404 on a delete means the sandbox is gone, not that the project is
+	// wrong (VerifyProject).
+	projectOK atomic.Bool
 
 	maxRetries    int
 	maxRetryAfter time.Duration
@@ -201,11 +215,23 @@ func New(cfg Config) (*Client, error) {
 	// Secrets mounted from files often end in a newline; the header would be
 	// rejected, so trim instead of failing later on every call.
 	token, oidc := strings.TrimSpace(cfg.Token), strings.TrimSpace(cfg.OIDCToken)
+	given := 0
+	for _, set := range []bool{token != "", cfg.TokenFile != "", oidc != ""} {
+		if set {
+			given++
+		}
+	}
 	switch {
-	case token != "" && oidc != "":
-		return nil, errors.New("vercel: set Token or OIDCToken, not both")
-	case token == "" && oidc == "":
-		return nil, errors.New("vercel: Token or OIDCToken is required")
+	case given > 1:
+		return nil, errors.New("vercel: set one of Token, TokenFile and OIDCToken")
+	case given == 0:
+		return nil, errors.New("vercel: Token, TokenFile or OIDCToken is required")
+	case cfg.TokenFile != "":
+		c.tokens = &tokenSource{file: cfg.TokenFile, interval: durationOr(cfg.TokenReloadInterval, DefaultTokenReloadInterval)}
+		if token, err = readTokenFile(cfg.TokenFile); err != nil {
+			return nil, err
+		}
+		c.tokens.token, c.tokens.readAt = token, time.Now()
 	case oidc != "":
 		team, project, err := oidcClaims(oidc)
 		if err != nil {
@@ -223,12 +249,12 @@ func New(cfg Config) (*Client, error) {
 		}
 		token = oidc
 	}
-	for _, r := range token {
-		if r < 0x21 || r > 0x7e {
-			return nil, errors.New("vercel: token contains characters not allowed in an HTTP header")
-		}
+	if err := checkTokenChars(token); err != nil {
+		return nil, err
 	}
-	c.token = token
+	if c.tokens == nil {
+		c.tokens = &tokenSource{token: token}
+	}
 
 	if c.hc == nil {
 		c.hc = &http.Client{}
@@ -255,7 +281,13 @@ func New(cfg Config) (*Client, error) {
 	c.callTimeoutErr = fmt.Errorf("%w after %s: %w", ErrCallTimeout, c.callTimeout, context.DeadlineExceeded)
 	c.headerTimeoutErr = fmt.Errorf("%w after %s waiting for the stream to start: %w", ErrCallTimeout, c.callTimeout, context.DeadlineExceeded)
 	c.streamIdleErr = fmt.Errorf("%w: no data for %s", ErrStreamIdle, c.streamIdle)
-	key := limiterKey(c.baseURL, c.token, c.teamID)
+	// The 429 gates and the request budget belong to the credential; a
+	// token file keeps its slot across rotations.
+	keyToken := token
+	if cfg.TokenFile != "" {
+		keyToken = "file:" + cfg.TokenFile
+	}
+	key := limiterKey(c.baseURL, keyToken, c.teamID)
 	c.cred = sharedCredential(key)
 	rpm := cfg.RequestsPerMinute
 	if rpm == 0 {
@@ -381,13 +413,14 @@ func (c *Client) jsonRequest(endpoint, method, path string, query url.Values, bo
 // send performs r with the 429 gates, limiter pacing and the retry policy,
 // and returns the first 2xx response (body unread) or a typed error.
 func (c *Client) send(ctx context.Context, r *request) (*http.Response, error) {
-	mayHaveCommitted := false
+	mayHaveCommitted, reauthed := false, false
 	for attempt := 0; ; attempt++ {
 		tk, err := c.admit(ctx, r)
 		if err != nil {
 			return nil, err
 		}
-		req, err := c.newHTTPRequest(ctx, r)
+		token := c.tokens.get(c.now())
+		req, err := c.newHTTPRequest(ctx, r, token)
 		if err != nil {
 			c.settle(tk, r, 0, 0)
 			return nil, err
@@ -423,8 +456,16 @@ func (c *Client) send(ctx context.Context, r *request) (*http.Response, error) {
 
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 		resp.Body.Close()
-		apiErr := newAPIError(r.endpoint, resp, body, c.token)
+		apiErr := newAPIError(r.endpoint, resp, body, token)
 		gateWait := c.settle(tk, r, resp.StatusCode, apiErr.RetryAfter)
+		if (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) && !reauthed && c.tokens.reload(c.now()) {
+			// The token file changed since it was last read (a rotated
+			// Secret): a rejected request did nothing, so send it once more
+			// with the new token, whatever its retry policy.
+			reauthed = true
+			attempt--
+			continue
+		}
 		if resp.StatusCode == http.StatusTooManyRequests && apiErr.RetryAfter == 0 {
 			if r.lane == laneFree {
 				apiErr.Backoff = c.backoff(attempt) // not gated: its own backoff
@@ -512,7 +553,7 @@ func fitsDeadline(ctx context.Context, d time.Duration) bool {
 	return !ok || time.Until(deadline) > d
 }
 
-func (c *Client) newHTTPRequest(ctx context.Context, r *request) (*http.Request, error) {
+func (c *Client) newHTTPRequest(ctx context.Context, r *request, token string) (*http.Request, error) {
 	q := url.Values{}
 	for k, v := range r.query {
 		q[k] = v
@@ -541,7 +582,7 @@ func (c *Client) newHTTPRequest(ctx context.Context, r *request) (*http.Request,
 	for k, v := range r.header {
 		req.Header[k] = v
 	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("User-Agent", c.userAgent)
 	if r.contentType != "" {
 		req.Header.Set("Content-Type", r.contentType)

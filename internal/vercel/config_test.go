@@ -140,7 +140,7 @@ func TestNewValidatesAndDefaults(t *testing.T) {
 	}
 	if c.baseURL != DefaultBaseURL || c.maxRetries != 2 || c.maxRetryAfter != 20*time.Second || c.limiter == nil ||
 		c.callTimeout != 30*time.Second || c.streamIdle != time.Minute || c.cred == nil ||
-		c.token != "tok-trimmed" || c.hc.Timeout != 0 || !strings.HasPrefix(c.userAgent, "sandbox-controller") {
+		c.tokens.current() != "tok-trimmed" || c.hc.Timeout != 0 || !strings.HasPrefix(c.userAgent, "sandbox-controller") {
 		t.Errorf("defaults: %+v retries=%d maxRA=%v", c, c.maxRetries, c.maxRetryAfter)
 	}
 	c, err = New(Config{Token: "x", MaxRetries: -1, MaxRetryAfter: -1, RequestsPerMinute: -1, CallTimeout: -1, StreamIdleTimeout: -1})

@@ -172,7 +172,9 @@ func (c *Client) UpdateSandbox(ctx context.Context, name string, req UpdateSandb
 // DeleteSandbox stops and deletes a named sandbox
 // (docs/dev/vercel-sandbox-api.md §5.5). Its snapshots survive unless
 // deleteOrphanSnapshots. A retry after a lost answer may see 404: callers treat
-// IsNotFound from a delete as "deleted".
+// IsNotFound from a delete as "deleted". It returns a 404 only once the project
+// is verified (VerifyProject): with a wrong project id every delete answers
+// 404, and the error then says the project is not found instead.
 func (c *Client) DeleteSandbox(ctx context.Context, name string, deleteOrphanSnapshots bool) (*Sandbox, error) {
 	if err := checkID(EPDeleteSandbox, "sandbox name", name); err != nil {
 		return nil, err
@@ -187,6 +189,10 @@ func (c *Client) DeleteSandbox(ctx context.Context, name string, deleteOrphanSna
 		Sandbox Sandbox `json:"sandbox"`
 	}
 	if err := c.do(ctx, r, &out); err != nil {
+		if IsNotFound(err) {
+			// A wrong project id makes every delete 404 too.
+			return nil, c.confirmNotFound(ctx, err)
+		}
 		return nil, err
 	}
 	return &out.Sandbox, nil

@@ -405,8 +405,10 @@ func (h *harness) startOperator(ctx context.Context) (*inProcess, error) {
 	}, h.vcfg, controllers.Options{
 		MaxConcurrentReconciles: h.cfg.Concurrency,
 		VercelInFlight:          h.cfg.VercelInFlight,
-		PollInterval:            h.cfg.PollInterval,
-		BackoffCap:              h.cfg.BackoffCap,
+		// As the Deployment (--vercel-reserved-in-flight's default).
+		VercelReservedInFlight: 1,
+		PollInterval:           h.cfg.PollInterval,
+		BackoffCap:             h.cfg.BackoffCap,
 	})
 	if err != nil {
 		return nil, err
