@@ -29,6 +29,7 @@ func TestClassify(t *testing.T) {
 	}{
 		{"missing Secret", &secretError{name: "creds", missing: "secret"}, sandboxv1.ReasonSecretNotFound, false, 0},
 		{"missing key", &secretError{name: "creds", key: "token", missing: "key"}, sandboxv1.ReasonSecretNotFound, false, 0},
+		{"refused Secret", &secretError{name: "sa-token", refused: "a ServiceAccount token"}, sandboxv1.ReasonSecretRefused, false, 0},
 		{"429 with Retry-After", &vercel.APIError{Status: http.StatusTooManyRequests, RetryAfter: 7 * time.Second}, sandboxv1.ReasonRateLimited, false, 7 * time.Second},
 		{"429 without Retry-After", api(http.StatusTooManyRequests, "rate_limited", ""), sandboxv1.ReasonRateLimited, false, time.Second},
 		{"500", api(http.StatusInternalServerError, "", "boom"), sandboxv1.ReasonTransient, false, 0},

@@ -48,6 +48,10 @@ type SandboxSnapshotReconciler struct {
 	BackoffCap time.Duration
 	// Now is the clock (tests); time.Now when nil.
 	Now func() time.Time
+
+	// sentSecrets remembers the clone credentials sent to Vercel, to scrub
+	// them from a step's output after a rotation.
+	sentSecrets sentSecrets
 }
 
 // +kubebuilder:rbac:groups=sandbox.sentry.io,resources=sandboxsnapshots,verbs=get;list;watch;update;patch
