@@ -120,7 +120,7 @@ func probeValidating(ctx context.Context, cfg *rest.Config, admin client.Client,
 			return strings.Contains(err.Error(), message), err
 		})
 	}
-	if err := refused("the secret-references policy", "may not get Secret", func(s *sandboxv1.Sandbox) {
+	if err := refused("the secret-references policy", "may not get every Secret", func(s *sandboxv1.Sandbox) {
 		s.Spec.Env = []sandboxv1.EnvVar{{Name: "PROBE", ValueFrom: &sandboxv1.EnvVarSource{SecretKeyRef: sandboxv1.SecretKeySelector{Name: "admission-probe", Key: "k"}}}}
 	}); err != nil {
 		return err
