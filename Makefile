@@ -132,10 +132,11 @@ image: ## Build the same image without Docker or a registry, as an OCI archive n
 ##@ Deployment
 
 .PHONY: install
-install: manifests kustomize ## Install the CRDs (and, on Kubernetes >= 1.36, the finalizer admission policy) into the cluster in KUBECONFIG.
+install: manifests kustomize ## Install the CRDs and the admission policies (the finalizer one on Kubernetes >= 1.36 only) into the cluster in KUBECONFIG.
 	$(KUSTOMIZE) build config/crd | $(KUBECTL) apply --server-side -f -
 	$(KUSTOMIZE) build config/admission | $(KUBECTL) apply --server-side -f - \
-		|| echo "Skipped config/admission (needs admissionregistration.k8s.io/v1 MutatingAdmissionPolicy); the controllers add the finalizers themselves."
+		|| { echo "Skipped the finalizer policy (needs admissionregistration.k8s.io/v1 MutatingAdmissionPolicy); the controllers add the finalizers themselves."; \
+		     $(KUSTOMIZE) build config/admission | $(KUBECTL) apply --server-side -l sandbox.sentry.io/admission=required -f -; }
 
 .PHONY: uninstall
 uninstall: manifests kustomize ## Remove the CRDs (and so every object of the three kinds: see README "Uninstall") and the admission policy.

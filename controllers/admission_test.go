@@ -89,7 +89,7 @@ var _ = Describe("The finalizer admission policy", func() {
 		Expect(k8sClient.Get(ctx, types.NamespacedName{Name: "finalizers.sandbox.sentry.io"}, binding)).To(Succeed())
 		Expect(k8sClient.Delete(ctx, binding)).To(Succeed())
 		DeferCleanup(func() {
-			Expect(admissionpolicy.Install(ctx, k8sClient, filepath.Join(repoRoot, "config", "admission"), "default")).To(Succeed())
+			Expect(admissionpolicy.Install(ctx, cfg, filepath.Join(repoRoot, "config", "admission"), "default")).To(Succeed())
 		})
 		// The API server drops the binding asynchronously.
 		Eventually(func(g Gomega) []string {

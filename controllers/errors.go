@@ -49,6 +49,8 @@ func (c errorClass) text(err error) string {
 func classify(err error) errorClass {
 	var se *secretError
 	switch {
+	case errors.As(err, &se) && se.missing == "":
+		return errorClass{reason: sandboxv1.ReasonSecretRefused}
 	case errors.As(err, &se):
 		return errorClass{reason: sandboxv1.ReasonSecretNotFound}
 	case vercel.IsRateLimited(err):
@@ -110,14 +112,18 @@ func isStreamCode(err error, code string) bool {
 	return errors.As(err, &se) && se.Code == code
 }
 
-// secretError reports a missing Secret or key. Its message names the Secret
-// and key, never a value.
+// secretError reports a missing Secret or key, or a Secret that is refused.
+// Its message names the Secret and key, never a value.
 type secretError struct {
 	name, key string
-	missing   string // "secret" or "key"
+	missing   string // "secret" or "key"; empty when refused
+	refused   string // why the Secret is refused
 }
 
 func (e *secretError) Error() string {
+	if e.refused != "" {
+		return fmt.Sprintf("Secret %q is refused: %s", e.name, e.refused)
+	}
 	if e.missing == "key" {
 		return fmt.Sprintf("key %q not found in Secret %q", e.key, e.name)
 	}

@@ -97,6 +97,7 @@ func (r *SandboxReconciler) create(ctx context.Context, sbx *sandboxv1.Sandbox) 
 	if err := buildSource(ctx, secrets, &source, &req); err != nil {
 		return ctrl.Result{RequeueAfter: snapshotRefPoll}, nil, err
 	}
+	r.sentSecrets.remember(sbx.UID, secrets.values)
 	resp, err := r.Vercel.CreateSandbox(ctx, req)
 	if vercel.IsConflict(err) {
 		return r.adopt(ctx, sbx)
@@ -134,6 +135,7 @@ func (r *SandboxReconciler) update(ctx context.Context, sbx *sandboxv1.Sandbox, 
 	if err != nil {
 		return err
 	}
+	r.sentSecrets.remember(sbx.UID, secrets.values)
 	req := vercel.UpdateSandboxRequest{Resources: cfg.resources, Timeout: r.sessionTimeoutMs(cfg.timeoutMs), Env: cfg.env, Ports: cfg.ports, NetworkPolicy: cfg.networkPolicy}
 	if req.Env == nil {
 		req.Env = map[string]string{}

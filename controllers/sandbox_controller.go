@@ -57,6 +57,10 @@ type SandboxReconciler struct {
 	// that simulate hours share the emulator's fake clock through it.
 	Now func() time.Time
 
+	// sentSecrets remembers the Secret values sent to Vercel, to scrub
+	// them from command output after a rotation.
+	sentSecrets sentSecrets
+
 	// nextPoll holds, per object, when its running session is next observed
 	// in Vercel; reconciles before then (heartbeats, timers) work from
 	// status. It is lost on restart, which only makes the first reconcile poll.

@@ -3,7 +3,6 @@ package controllers
 import (
 	"context"
 	"sort"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -58,6 +57,12 @@ func (s *secretReader) value(ctx context.Context, name, key string) (string, err
 			s.cache = map[string]*corev1.Secret{}
 		}
 		s.cache[name] = sec
+	}
+	// Admission authorizes references by name only; it cannot see a
+	// Secret's type. A ServiceAccount token would hand Vercel (and whoever
+	// runs code in the sandbox) the Kubernetes identity of that account.
+	if sec.Type == corev1.SecretTypeServiceAccountToken {
+		return "", &secretError{name: name, refused: "a ServiceAccount token (type kubernetes.io/service-account-token) is never sent to Vercel"}
 	}
 	v, ok := sec.Data[key]
 	if !ok {
@@ -194,34 +199,4 @@ func buildSource(ctx context.Context, secrets *secretReader, src *sandboxv1.Sand
 		req.Source = &vercel.Source{Type: vercel.SourceSnapshot, SnapshotID: *src.SnapshotID}
 	}
 	return nil
-}
-
-// redactedError carries an error whose message had secret values removed,
-// keeping the original in the chain so errors.As still classifies it.
-type redactedError struct {
-	msg string
-	err error
-}
-
-func (e *redactedError) Error() string { return e.msg }
-func (e *redactedError) Unwrap() error { return e.err }
-
-// redact returns err with every known secret value removed from its message.
-func redact(err error, secrets []string) error {
-	msg := scrub(err.Error(), secrets)
-	if msg == err.Error() {
-		return err
-	}
-	return &redactedError{msg: msg, err: err}
-}
-
-// scrub replaces every known secret value in s, so that an error or output
-// that echoes one never reaches status, events or logs.
-func scrub(s string, secrets []string) string {
-	for _, v := range secrets {
-		if len(v) >= 4 {
-			s = strings.ReplaceAll(s, v, "[redacted]")
-		}
-	}
-	return s
 }

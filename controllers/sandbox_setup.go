@@ -178,9 +178,13 @@ func (r *SandboxReconciler) reportSetupFailed(ctx context.Context, sbx *sandboxv
 	st := &sbx.Status
 	secrets := &secretReader{reader: r.APIReader, namespace: sbx.Namespace}
 	// Secret values are known only after resolving the spec; they are scrubbed
-	// from the output, which a command may have echoed.
+	// from the output, which a command may have echoed: the current values,
+	// and those sent to Vercel when the sandbox was created or updated (the
+	// command ran with those if the Secret was rotated since).
 	_, _ = buildConfig(ctx, secrets, &sbx.Spec)
-	tail, err := commandOutputTail(ctx, r.Vercel, sessionID, cmd.ID)
+	_ = buildSource(ctx, secrets, &sbx.Spec.Source, &vercel.CreateSandboxRequest{})
+	values := r.sentSecrets.with(sbx.UID, secrets.values)
+	tail, err := commandOutputTail(ctx, r.Vercel, sessionID, cmd.ID, values)
 	if err != nil {
 		return fmt.Errorf("read output of setup command %s: %w", cmd.ID, err)
 	}
@@ -188,7 +192,7 @@ func (r *SandboxReconciler) reportSetupFailed(ctx context.Context, sbx *sandboxv
 	if tail != "" {
 		msg += ": " + tail
 	}
-	msg = scrub(msg, secrets.values)
+	msg = scrub(msg, values)
 	st.Setup.State = sandboxv1.SetupFailed
 	setReady(sbx, readiness{sandboxv1.SandboxFailed, metav1.ConditionFalse, sandboxv1.ReasonSetupFailed, msg})
 	r.Recorder.Eventf(sbx, nil, corev1.EventTypeWarning, sandboxv1.ReasonSetupFailed, "RunCommand", "%s", truncate(msg, maxEventNote))

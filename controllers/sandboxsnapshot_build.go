@@ -488,6 +488,7 @@ func (r *SandboxSnapshotReconciler) advance(ctx context.Context, snap *sandboxv1
 		if err != nil {
 			return ctrl.Result{}, err
 		}
+		r.sentSecrets.remember(snap.UID, secrets)
 		cmd, err := r.Vercel.RunCommand(ctx, sessionID, req)
 		if err != nil {
 			return ctrl.Result{}, redact(fmt.Errorf("start build step %s: %w", steps[i].label, err), secrets)
@@ -581,7 +582,8 @@ func (r *SandboxSnapshotReconciler) building(snap *sandboxv1.SandboxSnapshot, se
 // stepFailed reports the failed step with its exit code and output tail.
 func (r *SandboxSnapshotReconciler) stepFailed(ctx context.Context, snap *sandboxv1.SandboxSnapshot, serving bool, step buildStep, i, n int, sessionID string, c *vercel.Command) (ctrl.Result, error) {
 	_, secrets, _ := r.stepRequest(ctx, snap, step)
-	tail, err := commandOutputTail(ctx, r.Vercel, sessionID, c.ID)
+	secrets = r.sentSecrets.with(snap.UID, secrets)
+	tail, err := commandOutputTail(ctx, r.Vercel, sessionID, c.ID, secrets)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("read output of build step %s: %w", step.label, err)
 	}

@@ -48,6 +48,10 @@ type SandboxSnapshotReconciler struct {
 	BackoffCap time.Duration
 	// Now is the clock (tests); time.Now when nil.
 	Now func() time.Time
+
+	// sentSecrets remembers the clone credentials sent to Vercel, to scrub
+	// them from a step's output after a rotation.
+	sentSecrets sentSecrets
 }
 
 // +kubebuilder:rbac:groups=sandbox.sentry.io,resources=sandboxsnapshots,verbs=get;list;watch;update;patch
@@ -174,11 +178,35 @@ func (r *SandboxSnapshotReconciler) markReady(snap *sandboxv1.SandboxSnapshot, r
 	st.SizeBytes = remote.SizeBytes
 	st.CreatedAt = msTime(remote.CreatedAt)
 	st.ExpiresAt = msTime(remote.ExpiresAt)
+	st.Provenance = provenance(snap, remote)
 	setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionTrue, sandboxv1.ReasonSnapshotReady,
 		fmt.Sprintf("Vercel snapshot %s is ready to use", remote.ID))
 	if !wasReady {
 		r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Ready", "Observe", "Vercel snapshot %s (%d bytes) is ready to use", remote.ID, remote.SizeBytes)
 	}
+}
+
+// provenance says who made the snapshot remote and from which session; a
+// sandbox name recorded before is kept when status no longer holds it.
+func provenance(snap *sandboxv1.SandboxSnapshot, remote *vercel.Snapshot) *sandboxv1.SnapshotProvenance {
+	st := &snap.Status
+	p := &sandboxv1.SnapshotProvenance{Origin: sandboxv1.SnapshotImported, SourceSessionID: remote.SourceSessionID}
+	switch src := snap.Spec.Source; {
+	case src.SandboxRef != nil:
+		p.Origin = sandboxv1.SnapshotCaptured
+		if st.Capture != nil {
+			p.SourceVercelName = st.Capture.VercelName
+		}
+	case src.Recipe != nil:
+		p.Origin = sandboxv1.SnapshotBuilt
+		if st.Build != nil {
+			p.SourceVercelName = st.Build.BuilderName
+		}
+	}
+	if old := st.Provenance; p.SourceVercelName == "" && old != nil && old.SourceSessionID == p.SourceSessionID {
+		p.SourceVercelName = old.SourceVercelName
+	}
+	return p
 }
 
 func (r *SandboxSnapshotReconciler) markExpired(snap *sandboxv1.SandboxSnapshot, id string) {
@@ -228,6 +256,9 @@ func (r *SandboxSnapshotReconciler) finalize(ctx context.Context, snap *sandboxv
 			continue
 		}
 		switch {
+		case snap.Spec.Source.SnapshotID != nil:
+			// Imported: made outside this object, perhaps by another team.
+			r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Retained", "Delete", "Left imported Vercel snapshot %s in place (the operator never deletes a snapshot it did not make)", id)
 		case snap.Spec.DeletionPolicy == sandboxv1.DeletionPolicyRetain:
 			r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Retained", "Delete", "Left Vercel snapshot %s in place (deletionPolicy Retain)", id)
 		case holdsSnapshot(snap, peers, id) || (i == 0 && waitsForHash(snap, peers)):

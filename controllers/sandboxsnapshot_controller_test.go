@@ -54,7 +54,7 @@ var _ = Describe("SandboxSnapshot", func() {
 	})
 
 	Context("importing a snapshot id", func() {
-		It("reports size and expiry, turns Expired when Vercel deletes it, and deletes or retains it with the object", func() {
+		It("reports size and expiry, turns Expired when Vercel deletes it, and never deletes it, whatever the deletionPolicy", func() {
 			id := vercelSnapshot(ctx, ns+"-imp", nil)
 			key := types.NamespacedName{Namespace: ns, Name: "imported"}
 			newSnapshot(ns, key.Name, sandboxv1.SandboxSnapshotSpec{Source: sandboxv1.SandboxSnapshotSource{SnapshotID: &id}})
@@ -87,13 +87,16 @@ var _ = Describe("SandboxSnapshot", func() {
 			expectEvent(key, "Warning Expired")
 			deleteAndWait(key)
 
-			By("deleting the Vercel snapshot with the object (deletionPolicy Delete)")
+			By("leaving it in Vercel with deletionPolicy Delete: the operator did not make it")
 			id2 := vercelSnapshot(ctx, ns+"-del", nil)
 			del := types.NamespacedName{Namespace: ns, Name: "delete-me"}
 			newSnapshot(ns, del.Name, sandboxv1.SandboxSnapshotSpec{Source: sandboxv1.SandboxSnapshotSource{SnapshotID: &id2}})
-			waitSnapshotReady(del)
+			Expect(waitSnapshotReady(del).Status.Provenance).To(Equal(&sandboxv1.SnapshotProvenance{
+				Origin: sandboxv1.SnapshotImported, SourceSessionID: emuSnapshot(id2).SourceSessionID,
+			}))
 			deleteAndWait(del)
-			Expect(emuSnapshot(id2).Status).To(Equal(vercel.SnapshotDeleted))
+			Expect(emuSnapshot(id2).Status).To(Equal(vercel.SnapshotCreated))
+			expectEvent(del, "Normal Retained: Left imported Vercel snapshot "+id2)
 
 			By("leaving it in Vercel with deletionPolicy Retain")
 			id3 := vercelSnapshot(ctx, ns+"-ret", nil)
@@ -132,7 +135,7 @@ var _ = Describe("SandboxSnapshot", func() {
 			Expect(meta.IsStatusConditionTrue(snap.Status.Conditions, sandboxv1.ConditionSynced)).To(BeTrue())
 		})
 
-		It("keeps a Vercel snapshot another SandboxSnapshot still uses", func() {
+		It("leaves a Vercel snapshot imported by two SandboxSnapshots in place when both are deleted", func() {
 			id := vercelSnapshot(ctx, ns+"-shared", nil)
 			a := types.NamespacedName{Namespace: ns, Name: "a"}
 			b := types.NamespacedName{Namespace: ns, Name: "b"}
@@ -142,9 +145,9 @@ var _ = Describe("SandboxSnapshot", func() {
 			waitSnapshotReady(b)
 			deleteAndWait(a)
 			Expect(emuSnapshot(id).Status).To(Equal(vercel.SnapshotCreated))
-			expectEvent(a, "Normal Kept")
+			expectEvent(a, "Normal Retained")
 			deleteAndWait(b)
-			Expect(emuSnapshot(id).Status).To(Equal(vercel.SnapshotDeleted))
+			Expect(emuSnapshot(id).Status).To(Equal(vercel.SnapshotCreated))
 		})
 	})
 
@@ -510,11 +513,14 @@ var _ = Describe("SandboxSnapshot recipes", func() {
 		shared := emuSnapshot(id)
 		Expect(recorder.requests("POST", "/sessions/"+shared.SourceSessionID+"/snapshot")).To(HaveLen(1), "one Vercel snapshot")
 		expectEvent(b, "Normal Shared")
+		Expect(sa.Status.Provenance).To(And(HaveField("Origin", sandboxv1.SnapshotBuilt), HaveField("SourceSessionID", shared.SourceSessionID)))
+		Expect(sb.Status.Provenance).To(And(HaveField("Origin", sandboxv1.SnapshotBuilt), HaveField("SourceSessionID", shared.SourceSessionID)))
 		Expect(time.Duration(shared.ExpiresAt-shared.CreatedAt)*time.Millisecond).To(Equal(2*time.Hour), "the longer expiration of the two users")
 
 		By("deleting one user: the artifact stays for the other")
 		deleteAndWait(a)
 		Expect(emuSnapshot(id).Status).To(Equal(vercel.SnapshotCreated))
+		expectEvent(a, "Normal Kept")
 		Consistently(func() bool { return getSnapshotObj(b).Status.ReadyToUse }, pollInterval+time.Second).Should(BeTrue())
 
 		By("deleting the last user: the artifact is deleted")

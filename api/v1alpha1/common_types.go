@@ -78,6 +78,10 @@ const (
 	// ReasonSecretNotFound is set on Synced=False when a referenced Secret or
 	// key does not exist.
 	ReasonSecretNotFound = "SecretNotFound"
+	// ReasonSecretRefused is set on Synced=False when a referenced Secret is
+	// one the controller never sends to Vercel: a ServiceAccount token
+	// (type kubernetes.io/service-account-token). See docs/security.md.
+	ReasonSecretRefused = "SecretRefused"
 	// ReasonReconcileError is set on Synced=False for any other error, such as
 	// a refusal by the Kubernetes API server; the controller retries with a
 	// backoff.

@@ -175,7 +175,9 @@ type SandboxSource struct {
 	// once it is ready to use.
 	// +optional
 	SnapshotRef *LocalObjectReference `json:"snapshotRef,omitempty"`
-	// snapshotID boots from an existing Vercel snapshot by id.
+	// snapshotID boots from an existing Vercel snapshot by id. Setting it needs
+	// the RBAC verb use on vercelsnapshots.sandbox.sentry.io in the namespace
+	// (docs/security.md); snapshotRef needs no such permission.
 	// +optional
 	// +kubebuilder:validation:Pattern=`^(snap_[A-Za-z0-9]{28}|vhs_[a-z0-9]{28})$`
 	// +kubebuilder:validation:MaxLength=33

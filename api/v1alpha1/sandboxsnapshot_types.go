@@ -62,6 +62,43 @@ const (
 	SnapshotDeleting  SandboxSnapshotPhase = "Deleting"
 )
 
+// SnapshotOrigin says who made a SandboxSnapshot's Vercel snapshot.
+// +kubebuilder:validation:Enum=Captured;Built;Imported
+type SnapshotOrigin string
+
+// Snapshot origins.
+const (
+	// SnapshotCaptured: the operator took it of a Sandbox's session
+	// (spec.source.sandboxRef).
+	SnapshotCaptured SnapshotOrigin = "Captured"
+	// SnapshotBuilt: the operator took it of a recipe build's session.
+	SnapshotBuilt SnapshotOrigin = "Built"
+	// SnapshotImported: it was made outside this object (spec.source.snapshotID);
+	// the operator never deletes it.
+	SnapshotImported SnapshotOrigin = "Imported"
+)
+
+// SnapshotProvenance records where a Vercel snapshot came from. Vercel
+// snapshots carry no tags of their own; the session they were taken of
+// belongs to a Vercel sandbox that does.
+type SnapshotProvenance struct {
+	// origin: Captured or Built (the operator made it, and deletes it per
+	// spec.deletionPolicy), or Imported (made elsewhere: never deleted by the
+	// operator, whatever spec.deletionPolicy says).
+	// +required
+	Origin SnapshotOrigin `json:"origin"`
+	// sourceSessionID is the Vercel session the snapshot was taken of, as
+	// Vercel reports it (the snapshot's sourceSessionId).
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	SourceSessionID string `json:"sourceSessionID,omitempty"`
+	// sourceVercelName is the Vercel sandbox of that session, for Captured
+	// and Built snapshots: one the operator created, tagged with its owner.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	SourceVercelName string `json:"sourceVercelName,omitempty"`
+}
+
 // SandboxSnapshotSource is where the snapshot comes from. Exactly one field is set.
 // +kubebuilder:validation:XValidation:rule="[has(self.sandboxRef), has(self.snapshotID), has(self.recipe)].filter(x, x).size() == 1",message="spec.source: exactly one of sandboxRef, snapshotID or recipe must be set"
 type SandboxSnapshotSource struct {
@@ -70,7 +107,9 @@ type SandboxSnapshotSource struct {
 	// +optional
 	SandboxRef *LocalObjectReference `json:"sandboxRef,omitempty"`
 	// snapshotID imports an existing Vercel snapshot: the controller observes
-	// it and reports its size and expiry.
+	// it and reports its size and expiry, and never deletes it (whatever
+	// spec.deletionPolicy says). Setting it needs the RBAC verb use on
+	// vercelsnapshots.sandbox.sentry.io in the namespace (docs/security.md).
 	// +optional
 	// +kubebuilder:validation:Pattern=`^(snap_[A-Za-z0-9]{28}|vhs_[a-z0-9]{28})$`
 	// +kubebuilder:validation:MaxLength=33
@@ -238,6 +277,7 @@ type SandboxSnapshotSpec struct {
 	MaxAgeSeconds *int64 `json:"maxAgeSeconds,omitempty"`
 	// deletionPolicy: Delete (default) deletes the Vercel snapshot with this
 	// object, unless another SandboxSnapshot still uses it; Retain leaves it.
+	// An imported snapshot (source.snapshotID) is always retained.
 	// +optional
 	// +kubebuilder:default=Delete
 	DeletionPolicy DeletionPolicy `json:"deletionPolicy,omitempty"`
@@ -339,6 +379,9 @@ type SandboxSnapshotStatus struct {
 	// expiresAt is when Vercel deletes the snapshot unless it is used; unset = never.
 	// +optional
 	ExpiresAt *metav1.Time `json:"expiresAt,omitempty"`
+	// provenance records who made the Vercel snapshot and from which session.
+	// +optional
+	Provenance *SnapshotProvenance `json:"provenance,omitempty"`
 	// contentHash identifies a recipe: a hash of its canonical form and of its base.
 	// +optional
 	// +kubebuilder:validation:MaxLength=80

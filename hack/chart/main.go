@@ -5,7 +5,10 @@
 //   - charts/sandbox-controller/files/crds/: config/crd/bases, byte for byte
 //     (templates/crds.yaml installs them);
 //   - templates/generated/rbac.yaml: config/rbac rendered by kustomize;
-//   - templates/generated/admission.yaml: config/admission rendered by kustomize.
+//   - templates/generated/validating-admission.yaml and admission.yaml:
+//     config/admission rendered by kustomize, the validating policies (always
+//     installed, the manager's namespace replaced by the release's) and the
+//     mutating one (only where the cluster serves it).
 //
 // Where config/default's kustomization sets a namePrefix and a namespace, the
 // generated templates put the release's name prefix and namespace. `make
@@ -88,9 +91,27 @@ func run(root, kustomize string) error {
 	if err != nil {
 		return err
 	}
+	// The validating policies are the operator's security (docs/security.md):
+	// always installed. The mutating one is optional and needs Kubernetes 1.36.
+	var validating, mutating []string
+	for _, o := range admission {
+		if strings.Contains(o, "\nkind: ValidatingAdmissionPolicy") {
+			validating = append(validating, strings.ReplaceAll(o, managerNamespace, `{{ .Release.Namespace }}`))
+		} else {
+			mutating = append(mutating, o)
+		}
+	}
+	if err := write(filepath.Join(generated, "validating-admission.yaml"), "config/admission", "", validating); err != nil {
+		return err
+	}
 	return write(filepath.Join(generated, "admission.yaml"), "config/admission",
-		`eq (include "sandbox-controller.installAdmissionPolicy" .) "true"`, admission)
+		`eq (include "sandbox-controller.installAdmissionPolicy" .) "true"`, mutating)
 }
+
+// managerNamespace is config/default's namespace, which
+// config/admission/secret-references.yaml names as the manager's own; the
+// chart's manager runs in the release namespace instead.
+const managerNamespace = "sandbox-controller-system"
 
 // copyCRDs makes dst a copy of the YAML files in src, removing any other.
 func copyCRDs(src, dst string) error {

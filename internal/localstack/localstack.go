@@ -116,8 +116,9 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		return nil, err
 	}
 	if !opts.InstallNothing {
-		// As `make install` does: the finalizers are added at admission.
-		if err := admissionpolicy.Install(ctx, s.Client, filepath.Join(s.RepoRoot, "config", "admission"), "default"); err != nil {
+		// As `make install` does: the finalizers are added at admission,
+		// Secret references and snapshot ids are authorized there.
+		if err := admissionpolicy.Install(ctx, s.Config, filepath.Join(s.RepoRoot, "config", "admission"), "default"); err != nil {
 			return nil, err
 		}
 	}

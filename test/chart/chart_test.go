@@ -84,6 +84,19 @@ func TestDefaults(t *testing.T) {
 	if sa := find(objs, "ServiceAccount", pod.ServiceAccountName); sa == nil || sa.GetNamespace() != "ns" {
 		t.Errorf("serviceAccountName %q: no such ServiceAccount in the release namespace among %v", pod.ServiceAccountName, names(objs))
 	}
+	// The validating policies are always installed (docs/security.md), and
+	// name the release namespace as the manager's own.
+	if o := ofKind(objs, "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"); len(o) != 4 {
+		t.Errorf("a default install renders the validating policies %v, want 2 policies and 2 bindings", names(o))
+	}
+	if p := find(objs, "ValidatingAdmissionPolicy", "r-sandbox-controller-secret-references.sandbox.sentry.io"); p == nil {
+		t.Errorf("no secret-references policy among %v", names(objs))
+	} else if vars, _, _ := unstructured.NestedSlice(p.Object, "spec", "variables"); !slices.ContainsFunc(vars, func(v any) bool {
+		m, _ := v.(map[string]any)
+		return m["name"] == "managerNamespace" && m["expression"] == "'ns'"
+	}) {
+		t.Errorf("the secret-references policy does not name the release namespace as the manager's: %v", vars)
+	}
 	for _, kind := range []string{"Secret", "ServiceMonitor", "PodDisruptionBudget", "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"} {
 		if o := ofKind(objs, kind); len(o) != 0 {
 			t.Errorf("a default install renders %v", names(o))
@@ -254,7 +267,7 @@ var chartLabels = []string{"helm.sh/chart", "app.kubernetes.io/name", "app.kuber
 
 // accessKinds are the objects that grant or define access: the chart must
 // install exactly those of config/default.
-var accessKinds = []string{"ServiceAccount", "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding", "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"}
+var accessKinds = []string{"ServiceAccount", "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding", "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 
 // TestRBACMatchesConfig: installed as release sandbox-controller in
 // sandbox-controller-system, the chart creates the ServiceAccount, roles,
@@ -275,7 +288,7 @@ func TestRBACMatchesConfig(t *testing.T) {
 		if got == nil {
 			continue // reported above
 		}
-		if got.GetNamespace() != want.GetNamespace() && !(want.GetKind() == "MutatingAdmissionPolicy" || want.GetKind() == "MutatingAdmissionPolicyBinding" || strings.HasPrefix(want.GetKind(), "Cluster")) {
+		if got.GetNamespace() != want.GetNamespace() && !(strings.Contains(want.GetKind(), "AdmissionPolicy") || strings.HasPrefix(want.GetKind(), "Cluster")) {
 			t.Errorf("%s/%s: namespace %q, config %q", want.GetKind(), want.GetName(), got.GetNamespace(), want.GetNamespace())
 		}
 		for k, v := range want.GetLabels() {
