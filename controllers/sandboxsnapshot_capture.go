@@ -285,6 +285,12 @@ func (r *SandboxSnapshotReconciler) releaseSource(ctx context.Context, snap *san
 		case vercel.SessionPending, vercel.SessionStopping, vercel.SessionSnapshotting:
 			return fmt.Sprintf("Waiting for session %s of Vercel sandbox %s (Sandbox %q) to settle: it would resume from snapshot %s",
 				s.ID, c.VercelName, sbx.Name, id), nil
+		case vercel.SessionFailed, vercel.SessionAborted:
+			if s.SourceSnapshotID == id {
+				// A session restored from it failed: resuming again would
+				// loop, and the snapshot did not help.
+				return "", nil
+			}
 		}
 	}
 	resp, err = r.Vercel.GetSandbox(ctx, c.VercelName, true)
