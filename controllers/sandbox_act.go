@@ -136,7 +136,13 @@ func (r *SandboxReconciler) update(ctx context.Context, sbx *sandboxv1.Sandbox, 
 		return err
 	}
 	r.sentSecrets.remember(sbx.UID, secrets.values)
-	req := vercel.UpdateSandboxRequest{Resources: cfg.resources, Timeout: r.sessionTimeoutMs(cfg.timeoutMs), Env: cfg.env, Ports: cfg.ports, NetworkPolicy: cfg.networkPolicy}
+	// No policy is allow-all, sent as such: an omitted field would leave a
+	// removed policy in place for the next sessions.
+	np := cfg.networkPolicy
+	if np == nil {
+		np = &vercel.NetworkPolicy{Mode: vercel.NetworkAllowAll}
+	}
+	req := vercel.UpdateSandboxRequest{Resources: cfg.resources, Timeout: r.sessionTimeoutMs(cfg.timeoutMs), Env: cfg.env, Ports: cfg.ports, NetworkPolicy: np}
 	if req.Env == nil {
 		req.Env = map[string]string{}
 	}
@@ -148,10 +154,6 @@ func (r *SandboxReconciler) update(ctx context.Context, sbx *sandboxv1.Sandbox, 
 		return redact(fmt.Errorf("update sandbox %s: %w", sbx.Status.VercelName, err), secrets.values)
 	}
 	if sessionID != "" {
-		np := cfg.networkPolicy
-		if np == nil {
-			np = &vercel.NetworkPolicy{Mode: vercel.NetworkAllowAll}
-		}
 		// Only a running session's routes and policy change now; a stopped
 		// sandbox gets both with its next session.
 		sbx.Status.Routes = routes(resp.Routes)

@@ -246,6 +246,27 @@ var _ = Describe("Sandbox", func() {
 	})
 
 	Context("network policy", func() {
+		It("opens egress again, for the running session and the next ones, when spec.networkPolicy is removed", func() {
+			key := types.NamespacedName{Namespace: ns, Name: "unfenced"}
+			newSandbox(ns, key.Name, sandboxv1.SandboxSpec{Source: runtimeSource("node24"), NetworkPolicy: &sandboxv1.NetworkPolicy{
+				Mode: sandboxv1.NetworkAllowlist, AllowedDomains: []string{"registry.npmjs.org"},
+			}})
+			sbx := waitReady(key)
+			vsb, _ := emu.Sandbox(sbx.Status.VercelName)
+			Expect(vsb.NetworkPolicy).NotTo(BeNil())
+			Expect(vsb.NetworkPolicy.Mode).To(Equal(vercel.NetworkCustom))
+
+			sbx.Spec.NetworkPolicy = nil
+			Expect(k8sClient.Update(ctx, sbx)).To(Succeed())
+			Eventually(func() int64 { return getSandbox(key).Status.ObservedGeneration }).Should(Equal(sbx.Generation))
+			sess, err := vc.GetSession(ctx, sbx.Status.SessionID)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(sess.Session.NetworkPolicy.Mode).To(Equal(vercel.NetworkAllowAll), "the running session")
+			vsb, _ = emu.Sandbox(sbx.Status.VercelName)
+			Expect(vsb.NetworkPolicy).NotTo(BeNil())
+			Expect(vsb.NetworkPolicy.Mode).To(Equal(vercel.NetworkAllowAll), "the next sessions")
+		})
+
 		It("injects headers whose values come from Secrets, which Vercel receives and nobody reads back", func() {
 			Expect(k8sClient.Create(ctx, &corev1.Secret{
 				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gh"},

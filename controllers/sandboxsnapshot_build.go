@@ -368,14 +368,26 @@ func (r *SandboxSnapshotReconciler) drive(ctx context.Context, snap *sandboxv1.S
 	}
 	b.SharedWith = ""
 	if b.BuilderName != name {
+		// A new build: its builder's name is recorded before the builder is
+		// created, so a delete after a crash finds it (and deletes it, or
+		// nothing if it was never created), and a retry adopts it by name.
 		now := metav1.NewTime(r.now().Truncate(time.Second))
-		b.BuilderName, b.SessionID, b.CommandID, b.Step, b.Failed = name, "", "", "boot", false
-		b.Attempts++
-		b.StartedAt, b.StepStartedAt = &now, &now
-		b.CompletedSteps, b.TotalSteps = 0, int32(len(steps))
-		if replaces != "" {
-			b.Replaces = replaces
+		if err := r.patchStatusNow(ctx, snap, func(st *sandboxv1.SandboxSnapshotStatus) {
+			b := st.Build
+			b.BuilderName, b.SessionID, b.CommandID, b.Step, b.Failed = name, "", "", "boot", false
+			b.Attempts++
+			b.StartedAt, b.StepStartedAt = &now, &now
+			b.CompletedSteps, b.TotalSteps = 0, int32(len(steps))
+			if replaces != "" {
+				b.Replaces = replaces
+			}
+			if !serving {
+				st.Phase = sandboxv1.SnapshotBuilding
+			}
+		}); err != nil {
+			return ctrl.Result{}, err
 		}
+		b = st.Build
 	}
 	if !serving {
 		st.Phase = sandboxv1.SnapshotBuilding
@@ -700,4 +712,21 @@ func (r *SandboxSnapshotReconciler) builderSnapshot(ctx context.Context, name st
 		}
 	}
 	return nil, nil
+}
+
+// builderSnapshots lists the live snapshots taken of a builder: a capture
+// whose answer was lost, or taken just before a crash, is recorded nowhere
+// else.
+func (r *SandboxSnapshotReconciler) builderSnapshots(ctx context.Context, name string) ([]string, error) {
+	snaps, err := r.Vercel.ListAllSnapshots(ctx, vercel.ListSnapshotsOptions{Name: name})
+	if err != nil {
+		return nil, fmt.Errorf("list snapshots of %s: %w", name, err)
+	}
+	var ids []string
+	for _, s := range snaps {
+		if s.Status == vercel.SnapshotCreated {
+			ids = append(ids, s.ID)
+		}
+	}
+	return ids, nil
 }

@@ -72,16 +72,52 @@ func (r *SandboxSnapshotReconciler) reconcileCapture(ctx context.Context, snap *
 			fmt.Sprintf("Sandbox %q does not exist; the capture starts once it runs", ref.Name))
 		return ctrl.Result{RequeueAfter: snapshotWaitPoll}, nil
 	case sbx.Status.Phase != sandboxv1.SandboxRunning || sbx.Status.SessionID == "" || sbx.Status.VercelName == "":
+		return r.waitForSource(snap, sbx), nil
+	}
+	return r.capture(ctx, snap, sbx, sbx.Status.VercelName, sbx.Status.SessionID)
+}
+
+// waitForSource reports why the Sandbox to capture does not run, so a capture
+// never waits silently: Failed (reason SourceFailed) while the source cannot
+// run again — it failed, or it stopped and is not persistent — else Pending
+// with what would make it run. The capture is looked at again whenever the
+// Sandbox changes, so one that recovers is still captured.
+func (r *SandboxSnapshotReconciler) waitForSource(snap *sandboxv1.SandboxSnapshot, sbx *sandboxv1.Sandbox) ctrl.Result {
+	st := &snap.Status
+	name := sbx.Name
+	why := readyMessage(sbx.Status.Conditions)
+	notPersistent := sbx.Spec.Persistent != nil && !*sbx.Spec.Persistent
+	var msg string
+	switch {
+	case sbx.Status.Phase == sandboxv1.SandboxFailed:
+		msg = fmt.Sprintf("Sandbox %q failed (%s); it cannot be captured unless it runs again", name, why)
+	case sbx.Status.Phase == sandboxv1.SandboxStopped && notPersistent && sbx.Status.SessionID != "":
+		msg = fmt.Sprintf("Sandbox %q stopped and is not persistent, so it cannot run again to be captured (%s)", name, why)
+	}
+	if msg != "" {
+		if st.Phase != sandboxv1.SnapshotFailed {
+			r.Recorder.Eventf(snap, nil, corev1.EventTypeWarning, sandboxv1.ReasonSourceFailed, "Capture", "%s", truncate(msg, maxEventNote))
+		}
+		st.Phase, st.ReadyToUse = sandboxv1.SnapshotFailed, false
+		setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonSourceFailed, msg)
+		// Woken by the Sandbox's changes; no timer.
+		return ctrl.Result{}
+	}
+	switch {
+	case sbx.Spec.State == sandboxv1.SandboxStateStopped:
+		msg = fmt.Sprintf("Waiting for Sandbox %q to be running before capturing it: it is paused (spec.state Stopped)", name)
+	case sbx.Status.Phase == sandboxv1.SandboxStopped:
+		msg = fmt.Sprintf("Waiting for Sandbox %q to be running before capturing it: it is stopped (%s)", name, why)
+	default:
 		phase := string(sbx.Status.Phase)
 		if phase == "" {
 			phase = "not started"
 		}
-		st.Phase = sandboxv1.SnapshotPending
-		setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonSourceNotRunning,
-			fmt.Sprintf("Waiting for Sandbox %q to be running (phase %s) before capturing it", ref.Name, phase))
-		return ctrl.Result{RequeueAfter: snapshotWaitPoll}, nil
+		msg = fmt.Sprintf("Waiting for Sandbox %q to be running (phase %s) before capturing it", name, phase)
 	}
-	return r.capture(ctx, snap, sbx, sbx.Status.VercelName, sbx.Status.SessionID)
+	st.Phase = sandboxv1.SnapshotPending
+	setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonSourceNotRunning, msg)
+	return ctrl.Result{RequeueAfter: snapshotWaitPoll}
 }
 
 // capture records the intent, then asks Vercel to snapshot the session.
@@ -190,4 +226,91 @@ func (r *SandboxSnapshotReconciler) requestSandboxReconcile(ctx context.Context,
 		return fmt.Errorf("annotate Sandbox %s: %w", sbx.Name, err)
 	}
 	return nil
+}
+
+// unrecordedCapture resolves a recorded capture intent when no snapshot id
+// was recorded: the snapshot Vercel took of the session (the answer was lost,
+// or the manager stopped before writing it), else none. It asks to wait while
+// Vercel is still taking it.
+func (r *SandboxSnapshotReconciler) unrecordedCapture(ctx context.Context, c *sandboxv1.SnapshotCaptureStatus) (id string, wait bool, err error) {
+	found, err := r.findCapture(ctx, c)
+	if err != nil {
+		return "", false, err
+	}
+	if found != nil {
+		return found.ID, false, nil
+	}
+	resp, err := r.Vercel.GetSandbox(ctx, c.VercelName, false)
+	switch {
+	case vercel.IsNotFound(err):
+		return "", false, nil
+	case err != nil:
+		return "", false, fmt.Errorf("get sandbox %s: %w", c.VercelName, err)
+	}
+	s := resp.Session
+	return "", s != nil && s.ID == c.SessionID && s.Status == vercel.SessionSnapshotting, nil
+}
+
+// releaseSource makes sure the source Sandbox no longer needs the captured
+// snapshot id before it is deleted. A capture stops the session, and Vercel
+// resumes a persistent sandbox from its latest snapshot: the capture, until
+// a later session stops. Deleting it then would leave the Sandbox unable to
+// ever run again (SnapshotMissing). So a source that would resume from it is
+// resumed first — the filesystem moves into a running session, whose next
+// stop snapshots it again — and its Sandbox asked to look at Vercel, which
+// stops it again if it is paused. It returns why the delete must wait, or
+// "" when the snapshot can go.
+func (r *SandboxSnapshotReconciler) releaseSource(ctx context.Context, snap *sandboxv1.SandboxSnapshot, id string) (string, error) {
+	c := snap.Status.Capture
+	if c == nil || c.VercelName == "" {
+		return "", nil
+	}
+	sbx, err := findSandbox(ctx, r, snap.Namespace, snap.Spec.Source.SandboxRef.Name)
+	if err != nil {
+		return "", err
+	}
+	if sbx == nil || !sbx.DeletionTimestamp.IsZero() || sbx.Status.VercelName != c.VercelName {
+		// No Sandbox will run that Vercel sandbox again.
+		return "", nil
+	}
+	resp, err := r.Vercel.GetSandbox(ctx, c.VercelName, false)
+	switch {
+	case vercel.IsNotFound(err):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("get sandbox %s: %w", c.VercelName, err)
+	}
+	if !resp.Sandbox.Persistent || resp.Sandbox.CurrentSnapshotID != id {
+		return "", nil
+	}
+	if s := resp.Session; s != nil {
+		switch s.Status {
+		case vercel.SessionRunning:
+			// The filesystem lives in the session now.
+			return "", nil
+		case vercel.SessionPending, vercel.SessionStopping, vercel.SessionSnapshotting:
+			return fmt.Sprintf("Waiting for session %s of Vercel sandbox %s (Sandbox %q) to settle: it would resume from snapshot %s",
+				s.ID, c.VercelName, sbx.Name, id), nil
+		case vercel.SessionFailed, vercel.SessionAborted:
+			if s.SourceSnapshotID == id {
+				// A session restored from it failed: resuming again would
+				// loop, and the snapshot did not help.
+				return "", nil
+			}
+		}
+	}
+	resp, err = r.Vercel.GetSandbox(ctx, c.VercelName, true)
+	switch {
+	case vercel.IsNotFound(err) || vercel.IsSnapshotNotFound(err):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("resume sandbox %s before deleting snapshot %s, which it would resume from: %w", c.VercelName, id, err)
+	}
+	r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Resumed", "Delete",
+		"Resumed Vercel sandbox %s in session %s before deleting snapshot %s: Sandbox %s would resume from it", c.VercelName, sessionID(resp), id, sbx.Name)
+	if err := r.requestSandboxReconcile(ctx, sbx); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("Resumed Vercel sandbox %s (Sandbox %q) in session %s, which restores snapshot %s; deleting the snapshot once it runs",
+		c.VercelName, sbx.Name, sessionID(resp), id), nil
 }

@@ -115,15 +115,21 @@ func (r *SandboxSnapshotReconciler) hashLabel(ctx context.Context, snap *sandbox
 }
 
 // patchStatusNow writes status in the middle of a reconcile: an intent
-// (capture requested, build step started) must be durable before Vercel is
-// asked, so a restart finds it instead of asking twice.
+// (capture requested, builder named, build captured) must be durable before
+// Vercel is asked, so a restart or a delete finds it instead of asking twice
+// or leaking what Vercel made. Only the mutation is sent; the rest of the
+// status as this reconcile has it so far is kept in memory (the answer holds
+// the stored status, without those changes) for the reconcile's own write.
 func (r *SandboxSnapshotReconciler) patchStatusNow(ctx context.Context, snap *sandboxv1.SandboxSnapshot, mutate func(st *sandboxv1.SandboxSnapshotStatus)) error {
 	before := snap.DeepCopy()
 	mutate(&snap.Status)
 	if apiequality.Semantic.DeepEqual(before.Status, snap.Status) {
 		return nil
 	}
-	return r.Status().Patch(ctx, snap, client.MergeFrom(before))
+	want := snap.Status.DeepCopy()
+	err := r.Status().Patch(ctx, snap, client.MergeFrom(before))
+	snap.Status = *want
+	return err
 }
 
 // observe reads the Vercel snapshot id and reports it: Ready with size and
@@ -225,8 +231,14 @@ func (r *SandboxSnapshotReconciler) markExpired(snap *sandboxv1.SandboxSnapshot,
 
 // finalize deletes the Vercel snapshot (and any builder this object drives)
 // unless the policy retains it or another SandboxSnapshot still uses it.
+// Intents recorded in status are resolved first, so a crash between a Vercel
+// call and the status write that would have recorded its result leaks
+// nothing: a capture taken but not recorded is found by its session, and a
+// builder's capture by the builder's name. A capture that its source Sandbox
+// would resume from is deleted only once the source no longer needs it.
 func (r *SandboxSnapshotReconciler) finalize(ctx context.Context, snap *sandboxv1.SandboxSnapshot) (bool, ctrl.Result, error) {
 	log := logf.FromContext(ctx)
+	orig := snap.DeepCopy()
 	st := &snap.Status
 	peers, err := r.namespaceSnapshots(ctx, snap.Namespace)
 	if err != nil {
@@ -237,24 +249,48 @@ func (r *SandboxSnapshotReconciler) finalize(ctx context.Context, snap *sandboxv
 		return false, ctrl.Result{}, err
 	}
 
-	if b := st.Build; b != nil && b.BuilderName != "" && !waitsForHash(snap, peers) {
-		// Nobody else will finish this build.
-		if _, err := r.Vercel.DeleteSandbox(ctx, b.BuilderName, false); err != nil && !vercel.IsNotFound(err) {
-			return fail(fmt.Errorf("delete builder sandbox %s: %w", b.BuilderName, err))
+	ids := []string{st.SnapshotID}
+	if st.SnapshotID == "" && st.Capture != nil && st.Capture.SessionID != "" {
+		id, wait, err := r.unrecordedCapture(ctx, st.Capture)
+		switch {
+		case err != nil:
+			return fail(err)
+		case wait:
+			return r.waitToDelete(ctx, orig, snap, fmt.Sprintf("Waiting for Vercel to finish capturing session %s before deleting its snapshot", st.Capture.SessionID))
 		}
-		r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Deleted", "Delete", "Deleted builder sandbox %s", b.BuilderName)
-		if !b.Failed && b.StartedAt != nil {
-			metrics.ObserveSnapshotBuild(metrics.BuildAbandoned, r.now().Sub(b.StartedAt.Time))
+		ids[0] = id
+	}
+	if b := st.Build; b != nil && b.BuilderName != "" && !waitsForHash(snap, peers) {
+		// Nobody else will finish this build. Its capture may have been
+		// taken without being recorded: the builder's snapshots go too,
+		// unless another SandboxSnapshot serves them.
+		left, err := r.builderSnapshots(ctx, b.BuilderName)
+		if err != nil {
+			return fail(err)
+		}
+		ids = append(ids, left...)
+		_, err = r.Vercel.DeleteSandbox(ctx, b.BuilderName, false)
+		switch {
+		case vercel.IsNotFound(err):
+			// Never created, or deleted by an earlier try of this finalizer.
+		case err != nil:
+			return fail(fmt.Errorf("delete builder sandbox %s: %w", b.BuilderName, err))
+		default:
+			r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Deleted", "Delete", "Deleted builder sandbox %s", b.BuilderName)
+			if !b.Failed && b.StartedAt != nil {
+				metrics.ObserveSnapshotBuild(metrics.BuildAbandoned, r.now().Sub(b.StartedAt.Time))
+			}
 		}
 	}
-	ids := []string{st.SnapshotID}
-	if st.Build != nil && st.Build.Replaces != "" && st.Build.Replaces != st.SnapshotID {
+	if st.Build != nil && st.Build.Replaces != "" {
 		ids = append(ids, st.Build.Replaces)
 	}
+	seen := map[string]bool{}
 	for i, id := range ids {
-		if id == "" {
+		if id == "" || seen[id] {
 			continue
 		}
+		seen[id] = true
 		switch {
 		case snap.Spec.Source.SnapshotID != nil:
 			// Imported: made outside this object, perhaps by another team.
@@ -264,6 +300,15 @@ func (r *SandboxSnapshotReconciler) finalize(ctx context.Context, snap *sandboxv
 		case holdsSnapshot(snap, peers, id) || (i == 0 && waitsForHash(snap, peers)):
 			r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Kept", "Delete", "Kept Vercel snapshot %s: another SandboxSnapshot still uses it", id)
 		default:
+			if i == 0 && snap.Spec.Source.SandboxRef != nil {
+				wait, err := r.releaseSource(ctx, snap, id)
+				switch {
+				case err != nil:
+					return fail(err)
+				case wait != "":
+					return r.waitToDelete(ctx, orig, snap, wait)
+				}
+			}
 			if _, err := r.Vercel.DeleteSnapshot(ctx, id); err != nil && !vercel.IsNotFound(err) && !vercel.IsGone(err) {
 				return fail(fmt.Errorf("delete snapshot %s: %w", id, err))
 			}
@@ -272,6 +317,22 @@ func (r *SandboxSnapshotReconciler) finalize(ctx context.Context, snap *sandboxv
 		}
 	}
 	return true, ctrl.Result{}, nil
+}
+
+// waitToDelete keeps the finalizer while something must happen first, and
+// says what in status.
+func (r *SandboxSnapshotReconciler) waitToDelete(ctx context.Context, orig, snap *sandboxv1.SandboxSnapshot, msg string) (bool, ctrl.Result, error) {
+	st := &snap.Status
+	st.Phase, st.ReadyToUse = sandboxv1.SnapshotDeleting, false
+	setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonDeleting, msg)
+	// The skeleton writes status only after an error while a finalizer
+	// waits; this wait is no error, but status must say why.
+	if !apiequality.Semantic.DeepEqual(orig.Status, snap.Status) {
+		if err := r.Status().Patch(ctx, snap, client.MergeFrom(orig)); err != nil {
+			return false, ctrl.Result{}, err
+		}
+	}
+	return false, ctrl.Result{RequeueAfter: snapshotBuildPoll}, nil
 }
 
 // holdsSnapshot reports whether another SandboxSnapshot of the namespace

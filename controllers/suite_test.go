@@ -246,6 +246,13 @@ type recordingProxy struct {
 	srv    *httptest.Server
 	mu     sync.Mutex
 	bodies []recordedRequest
+	stalls []*stall
+}
+
+// stall is a request to pass on to Vercel and never answer.
+type stall struct {
+	match     func(recordedRequest) bool
+	committed chan struct{}
 }
 
 type recordedRequest struct {
@@ -262,12 +269,45 @@ func newRecordingProxy(target string) *recordingProxy {
 	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		r.Body = io.NopCloser(bytes.NewReader(body))
+		rec := recordedRequest{Method: r.Method, Path: r.URL.Path, Body: body}
 		p.mu.Lock()
-		p.bodies = append(p.bodies, recordedRequest{Method: r.Method, Path: r.URL.Path, Body: body})
+		p.bodies = append(p.bodies, rec)
+		st := p.takeStall(rec)
 		p.mu.Unlock()
-		rp.ServeHTTP(w, r)
+		if st == nil {
+			rp.ServeHTTP(w, r)
+			return
+		}
+		// Vercel applies it in full (the caller giving up does not cancel
+		// it), but the answer never comes: the caller waits until it gives
+		// up, as a manager stopping mid-call does.
+		rp.ServeHTTP(httptest.NewRecorder(), r.WithContext(context.WithoutCancel(r.Context())))
+		close(st.committed)
+		<-r.Context().Done()
 	}))
 	return p
+}
+
+// stallAfterCommit makes the next request that match accepts reach Vercel
+// and then get no answer, until the caller gives up. The channel is closed
+// once Vercel has applied it. This is the window between a Vercel call and
+// the status write that records its result, which a crash leaves open.
+func (p *recordingProxy) stallAfterCommit(match func(recordedRequest) bool) <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := &stall{match: match, committed: make(chan struct{})}
+	p.stalls = append(p.stalls, st)
+	return st.committed
+}
+
+func (p *recordingProxy) takeStall(r recordedRequest) *stall {
+	for i, st := range p.stalls {
+		if st.match(r) {
+			p.stalls = append(p.stalls[:i], p.stalls[i+1:]...)
+			return st
+		}
+	}
+	return nil
 }
 
 func (p *recordingProxy) URL() string { return p.srv.URL }
