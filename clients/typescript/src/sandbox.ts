@@ -289,6 +289,7 @@ function watchSandbox<T>(
           if (finished) return;
           evaluate(list.items?.[0]);
           if (finished) return;
+          const watchStarted = Date.now();
           let ended!: (err: unknown) => void;
           const done = new Promise<unknown>((res) => (ended = res));
           current = await watcher.watch(
@@ -310,7 +311,9 @@ function watchSandbox<T>(
           if (code === 401 || code === 403 || code === 404) {
             throw new KubernetesApiError(code, undefined, `watch Sandbox ${namespace}/${name}: HTTP ${code}`);
           }
-          if (err && (err as Error).name !== 'AbortError') await sleep(1000);
+          // A watch that failed, or ended at once, is not restarted in a
+          // tight loop of lists.
+          if ((err && (err as Error).name !== 'AbortError') || Date.now() - watchStarted < 1000) await sleep(1000);
         } catch (err) {
           if (finished) return;
           if (err instanceof KubernetesApiError && err.code >= 400 && err.code < 500 && err.code !== 429) {
@@ -362,7 +365,9 @@ async function call<T>(what: string, request: () => Promise<T>): Promise<T> {
       if (status?.message) message = status.message;
       reason = status?.reason;
     } catch {
-      // Not a Status object: keep the HTTP code.
+      // Not a Status object (a proxy's page, say): its start tells more
+      // than the code alone.
+      if (typeof err.body === 'string' && err.body.trim()) message += `: ${err.body.trim().slice(0, 200)}`;
     }
     throw new KubernetesApiError(err.code, reason, `${what}: ${message}`);
   }

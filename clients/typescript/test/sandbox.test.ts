@@ -1,7 +1,9 @@
 // The helpers against a real API server with the operator running: the Go
 // test test/clients/typescript_test.go starts the API server, the Vercel
-// emulator and the manager, and runs `npm test` with KUBECONFIG set to a
-// ServiceAccount bound to the editor role only. By hand, against `make dev`:
+// emulator and the manager, and runs `npm test` with the API server's URL and
+// CA and a token of a ServiceAccount bound to the editor role only
+// (SANDBOX_TEST_SERVER, SANDBOX_TEST_CA_DATA, SANDBOX_TEST_TOKEN), as a
+// serverless function authenticates. By hand, against `make dev`:
 //
 //	KUBECONFIG=$PWD/bin/dev/kubeconfig npm --prefix clients/typescript test
 import assert from 'node:assert/strict';
@@ -21,6 +23,7 @@ import {
   getOrCreateSandbox,
   getSandbox,
   heartbeat,
+  kubeConfigForToken,
   readyCondition,
   waitReady,
 } from '../src/index.js';
@@ -28,19 +31,23 @@ import type { Sandbox, SandboxSpec } from '../src/index.js';
 
 const namespace = process.env.SANDBOX_TEST_NAMESPACE || 'default';
 
-function kubeConfig(path: string | undefined, what: string): KubeConfig {
-  if (!path) {
+// The editor's KubeConfig: from a token as a serverless function builds it
+// (docs/clients.md), or from KUBECONFIG.
+function kubeConfig(): KubeConfig {
+  const { SANDBOX_TEST_SERVER: server, SANDBOX_TEST_CA_DATA: caData, SANDBOX_TEST_TOKEN: token, KUBECONFIG } = process.env;
+  if (server && token) return kubeConfigForToken({ server, caData, token, namespace });
+  if (!KUBECONFIG) {
     throw new Error(
-      `${what} is not set: run these tests through \`go test ./test/clients/\` (make test does), ` +
-        'or against `make dev` with KUBECONFIG=$PWD/bin/dev/kubeconfig',
+      'Neither SANDBOX_TEST_SERVER and SANDBOX_TEST_TOKEN nor KUBECONFIG is set: run these tests through ' +
+        '`go test ./test/clients/` (make test does), or against `make dev` with KUBECONFIG=$PWD/bin/dev/kubeconfig',
     );
   }
   const kc = new KubeConfig();
-  kc.loadFromFile(path);
+  kc.loadFromFile(KUBECONFIG);
   return kc;
 }
 
-const kc = kubeConfig(process.env.KUBECONFIG, 'KUBECONFIG');
+const kc = kubeConfig();
 const node24: SandboxSpec = { source: { runtime: 'node24' } };
 
 // Every Sandbox a test creates is deleted afterwards, also when it failed.
@@ -188,21 +195,37 @@ test('createSandbox passes on the API server validation message', async () => {
 });
 
 test('a ServiceAccount without the editor role is forbidden', async (t) => {
-  const path = process.env.SANDBOX_TEST_UNBOUND_KUBECONFIG;
-  if (!path) {
-    t.skip('SANDBOX_TEST_UNBOUND_KUBECONFIG is not set (the Go test sets it)');
+  const { SANDBOX_TEST_SERVER: server, SANDBOX_TEST_CA_DATA: caData, SANDBOX_TEST_UNBOUND_TOKEN: token } = process.env;
+  if (!server || !token) {
+    t.skip('SANDBOX_TEST_UNBOUND_TOKEN is not set (the Go test sets it)');
     return;
   }
-  const stranger = kubeConfig(path, 'SANDBOX_TEST_UNBOUND_KUBECONFIG');
-  await assert.rejects(createSandbox(stranger, { metadata: { name: 'ts-stranger' }, spec: node24 }, namespace), (err) => {
+  const stranger = kubeConfigForToken({ server, caData, token, namespace });
+  await assert.rejects(createSandbox(stranger, { metadata: { name: 'ts-stranger' }, spec: node24 }), (err) => {
     assert.ok(err instanceof KubernetesApiError);
     assert.equal(err.code, 403);
     assert.equal(err.reason, 'Forbidden');
+    assert.match(err.message, /cannot create resource "sandboxes"/);
     return true;
   });
   await assert.rejects(waitReady(stranger, namespace, 'ts-stranger', { timeoutMs: 10_000 }), (err) => {
     assert.ok(err instanceof KubernetesApiError, `want KubernetesApiError, got ${err}`);
     assert.equal(err.code, 403);
+    return true;
+  });
+});
+
+test('a wrong token is refused as unauthorized', async (t) => {
+  const { SANDBOX_TEST_SERVER: server, SANDBOX_TEST_CA_DATA: caData } = process.env;
+  if (!server) {
+    t.skip('SANDBOX_TEST_SERVER is not set (the Go test sets it)');
+    return;
+  }
+  const nobody = kubeConfigForToken({ server, caData, token: 'not-a-token', namespace });
+  await assert.rejects(getSandbox(nobody, namespace, 'anything'), (err) => {
+    assert.ok(err instanceof KubernetesApiError);
+    assert.equal(err.code, 401);
+    assert.doesNotMatch(err.message, /not-a-token/);
     return true;
   });
 });
