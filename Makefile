@@ -46,8 +46,18 @@ chart: kustomize ## Regenerate the Helm chart's CRDs, RBAC and admission policy 
 	go run ./hack/chart -kustomize $(KUSTOMIZE)
 
 .PHONY: generate
-generate: controller-gen ## Generate DeepCopy methods.
+generate: controller-gen ts-generate ## Generate DeepCopy methods and the TypeScript client's types.
 	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
+
+TS_CLIENT ?= clients/typescript
+
+.PHONY: ts-generate
+ts-generate: $(TS_CLIENT)/node_modules/.package-lock.json ## Generate the TypeScript client's types (clients/typescript/src/generated) from config/crd/bases.
+	cd $(TS_CLIENT) && npm run --silent generate
+
+# npm ci again only when package-lock.json changed (npm writes node_modules/.package-lock.json).
+$(TS_CLIENT)/node_modules/.package-lock.json: $(TS_CLIENT)/package.json $(TS_CLIENT)/package-lock.json
+	cd $(TS_CLIENT) && npm ci --no-audit --no-fund
 
 .PHONY: fmt
 fmt: ## Run go fmt.

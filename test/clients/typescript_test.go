@@ -1,0 +1,236 @@
+// Package clients tests the client libraries in clients/ against the dev
+// environment: a real API server with the CRDs, the Vercel emulator and the
+// manager (internal/localstack), each client authenticating as a
+// ServiceAccount bound to the editor role a user binds for their program.
+package clients
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/yaml"
+
+	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+	"github.com/getsentry/sandbox-controller/controllers"
+	"github.com/getsentry/sandbox-controller/internal/controlplane"
+	"github.com/getsentry/sandbox-controller/internal/emulator"
+	"github.com/getsentry/sandbox-controller/internal/localstack"
+)
+
+// editorRole is config/rbac's client role as `make deploy` names it
+// (config/default's namePrefix), the one docs/clients.md tells users to bind.
+const editorRole = "sandbox-controller-sandbox-editor-role"
+
+var repoRoot = func() string {
+	d, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		panic(err)
+	}
+	return d
+}()
+
+// TestMain gives controller-runtime's logger (envtest logs through it) a
+// destination, so it does not print "log.SetLogger(...) was never called".
+func TestMain(m *testing.M) {
+	ctrllog.SetLogger(logr.Discard())
+	os.Exit(m.Run())
+}
+
+// TestTypeScript installs clients/typescript with `npm ci` and runs its
+// tests (`npm test`: compile, then node's test runner) as a ServiceAccount
+// that has only the editor role, against the API server, the emulator and
+// the manager; and checks that what they did reached Vercel and was cleaned
+// up there.
+func TestTypeScript(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a control plane, the emulator and the manager, and runs npm")
+	}
+	for _, tool := range []string{"node", "npm"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s is not on PATH: the TypeScript client is built and tested with Node.js 20 or later and npm", tool)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	pkg := filepath.Join(repoRoot, "clients", "typescript")
+
+	// Installing first: a registry that cannot be reached fails the test
+	// before anything else starts.
+	npm(ctx, t, pkg, nil, "ci", "--no-audit", "--no-fund")
+
+	cpLog, err := os.Create(filepath.Join(dir, "controlplane.log"))
+	must(t, err)
+	t.Cleanup(func() { _ = cpLog.Close() })
+	stack, err := localstack.Start(ctx, localstack.Options{
+		RepoRoot:        repoRoot,
+		ControlPlaneLog: cpLog,
+		Emulator:        emulator.Options{DataDir: filepath.Join(dir, "emulator")},
+	})
+	must(t, err)
+	t.Cleanup(func() {
+		if err := stack.Stop(); err != nil {
+			t.Errorf("stop the control plane and the emulator: %v", err)
+		}
+	})
+	mgr, err := stack.StartManager(ctx, nil, ctrl.Options{
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+	}, stack.Vercel(""), controllers.Options{PollInterval: 2 * time.Second})
+	must(t, err)
+	t.Cleanup(func() {
+		if err := mgr.Stop(); err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+
+	// As a user sets up a program such as Junior: the client roles as `make
+	// deploy` installs them, a namespace, and the program's ServiceAccount
+	// with one RoleBinding to the editor role. A second ServiceAccount has
+	// none, to show the tests really run with the first one's rights. Their
+	// tokens come from the TokenRequest API through the command
+	// docs/clients.md gives, and reach the tests as a serverless function
+	// gets them: in its environment, with the server's URL and CA.
+	const ns = "junior"
+	c := stack.Client
+	installEditorRole(ctx, t, c)
+	must(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	admin := filepath.Join(dir, "admin.kubeconfig")
+	must(t, stack.ControlPlane.WriteAdminKubeconfig(admin))
+	tokens := map[string]string{}
+	for _, sa := range []string{"junior", "stranger"} {
+		must(t, c.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: sa}}))
+		out, err := exec.CommandContext(ctx, "kubectl", "--kubeconfig", admin, "-n", ns, "create", "token", sa, "--duration=1h").Output()
+		if err != nil {
+			t.Fatalf("kubectl create token %s: %v", sa, err)
+		}
+		tokens[sa] = strings.TrimSpace(string(out))
+	}
+	must(t, c.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "junior-sandboxes"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: editorRole},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: "junior"}},
+	}))
+
+	creates := stack.Emulator.RequestCount("createSandbox")
+	out := npm(ctx, t, pkg, []string{
+		"KUBECONFIG=", // not used: the tests authenticate with the tokens only
+		// With the trailing slash the control plane reports, as a user may
+		// copy a URL: kubeConfigForToken must cope.
+		"SANDBOX_TEST_SERVER=" + stack.Config.Host,
+		"SANDBOX_TEST_CA_DATA=" + base64.StdEncoding.EncodeToString(stack.Config.CAData),
+		"SANDBOX_TEST_TOKEN=" + tokens["junior"],
+		"SANDBOX_TEST_UNBOUND_TOKEN=" + tokens["stranger"],
+		"SANDBOX_TEST_NAMESPACE=" + ns,
+	}, "test")
+	// node's spec reporter closes with the counts; every test must have run.
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^ℹ fail 0$`),
+		regexp.MustCompile(`(?m)^ℹ skipped 0$`),
+		regexp.MustCompile(`(?m)^ℹ pass [1-9]\d*$`),
+	} {
+		if !want.MatchString(out) {
+			t.Errorf("npm test's summary lacks %s", want)
+		}
+	}
+
+	// The helpers drove the operator, which did the Vercel work: sandboxes
+	// were created, and every one was deleted with its Sandbox.
+	if n := stack.Emulator.RequestCount("createSandbox") - creates; n < 3 {
+		t.Errorf("the emulator received %d sandbox creates, want at least 3 (one per Sandbox that got a session)", n)
+	}
+	var left sandboxv1.SandboxList
+	must(t, c.List(ctx, &left, client.InNamespace(ns)))
+	for _, s := range left.Items {
+		t.Errorf("Sandbox %s/%s outlived the tests", s.Namespace, s.Name)
+	}
+	for _, s := range stack.Emulator.LiveSandboxes() {
+		if strings.HasPrefix(s.Name, ns+"-") {
+			t.Errorf("Vercel sandbox %s outlived its Sandbox", s.Name)
+		}
+	}
+}
+
+// installEditorRole creates the editor ClusterRole exactly as `make deploy`
+// renders it from config/.
+func installEditorRole(ctx context.Context, t *testing.T, c client.Client) {
+	t.Helper()
+	rendered, err := controlplane.Render(repoRoot, filepath.Join("config", "default"))
+	must(t, err)
+	for _, doc := range splitYAML(rendered) {
+		var role rbacv1.ClusterRole
+		if err := yaml.Unmarshal(doc, &role); err != nil || role.Kind != "ClusterRole" || role.Name != editorRole {
+			continue
+		}
+		must(t, c.Create(ctx, &role))
+		return
+	}
+	t.Fatalf("config/default renders no ClusterRole %s", editorRole)
+}
+
+// npm runs npm in dir with the environment plus env, logs its output and
+// returns it; a non-zero exit fails the test.
+func npm(ctx context.Context, t *testing.T, dir string, env []string, args ...string) string {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, "npm", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(cmd.Env, "NO_COLOR=1", "npm_config_update_notifier=false")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	start := time.Now()
+	err := cmd.Run()
+	t.Logf("npm %s (%s):\n%s", strings.Join(args, " "), time.Since(start).Round(time.Millisecond), out.String())
+	if err != nil {
+		hint := ""
+		if args[0] == "ci" {
+			hint = " (is the npm registry reachable? npm ci installs the exact versions of package-lock.json)"
+		}
+		t.Fatalf("npm %s in %s: %v%s", strings.Join(args, " "), dir, err, hint)
+	}
+	return out.String()
+}
+
+// splitYAML splits a YAML stream into its documents.
+func splitYAML(stream []byte) [][]byte {
+	var docs [][]byte
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(stream)))
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return docs
+		}
+		if err != nil {
+			panic(fmt.Sprintf("split YAML: %v", err))
+		}
+		docs = append(docs, doc)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
