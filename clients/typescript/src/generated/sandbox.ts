@@ -330,7 +330,9 @@ export interface SandboxSpec {
      */
     runtime?: "node22" | "node24" | "node26" | "python3.13";
     /**
-     * snapshotID boots from an existing Vercel snapshot by id.
+     * snapshotID boots from an existing Vercel snapshot by id. Setting it needs
+     * the RBAC verb use on vercelsnapshots.sandbox.sentry.io in the namespace
+     * (docs/security.md); snapshotRef needs no such permission.
      *
      * maxLength: 33
      * pattern: ^(snap_[A-Za-z0-9]{28}|vhs_[a-z0-9]{28})$

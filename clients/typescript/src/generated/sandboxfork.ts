@@ -119,6 +119,15 @@ export interface SandboxForkSpec {
    */
   template?: {
     /**
+     * inherit: SourceSpec (default) gives the children the spec of the Sandbox
+     * the snapshot was captured from, frozen at capture time (resources,
+     * ports, timeoutSeconds, env, networkPolicy, persistent; never setup,
+     * state or shutdownTime), under spec's overrides; a snapshot that does not
+     * record that spec (imported by id) is refused with reason
+     * SourceSpecUnknown. None gives the children spec alone.
+     */
+    inherit?: "SourceSpec" | "None";
+    /**
      * metadata: labels and annotations added to every child.
      */
     metadata?: {
@@ -132,7 +141,7 @@ export interface SandboxForkSpec {
       labels?: { [key: string]: string };
     };
     /**
-     * spec fields that override those copied from the source Sandbox.
+     * spec fields that override those inherited from the source Sandbox.
      */
     spec?: {
       /**
@@ -396,6 +405,13 @@ export interface SandboxForkStatus {
      */
     time: string;
   };
+  /**
+   * lastHandledReconcileAt is the value of the
+   * sandbox.sentry.io/reconcile-requested-at annotation handled last.
+   *
+   * maxLength: 256
+   */
+  lastHandledReconcileAt?: string;
   /**
    * observedGeneration is the spec generation the controller last acted on.
    */

@@ -56,6 +56,7 @@ export interface SandboxSnapshotSpec {
   /**
    * deletionPolicy: Delete (default) deletes the Vercel snapshot with this
    * object, unless another SandboxSnapshot still uses it; Retain leaves it.
+   * An imported snapshot (source.snapshotID) is always retained.
    *
    * @default "Delete"
    */
@@ -298,7 +299,9 @@ export interface SandboxSnapshotSpec {
     };
     /**
      * snapshotID imports an existing Vercel snapshot: the controller observes
-     * it and reports its size and expiry.
+     * it and reports its size and expiry, and never deletes it (whatever
+     * spec.deletionPolicy says). Setting it needs the RBAC verb use on
+     * vercelsnapshots.sandbox.sentry.io in the namespace (docs/security.md).
      *
      * maxLength: 33
      * pattern: ^(snap_[A-Za-z0-9]{28}|vhs_[a-z0-9]{28})$
@@ -515,6 +518,13 @@ export interface SandboxSnapshotStatus {
     time: string;
   };
   /**
+   * lastHandledReconcileAt is the value of the
+   * sandbox.sentry.io/reconcile-requested-at annotation handled last.
+   *
+   * maxLength: 256
+   */
+  lastHandledReconcileAt?: string;
+  /**
    * observedGeneration is the spec generation the controller last acted on.
    */
   observedGeneration?: number;
@@ -523,6 +533,31 @@ export interface SandboxSnapshotStatus {
    * Expired or Deleting.
    */
   phase?: "Pending" | "Building" | "Capturing" | "Ready" | "Failed" | "Expired" | "Deleting";
+  /**
+   * provenance records who made the Vercel snapshot and from which session.
+   */
+  provenance?: {
+    /**
+     * origin: Captured or Built (the operator made it, and deletes it per
+     * spec.deletionPolicy), or Imported (made elsewhere: never deleted by the
+     * operator, whatever spec.deletionPolicy says).
+     */
+    origin: "Captured" | "Built" | "Imported";
+    /**
+     * sourceSessionID is the Vercel session the snapshot was taken of, as
+     * Vercel reports it (the snapshot's sourceSessionId).
+     *
+     * maxLength: 64
+     */
+    sourceSessionID?: string;
+    /**
+     * sourceVercelName is the Vercel sandbox of that session, for Captured
+     * and Built snapshots: one the operator created, tagged with its owner.
+     *
+     * maxLength: 128
+     */
+    sourceVercelName?: string;
+  };
   /**
    * readyToUse is true while sandboxes can boot from snapshotID.
    */
@@ -537,4 +572,165 @@ export interface SandboxSnapshotStatus {
    * maxLength: 64
    */
   snapshotID?: string;
+  /**
+   * sourceSpec is the spec of the captured Sandbox as it was when the
+   * capture was requested (sandboxRef only): what the children of a
+   * SandboxFork of this snapshot inherit, even after the Sandbox changed or
+   * was deleted.
+   */
+  sourceSpec?: {
+    /**
+     * env of the source.
+     *
+     * maxItems: 128
+     */
+    env?: Array<{
+      /**
+       * name of the variable.
+       *
+       * minLength: 1
+       * maxLength: 256
+       * pattern: ^[A-Za-z_][A-Za-z0-9_]*$
+       */
+      name: string;
+      /**
+       * value of the variable.
+       *
+       * maxLength: 32768
+       */
+      value?: string;
+      /**
+       * valueFrom reads the value from a Secret key in this namespace.
+       */
+      valueFrom?: {
+        /**
+         * secretKeyRef selects a key of a Secret in this namespace.
+         */
+        secretKeyRef: {
+          /**
+           * key within the Secret's data.
+           *
+           * minLength: 1
+           * maxLength: 253
+           * pattern: ^[-._a-zA-Z0-9]+$
+           */
+          key: string;
+          /**
+           * name of the Secret.
+           *
+           * minLength: 1
+           * maxLength: 253
+           */
+          name: string;
+        };
+      };
+    }>;
+    /**
+     * networkPolicy of the source; unset means full internet access.
+     *
+     * Validated: spec.networkPolicy.allowedDomains is only allowed with mode Allowlist
+     */
+    networkPolicy?: {
+      /**
+       * allowedDomains the sandbox may reach in Allowlist mode; "*" matches one label
+       * (for example "*.github.com").
+       *
+       * maxItems: 256
+       */
+      allowedDomains?: string[];
+      /**
+       * injectHeaders adds HTTP headers to the sandbox's requests to a domain, with
+       * values read from Secrets. The secret never enters the VM: Vercel's egress
+       * proxy adds it.
+       *
+       * maxItems: 64
+       */
+      injectHeaders?: Array<{
+        /**
+         * domain the headers are added for.
+         *
+         * minLength: 1
+         * maxLength: 253
+         * pattern: ^(\*\.)?[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*$
+         */
+        domain: string;
+        /**
+         * headers to add, each with its value from a Secret.
+         *
+         * minItems: 1
+         * maxItems: 16
+         */
+        headers: Array<{
+          /**
+           * name of the HTTP header (an RFC 7230 token, e.g. Authorization).
+           *
+           * minLength: 1
+           * maxLength: 256
+           * pattern: ^[!#$%&'*+.^_|~0-9A-Za-z-]+$
+           */
+          name: string;
+          /**
+           * valueFrom selects the Secret key holding the header value.
+           */
+          valueFrom: {
+            /**
+             * secretKeyRef selects a key of a Secret in this namespace.
+             */
+            secretKeyRef: {
+              /**
+               * key within the Secret's data.
+               *
+               * minLength: 1
+               * maxLength: 253
+               * pattern: ^[-._a-zA-Z0-9]+$
+               */
+              key: string;
+              /**
+               * name of the Secret.
+               *
+               * minLength: 1
+               * maxLength: 253
+               */
+              name: string;
+            };
+          };
+        }>;
+      }>;
+      /**
+       * mode: AllowAll (full internet, the default), DenyAll (no egress), or
+       * Allowlist (only allowedDomains and the domains of injectHeaders).
+       *
+       * @default "AllowAll"
+       */
+      mode?: "AllowAll" | "DenyAll" | "Allowlist";
+    };
+    /**
+     * persistent: whether the source kept its filesystem across sessions.
+     */
+    persistent?: boolean;
+    /**
+     * ports the source exposed.
+     *
+     * maxItems: 15
+     */
+    ports?: number[];
+    /**
+     * resources of the source's sessions.
+     */
+    resources?: {
+      /**
+       * vcpus is the number of virtual CPUs: 1 or an even number up to 32 (the
+       * plan may allow fewer). Each vCPU comes with 2048 MB of memory.
+       *
+       * minimum: 1
+       * maximum: 32
+       * Validated: spec.resources.vcpus must be 1 or an even number
+       */
+      vcpus?: number;
+    };
+    /**
+     * timeoutSeconds is the source's idle window.
+     */
+    timeoutSeconds?: number;
+  };
 }
