@@ -205,7 +205,7 @@ var restingReasons = map[string]sandboxv1.SandboxPhase{
 
 // shouldResume decides whether a stopped persistent sandbox gets a new
 // session: a pause or shutdown that is lifted resumes it, an idle or outside
-// stop needs a heartbeat newer than the stop.
+// stop needs a heartbeat not older than the stop.
 func shouldResume(reason string, want bool, stoppedAt, activity time.Time) bool {
 	if !want {
 		return false
@@ -214,7 +214,11 @@ func shouldResume(reason string, want bool, stoppedAt, activity time.Time) bool 
 	case sandboxv1.ReasonStopped, sandboxv1.ReasonShutdownTime:
 		return true
 	case sandboxv1.ReasonIdleTimeout, sandboxv1.ReasonMaxSessionLength, sandboxv1.ReasonSessionStopped, sandboxv1.ReasonSnapshotted:
-		return !activity.IsZero() && activity.After(stoppedAt)
+		// stoppedAt has second precision (status round-trips seconds) and a
+		// heartbeat may too (`date +%FT%TZ`): one in the same second as the
+		// stop counts, or a client's whole-second heartbeat right after an
+		// idle stop would be ignored until the next second.
+		return !activity.IsZero() && !activity.Before(stoppedAt)
 	}
 	return false
 }

@@ -171,7 +171,8 @@ func TestShouldResume(t *testing.T) {
 		{sandboxv1.ReasonShutdownTime, true, time.Time{}, true},
 		{sandboxv1.ReasonIdleTimeout, true, time.Time{}, false},
 		{sandboxv1.ReasonIdleTimeout, true, at(50), false},
-		{sandboxv1.ReasonIdleTimeout, true, at(100), false},
+		{sandboxv1.ReasonIdleTimeout, true, at(100), true}, // same second as the stop
+		{sandboxv1.ReasonIdleTimeout, true, at(100).Add(-time.Millisecond), false},
 		{sandboxv1.ReasonIdleTimeout, true, at(101), true},
 		{sandboxv1.ReasonMaxSessionLength, true, at(101), true},
 		{sandboxv1.ReasonSessionStopped, true, at(101), true},
