@@ -15,6 +15,7 @@ import (
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
+	"github.com/getsentry/sandbox-controller/internal/clienttest"
 	"github.com/getsentry/sandbox-controller/pkg/sandboxclient"
 )
 
@@ -231,7 +232,7 @@ func TestPauseAndResume(t *testing.T) {
 }
 
 func emuSession(id string) (vercel.Session, bool) {
-	for _, s := range stack.Emulator.Sessions() {
+	for _, s := range clienttest.Stack.Emulator.Sessions() {
 		if s.ID == id {
 			return s, true
 		}
@@ -255,7 +256,7 @@ func TestDeleteWaitsUntilGone(t *testing.T) {
 	if !apierrors.IsNotFound(err) {
 		t.Errorf("Get after Delete = %v, want NotFound", err)
 	}
-	if _, ok := stack.Emulator.Sandbox(sbx.Status.VercelName); ok {
+	if _, ok := clienttest.Stack.Emulator.Sandbox(sbx.Status.VercelName); ok {
 		t.Errorf("Vercel sandbox %s still exists after Delete", sbx.Status.VercelName)
 	}
 	// Deleting what is gone is not an error.
