@@ -99,7 +99,7 @@ var ErrNotRunning = errors.New("sandbox has no running session")
 // sandboxclient's WaitReady: a resumed Sandbox runs in a new session.
 func (c *Client) Session(sbx *sandboxv1.Sandbox) (*Session, error) {
 	if sbx.Status.SessionID == "" || !meta.IsStatusConditionTrue(sbx.Status.Conditions, sandboxv1.ConditionReady) {
-		return nil, fmt.Errorf("Sandbox %s/%s (phase %s): %w", sbx.Namespace, sbx.Name, sbx.Status.Phase, ErrNotRunning)
+		return nil, fmt.Errorf("sandbox %s/%s (phase %s): %w", sbx.Namespace, sbx.Name, sbx.Status.Phase, ErrNotRunning)
 	}
 	return c.SessionByID(sbx.Status.SessionID), nil
 }

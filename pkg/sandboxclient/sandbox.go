@@ -66,10 +66,10 @@ func (c *Client) WaitReady(ctx context.Context, namespace, name string) (*sandbo
 // sandboxReady is WaitReady's test of one observed Sandbox.
 func sandboxReady(s *sandboxv1.Sandbox) (bool, error) {
 	if s.DeletionTimestamp != nil {
-		return false, fmt.Errorf("Sandbox %s/%s is being deleted", s.Namespace, s.Name)
+		return false, fmt.Errorf("sandbox %s/%s is being deleted", s.Namespace, s.Name)
 	}
 	if s.Spec.State == sandboxv1.SandboxStateStopped {
-		return false, fmt.Errorf("Sandbox %s/%s: %w", s.Namespace, s.Name, ErrStopped)
+		return false, fmt.Errorf("sandbox %s/%s: %w", s.Namespace, s.Name, ErrStopped)
 	}
 	if !current(s, s.Status.Conditions) {
 		return false, nil // the status is about an older spec
