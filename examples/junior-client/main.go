@@ -75,7 +75,7 @@ func run(ctx context.Context, out io.Writer, kubeconfig, namespace, name string,
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "Ready: Sandbox %s/%s\n", namespace, name)
+	fmt.Fprintf(out, "Ready: Sandbox %s/%s (session %s)\n", namespace, name, sbx.Status.SessionID)
 	for _, r := range sbx.Status.Routes {
 		fmt.Fprintf(out, "  port %d -> %s\n", r.Port, r.URL)
 	}

@@ -25,7 +25,7 @@ func TestRun(t *testing.T) {
 	if err := run(ctx, &out, os.Getenv("KUBECONFIG"), "default", "conversation-1", false); err != nil {
 		t.Fatalf("run: %v\noutput:\n%s", err, out.String())
 	}
-	for _, want := range []string{"Ready: Sandbox default/conversation-1", "port 3000 -> ", "What is 6 x 7?", "Answer: 42", "Heartbeat sent", "Deleted Sandbox"} {
+	for _, want := range []string{"Ready: Sandbox default/conversation-1 (session sbx_", "port 3000 -> ", "What is 6 x 7?", "Answer: 42", "Heartbeat sent", "Deleted Sandbox"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
