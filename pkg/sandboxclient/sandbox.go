@@ -63,6 +63,14 @@ func (c *Client) WaitReady(ctx context.Context, namespace, name string) (*sandbo
 	return watchUntil(ctx, c.sandboxKind(), namespace, name, false, sandboxReady)
 }
 
+// WaitFor watches a Sandbox until check returns true (done) or an error,
+// for waits this package does not name (e.g. `kubectl sandbox wait --for`).
+// check sees every version of the object, starting with the current one;
+// the error of a missing or deleted Sandbox is NotFound.
+func (c *Client) WaitFor(ctx context.Context, namespace, name string, check func(*sandboxv1.Sandbox) (bool, error)) (*sandboxv1.Sandbox, error) {
+	return watchUntil(ctx, c.sandboxKind(), namespace, name, false, check)
+}
+
 // sandboxReady is WaitReady's test of one observed Sandbox.
 func sandboxReady(s *sandboxv1.Sandbox) (bool, error) {
 	if s.DeletionTimestamp != nil {

@@ -335,3 +335,31 @@ func TestForkNeedsOneSource(t *testing.T) {
 		}
 	}
 }
+
+func TestWaitForSeesChanges(t *testing.T) {
+	c, _, ns := newClient(t)
+	ctx := testContext(t, time.Minute)
+	if _, _, err := c.GetOrCreate(ctx, node24(ns, "watched")); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().Add(time.Hour).Truncate(time.Second)
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		if err := c.Heartbeat(ctx, ns, "watched", at); err != nil {
+			t.Error(err)
+		}
+	}()
+	got, err := c.WaitFor(ctx, ns, "watched", func(s *sandboxv1.Sandbox) (bool, error) {
+		return s.Annotations[sandboxv1.AnnotationLastActivity] == at.UTC().Format(time.RFC3339), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Annotations[sandboxv1.AnnotationLastActivity] != at.UTC().Format(time.RFC3339) {
+		t.Errorf("WaitFor returned annotation %q", got.Annotations[sandboxv1.AnnotationLastActivity])
+	}
+	boom := errors.New("boom")
+	if _, err := c.WaitFor(ctx, ns, "watched", func(*sandboxv1.Sandbox) (bool, error) { return false, boom }); !errors.Is(err, boom) {
+		t.Errorf("WaitFor with a failing check = %v, want its error", err)
+	}
+}
