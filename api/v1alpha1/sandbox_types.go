@@ -560,6 +560,7 @@ type SandboxStatus struct {
 
 // Sandbox is one Vercel named sandbox: its sessions (VM boots) come and go, the
 // Sandbox persists.
+// +genclient
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=sbx,categories=sentry-sandboxes
@@ -589,5 +590,5 @@ type SandboxList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&Sandbox{}, &SandboxList{})
+	objectTypes = append(objectTypes, &Sandbox{}, &SandboxList{})
 }

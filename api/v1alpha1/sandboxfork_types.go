@@ -278,6 +278,9 @@ type SandboxForkStatus struct {
 
 // SandboxFork makes N new Sandboxes from one point in time of a Sandbox or a
 // SandboxSnapshot, labelled with their lineage.
+// +genclient
+// +genclient:method=GetScale,verb=get,subresource=scale,result=k8s.io/api/autoscaling/v1.Scale
+// +genclient:method=UpdateScale,verb=update,subresource=scale,input=k8s.io/api/autoscaling/v1.Scale,result=k8s.io/api/autoscaling/v1.Scale
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector
@@ -307,5 +310,5 @@ type SandboxForkList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&SandboxFork{}, &SandboxForkList{})
+	objectTypes = append(objectTypes, &SandboxFork{}, &SandboxForkList{})
 }

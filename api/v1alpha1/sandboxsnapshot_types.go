@@ -420,6 +420,7 @@ type SandboxSnapshotStatus struct {
 
 // SandboxSnapshot is one Vercel snapshot: captured from a Sandbox, imported
 // by id, or built from a recipe.
+// +genclient
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=sbxsnap,categories=sentry-sandboxes
@@ -450,5 +451,5 @@ type SandboxSnapshotList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&SandboxSnapshot{}, &SandboxSnapshotList{})
+	objectTypes = append(objectTypes, &SandboxSnapshot{}, &SandboxSnapshotList{})
 }

@@ -161,10 +161,13 @@ func TestDev(t *testing.T) {
 
 	// The example client, as the README runs it.
 	step = time.Now()
-	example := runCmd(t, root, kenv, "go", "run", "./examples/junior-client", "--kubeconfig", kubeconfig, "--name", "junior-test")
+	// It runs a command through the data plane with the printed VERCEL_* values.
+	exampleEnv := append(kenv, "VERCEL_API_URL="+vercelEnv[1], "VERCEL_TOKEN="+vercelEnv[2], "VERCEL_TEAM_ID="+vercelEnv[3], "VERCEL_PROJECT_ID="+vercelEnv[4])
+	example := runCmd(t, root, exampleEnv, "go", "run", "./examples/junior-client", "--kubeconfig", kubeconfig, "--name", "junior-test")
 	t.Logf("examples/junior-client ran in %s:\n%s", time.Since(step).Round(time.Millisecond), example)
-	match(t, example, `Ready: session sbx_\S+`)
-	match(t, example, `Heartbeat 2: sandbox.sentry.io/last-activity=\S+`)
+	match(t, example, `Ready: Sandbox default/junior-test \(session sbx_\S+\)`)
+	match(t, example, `Answer: 42`)
+	match(t, example, `Heartbeat sent`)
 	match(t, example, `Deleted Sandbox default/junior-test`)
 
 	// Deleting a namespace deletes its Sandboxes and their Vercel sandboxes,

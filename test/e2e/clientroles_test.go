@@ -50,7 +50,7 @@ func buildJuniorClient(t *testing.T) string {
 
 // TestClientRoles runs clients as ServiceAccounts of their own namespace, with
 // one RoleBinding each, against the deployed manager: examples/junior-client
-// (Junior's flow: create, wait Ready, heartbeat, delete) succeeds with the
+// (Junior's flow: create, wait Ready, exec and files, heartbeat, delete) succeeds with the
 // editor role and is refused without it; a viewer reads but cannot write;
 // nobody but the controller writes status; and the roles are aggregated
 // into the built-in view, edit and admin ClusterRoles.
@@ -93,7 +93,10 @@ func TestClientRoles(t *testing.T) {
 		ctx, cancel := context.WithTimeout(e.ctx, 3*time.Minute)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, junior, "--kubeconfig", kubeconfigs[sa], "--namespace", ns, "--name", name)
-		cmd.Env = []string{"HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH")}
+		// The Vercel credentials are for its data-plane calls (a command,
+		// files), which go straight to the emulator.
+		cmd.Env = []string{"HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH"),
+			"VERCEL_API_URL=" + e.emuURL, "VERCEL_TOKEN=" + e.emu.Token(), "VERCEL_TEAM_ID=" + teamID, "VERCEL_PROJECT_ID=" + projectID}
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
@@ -119,9 +122,9 @@ func TestClientRoles(t *testing.T) {
 			t.Fatalf("junior-client as %s:%s:junior: %v\n%s", ns, editorRole, err, out)
 		}
 		for _, want := range []*regexp.Regexp{
-			regexp.MustCompile(`(?m)^Created Sandbox team-a/conversation-42$`),
-			regexp.MustCompile(`(?m)^Ready: session \S+$`),
-			regexp.MustCompile(`(?m)^Heartbeat 2: `),
+			regexp.MustCompile(`(?m)^Ready: Sandbox team-a/conversation-42 \(session sbx_\S+\)$`),
+			regexp.MustCompile(`(?m)^Answer: 42$`),
+			regexp.MustCompile(`(?m)^Heartbeat sent$`),
 			regexp.MustCompile(`(?m)^Deleted Sandbox team-a/conversation-42 `),
 		} {
 			if !want.MatchString(out) {
