@@ -94,8 +94,12 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apiv1alpha1.SnapshotBuildStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SnapshotCaptureStatus"):
 		return &apiv1alpha1.SnapshotCaptureStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SnapshotProvenance"):
+		return &apiv1alpha1.SnapshotProvenanceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SnapshotRecipe"):
 		return &apiv1alpha1.SnapshotRecipeApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SourceSandboxSpec"):
+		return &apiv1alpha1.SourceSandboxSpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("TarballSource"):
 		return &apiv1alpha1.TarballSourceApplyConfiguration{}
 

@@ -95,6 +95,8 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: ready
       type:
         scalar: boolean
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.ForkInheritance
+  scalar: string
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.GitCredentials
   map:
     fields:
@@ -322,6 +324,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: lastError
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.ErrorStatus
+    - name: lastHandledReconcileAt
+      type:
+        scalar: string
     - name: observedGeneration
       type:
         scalar: numeric
@@ -346,6 +351,9 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxForkTemplate
   map:
     fields:
+    - name: inherit
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.ForkInheritance
     - name: metadata
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.ForkChildMetadata
@@ -478,12 +486,18 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: lastError
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.ErrorStatus
+    - name: lastHandledReconcileAt
+      type:
+        scalar: string
     - name: observedGeneration
       type:
         scalar: numeric
     - name: phase
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxSnapshotPhase
+    - name: provenance
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SnapshotProvenance
     - name: readyToUse
       type:
         scalar: boolean
@@ -493,6 +507,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: snapshotID
       type:
         scalar: string
+    - name: sourceSpec
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SourceSandboxSpec
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxSource
   map:
     fields:
@@ -741,6 +758,20 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: vercelName
       type:
         scalar: string
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.SnapshotOrigin
+  scalar: string
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.SnapshotProvenance
+  map:
+    fields:
+    - name: origin
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SnapshotOrigin
+    - name: sourceSessionID
+      type:
+        scalar: string
+    - name: sourceVercelName
+      type:
+        scalar: string
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.SnapshotRecipe
   map:
     fields:
@@ -778,6 +809,35 @@ var schemaYAML = typed.YAMLObject(`types:
           elementType:
             namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.RecipeCommand
           elementRelationship: atomic
+    - name: timeoutSeconds
+      type:
+        scalar: numeric
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.SourceSandboxSpec
+  map:
+    fields:
+    - name: env
+      type:
+        list:
+          elementType:
+            namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.EnvVar
+          elementRelationship: associative
+          keys:
+          - name
+    - name: networkPolicy
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.NetworkPolicy
+    - name: persistent
+      type:
+        scalar: boolean
+    - name: ports
+      type:
+        list:
+          elementType:
+            scalar: numeric
+          elementRelationship: associative
+    - name: resources
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxResources
     - name: timeoutSeconds
       type:
         scalar: numeric

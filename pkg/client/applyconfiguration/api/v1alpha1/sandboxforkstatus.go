@@ -40,6 +40,9 @@ type SandboxForkStatusApplyConfiguration struct {
 	Conditions []v1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 	// observedGeneration is the spec generation the controller last acted on.
 	ObservedGeneration *int64 `json:"observedGeneration,omitempty"`
+	// lastHandledReconcileAt is the value of the
+	// sandbox.sentry.io/reconcile-requested-at annotation handled last.
+	LastHandledReconcileAt *string `json:"lastHandledReconcileAt,omitempty"`
 }
 
 // SandboxForkStatusApplyConfiguration constructs a declarative configuration of the SandboxForkStatus type for use with
@@ -135,5 +138,13 @@ func (b *SandboxForkStatusApplyConfiguration) WithConditions(values ...*v1.Condi
 // If called multiple times, the ObservedGeneration field is set to the value of the last call.
 func (b *SandboxForkStatusApplyConfiguration) WithObservedGeneration(value int64) *SandboxForkStatusApplyConfiguration {
 	b.ObservedGeneration = &value
+	return b
+}
+
+// WithLastHandledReconcileAt sets the LastHandledReconcileAt field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the LastHandledReconcileAt field is set to the value of the last call.
+func (b *SandboxForkStatusApplyConfiguration) WithLastHandledReconcileAt(value string) *SandboxForkStatusApplyConfiguration {
+	b.LastHandledReconcileAt = &value
 	return b
 }

@@ -8,6 +8,10 @@ Licensed under the Apache License, Version 2.0.
 
 package v1alpha1
 
+import (
+	apiv1alpha1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+)
+
 // SandboxForkTemplateApplyConfiguration represents a declarative configuration of the SandboxForkTemplate type for use
 // with apply.
 //
@@ -15,8 +19,15 @@ package v1alpha1
 type SandboxForkTemplateApplyConfiguration struct {
 	// metadata: labels and annotations added to every child.
 	Metadata *ForkChildMetadataApplyConfiguration `json:"metadata,omitempty"`
-	// spec fields that override those copied from the source Sandbox.
+	// spec fields that override those inherited from the source Sandbox.
 	Spec *SandboxOverridesApplyConfiguration `json:"spec,omitempty"`
+	// inherit: SourceSpec (default) gives the children the spec of the Sandbox
+	// the snapshot was captured from, frozen at capture time (resources,
+	// ports, timeoutSeconds, env, networkPolicy, persistent; never setup,
+	// state or shutdownTime), under spec's overrides; a snapshot that does not
+	// record that spec (imported by id) is refused with reason
+	// SourceSpecUnknown. None gives the children spec alone.
+	Inherit *apiv1alpha1.ForkInheritance `json:"inherit,omitempty"`
 }
 
 // SandboxForkTemplateApplyConfiguration constructs a declarative configuration of the SandboxForkTemplate type for use with
@@ -38,5 +49,13 @@ func (b *SandboxForkTemplateApplyConfiguration) WithMetadata(value *ForkChildMet
 // If called multiple times, the Spec field is set to the value of the last call.
 func (b *SandboxForkTemplateApplyConfiguration) WithSpec(value *SandboxOverridesApplyConfiguration) *SandboxForkTemplateApplyConfiguration {
 	b.Spec = value
+	return b
+}
+
+// WithInherit sets the Inherit field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Inherit field is set to the value of the last call.
+func (b *SandboxForkTemplateApplyConfiguration) WithInherit(value apiv1alpha1.ForkInheritance) *SandboxForkTemplateApplyConfiguration {
+	b.Inherit = &value
 	return b
 }

@@ -17,7 +17,9 @@ type SandboxSnapshotSourceApplyConfiguration struct {
 	// Vercel stops the captured session (see spec.keepSourceRunning).
 	SandboxRef *LocalObjectReferenceApplyConfiguration `json:"sandboxRef,omitempty"`
 	// snapshotID imports an existing Vercel snapshot: the controller observes
-	// it and reports its size and expiry.
+	// it and reports its size and expiry, and never deletes it (whatever
+	// spec.deletionPolicy says). Setting it needs the RBAC verb use on
+	// vercelsnapshots.sandbox.sentry.io in the namespace (docs/security.md).
 	SnapshotID *string `json:"snapshotID,omitempty"`
 	// recipe builds the snapshot: boot a builder sandbox from the base, clone
 	// the repositories, run the setup commands, capture. Recipes are

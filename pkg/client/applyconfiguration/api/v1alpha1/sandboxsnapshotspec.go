@@ -30,6 +30,7 @@ type SandboxSnapshotSpecApplyConfiguration struct {
 	MaxAgeSeconds *int64 `json:"maxAgeSeconds,omitempty"`
 	// deletionPolicy: Delete (default) deletes the Vercel snapshot with this
 	// object, unless another SandboxSnapshot still uses it; Retain leaves it.
+	// An imported snapshot (source.snapshotID) is always retained.
 	DeletionPolicy *apiv1alpha1.DeletionPolicy `json:"deletionPolicy,omitempty"`
 }
 

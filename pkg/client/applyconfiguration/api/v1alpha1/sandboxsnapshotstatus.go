@@ -32,10 +32,17 @@ type SandboxSnapshotStatusApplyConfiguration struct {
 	CreatedAt *v1.Time `json:"createdAt,omitempty"`
 	// expiresAt is when Vercel deletes the snapshot unless it is used; unset = never.
 	ExpiresAt *v1.Time `json:"expiresAt,omitempty"`
+	// provenance records who made the Vercel snapshot and from which session.
+	Provenance *SnapshotProvenanceApplyConfiguration `json:"provenance,omitempty"`
 	// contentHash identifies a recipe: a hash of its canonical form and of its base.
 	ContentHash *string `json:"contentHash,omitempty"`
 	// capture records a sandboxRef capture.
 	Capture *SnapshotCaptureStatusApplyConfiguration `json:"capture,omitempty"`
+	// sourceSpec is the spec of the captured Sandbox as it was when the
+	// capture was requested (sandboxRef only): what the children of a
+	// SandboxFork of this snapshot inherit, even after the Sandbox changed or
+	// was deleted.
+	SourceSpec *SourceSandboxSpecApplyConfiguration `json:"sourceSpec,omitempty"`
 	// build is the progress of a recipe build.
 	Build *SnapshotBuildStatusApplyConfiguration `json:"build,omitempty"`
 	// lastError is the last error met, kept until the next success.
@@ -45,6 +52,9 @@ type SandboxSnapshotStatusApplyConfiguration struct {
 	Conditions []metav1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 	// observedGeneration is the spec generation the controller last acted on.
 	ObservedGeneration *int64 `json:"observedGeneration,omitempty"`
+	// lastHandledReconcileAt is the value of the
+	// sandbox.sentry.io/reconcile-requested-at annotation handled last.
+	LastHandledReconcileAt *string `json:"lastHandledReconcileAt,omitempty"`
 }
 
 // SandboxSnapshotStatusApplyConfiguration constructs a declarative configuration of the SandboxSnapshotStatus type for use with
@@ -101,6 +111,14 @@ func (b *SandboxSnapshotStatusApplyConfiguration) WithExpiresAt(value v1.Time) *
 	return b
 }
 
+// WithProvenance sets the Provenance field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Provenance field is set to the value of the last call.
+func (b *SandboxSnapshotStatusApplyConfiguration) WithProvenance(value *SnapshotProvenanceApplyConfiguration) *SandboxSnapshotStatusApplyConfiguration {
+	b.Provenance = value
+	return b
+}
+
 // WithContentHash sets the ContentHash field in the declarative configuration to the given value
 // and returns the receiver, so that objects can be built by chaining "With" function invocations.
 // If called multiple times, the ContentHash field is set to the value of the last call.
@@ -114,6 +132,14 @@ func (b *SandboxSnapshotStatusApplyConfiguration) WithContentHash(value string) 
 // If called multiple times, the Capture field is set to the value of the last call.
 func (b *SandboxSnapshotStatusApplyConfiguration) WithCapture(value *SnapshotCaptureStatusApplyConfiguration) *SandboxSnapshotStatusApplyConfiguration {
 	b.Capture = value
+	return b
+}
+
+// WithSourceSpec sets the SourceSpec field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the SourceSpec field is set to the value of the last call.
+func (b *SandboxSnapshotStatusApplyConfiguration) WithSourceSpec(value *SourceSandboxSpecApplyConfiguration) *SandboxSnapshotStatusApplyConfiguration {
+	b.SourceSpec = value
 	return b
 }
 
@@ -151,5 +177,13 @@ func (b *SandboxSnapshotStatusApplyConfiguration) WithConditions(values ...*meta
 // If called multiple times, the ObservedGeneration field is set to the value of the last call.
 func (b *SandboxSnapshotStatusApplyConfiguration) WithObservedGeneration(value int64) *SandboxSnapshotStatusApplyConfiguration {
 	b.ObservedGeneration = &value
+	return b
+}
+
+// WithLastHandledReconcileAt sets the LastHandledReconcileAt field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the LastHandledReconcileAt field is set to the value of the last call.
+func (b *SandboxSnapshotStatusApplyConfiguration) WithLastHandledReconcileAt(value string) *SandboxSnapshotStatusApplyConfiguration {
+	b.LastHandledReconcileAt = &value
 	return b
 }

@@ -27,7 +27,9 @@ type SandboxSourceApplyConfiguration struct {
 	// snapshotRef boots from the snapshot of a SandboxSnapshot in this namespace,
 	// once it is ready to use.
 	SnapshotRef *LocalObjectReferenceApplyConfiguration `json:"snapshotRef,omitempty"`
-	// snapshotID boots from an existing Vercel snapshot by id.
+	// snapshotID boots from an existing Vercel snapshot by id. Setting it needs
+	// the RBAC verb use on vercelsnapshots.sandbox.sentry.io in the namespace
+	// (docs/security.md); snapshotRef needs no such permission.
 	SnapshotID *string `json:"snapshotID,omitempty"`
 }
 
