@@ -66,9 +66,9 @@ func (r *SandboxReconciler) resolveSource(ctx context.Context, sbx *sandboxv1.Sa
 }
 
 // snapshotRefRequests maps a SandboxSnapshot to the Sandboxes of its
-// namespace that boot from it and have not been created yet: when it is
-// ready to use, and, for the Sandboxes that reported it missing or Failed,
-// on any change (it appeared, or was replaced), so they recover at once.
+// namespace that boot from it and have not been created (nor failed) yet:
+// when it is ready to use, and, for the Sandboxes that reported it missing or
+// Failed, on any change (it appeared, or was replaced), so they recover at once.
 func (r *SandboxReconciler) snapshotRefRequests(ctx context.Context, obj client.Object) []reconcile.Request {
 	snap, ok := obj.(*sandboxv1.SandboxSnapshot)
 	if !ok {
@@ -79,7 +79,7 @@ func (r *SandboxReconciler) snapshotRefRequests(ctx context.Context, obj client.
 		return nil
 	}
 	return requestsFor(list.Items, func(s *sandboxv1.Sandbox) bool {
-		if s.Status.SessionID != "" {
+		if s.Status.SessionID != "" || s.Status.Phase == sandboxv1.SandboxFailed {
 			return false
 		}
 		return snap.Status.ReadyToUse || hasCondition(s.Status.Conditions, sandboxv1.ConditionResolvedRefs, sandboxv1.ReasonSnapshotRefNotFound) ||
