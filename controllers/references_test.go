@@ -117,6 +117,8 @@ var _ = Describe("Input the controllers refuse", func() {
 			a, b := types.NamespacedName{Namespace: ns, Name: "a"}, types.NamespacedName{Namespace: ns, Name: "b"}
 			layered(a.Name, b.Name)
 			layered(b.Name, a.Name)
+			d := types.NamespacedName{Namespace: ns, Name: "d"}
+			layered(d.Name, "nothing")
 			Eventually(snapshotCond(a, sandboxv1.ConditionResolvedRefs)).Should(withReason(metav1.ConditionFalse, sandboxv1.ReasonBaseSnapshotCycle, "a -> b -> a"))
 			Eventually(snapshotCond(b, sandboxv1.ConditionResolvedRefs)).Should(withReason(metav1.ConditionFalse, sandboxv1.ReasonBaseSnapshotCycle, "b -> a -> b"))
 			for _, key := range []types.NamespacedName{a, b} {
@@ -128,12 +130,17 @@ var _ = Describe("Input the controllers refuse", func() {
 				}, referenceDeadline+30*time.Second).Should(Succeed())
 				expectEvent(key, "Warning BaseSnapshotCycle")
 			}
+			Eventually(func() sandboxv1.SandboxSnapshotPhase { return getSnapshotObj(d).Status.Phase }).Should(Equal(sandboxv1.SnapshotFailed))
 			Expect(buildersOf()).To(BeEmpty())
 
-			By("failing a recipe layered on the failed cycle too")
+			By("reporting a recipe layered on the cycle, and one layered on a Failed base")
 			layered("c", a.Name)
 			Eventually(snapshotCond(types.NamespacedName{Namespace: ns, Name: "c"}, sandboxv1.ConditionReady)).Should(
-				withReason(metav1.ConditionFalse, sandboxv1.ReasonBaseSnapshotFailed, `"a" is Failed`))
+				withReason(metav1.ConditionFalse, sandboxv1.ReasonBaseSnapshotCycle, "c -> a -> b -> a"))
+			layered("e", d.Name)
+			Eventually(snapshotCond(types.NamespacedName{Namespace: ns, Name: "e"}, sandboxv1.ConditionReady)).Should(
+				withReason(metav1.ConditionFalse, sandboxv1.ReasonBaseSnapshotFailed, `"d" is Failed`))
+			Expect(buildersOf()).To(BeEmpty())
 		})
 	})
 

@@ -159,15 +159,19 @@ const maxBaseChain = 32
 
 // baseProblem follows baseSnapshotRef from snap until a base that is ready
 // to use or has no base of its own, and says why the chain can never become
-// ready: a SandboxSnapshot in it does not exist, is Failed, or is met twice
-// (a cycle: each waits for the other). Nil when it may still become ready.
+// ready: a SandboxSnapshot in it is met twice (a cycle: each waits for the
+// other), is Failed, or does not exist; of the last two, the one nearest to
+// snap. A cycle is reported even when a member has already failed for it, so
+// that every member gives the same reason. Nil when the chain may still
+// become ready.
 func (r *SandboxSnapshotReconciler) baseProblem(ctx context.Context, snap *sandboxv1.SandboxSnapshot) (*unresolvedRef, error) {
 	chain := []string{snap.Name}
 	path := func() string { return strings.Join(chain, " -> ") }
+	var failed *unresolvedRef
 	for cur := snap; len(chain) <= maxBaseChain; {
 		rcp := cur.Spec.Source.Recipe
 		if rcp == nil || rcp.BaseSnapshotRef == nil {
-			return nil, nil
+			return failed, nil
 		}
 		name := rcp.BaseSnapshotRef.Name
 		if slices.Contains(chain, name) {
@@ -177,6 +181,8 @@ func (r *SandboxSnapshotReconciler) baseProblem(ctx context.Context, snap *sandb
 		chain = append(chain, name)
 		base := &sandboxv1.SandboxSnapshot{}
 		switch err := r.Get(ctx, types.NamespacedName{Namespace: snap.Namespace, Name: name}, base); {
+		case apierrors.IsNotFound(err) && failed != nil:
+			return failed, nil
 		case apierrors.IsNotFound(err):
 			return &unresolvedRef{sandboxv1.ReasonBaseSnapshotNotFound, fmt.Sprintf("Base SandboxSnapshot %q does not exist (baseSnapshotRef chain %s)", name, path())}, nil
 		case err != nil:
@@ -184,13 +190,13 @@ func (r *SandboxSnapshotReconciler) baseProblem(ctx context.Context, snap *sandb
 		}
 		switch {
 		case base.Status.ReadyToUse:
-			return nil, nil
-		case base.Status.Phase == sandboxv1.SnapshotFailed:
-			return &unresolvedRef{sandboxv1.ReasonBaseSnapshotFailed, fmt.Sprintf("Base SandboxSnapshot %q is Failed (baseSnapshotRef chain %s): %s", name, path(), readyMessage(base.Status.Conditions))}, nil
+			return failed, nil
+		case base.Status.Phase == sandboxv1.SnapshotFailed && failed == nil:
+			failed = &unresolvedRef{sandboxv1.ReasonBaseSnapshotFailed, fmt.Sprintf("Base SandboxSnapshot %q is Failed (baseSnapshotRef chain %s): %s", name, path(), readyMessage(base.Status.Conditions))}
 		}
 		cur = base
 	}
-	return nil, nil
+	return failed, nil
 }
 
 // reconcileRecipe serves the recipe's snapshot, sharing one build and one
