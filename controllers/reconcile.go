@@ -47,9 +47,9 @@ type skeleton[O object] struct {
 	// forget, when set, drops what the reconciler remembers of an object that
 	// is gone or being deleted.
 	forget func(types.NamespacedName)
-	// labels, when set, adds the labels the kind keeps on its objects and
-	// reports whether it changed any; they are written with the finalizer,
-	// in one update.
+	// labels, when set, adds the labels the kind keeps on its objects (or
+	// corrects an annotation) and reports whether it changed any; they are
+	// written with the finalizer, in one update.
 	labels func(context.Context, O) bool
 	// finalize cleans up after an object being deleted; done lets the
 	// finalizer go. It is called only while the finalizer is there.

@@ -72,12 +72,12 @@ func (r *SandboxReconciler) act(ctx context.Context, sbx *sandboxv1.Sandbox, l l
 // answer left under this object's name.
 func (r *SandboxReconciler) create(ctx context.Context, sbx *sandboxv1.Sandbox) (ctrl.Result, *observation, error) {
 	st := &sbx.Status
-	source, ok, err := r.resolveSource(ctx, sbx)
+	source, retry, ok, err := r.resolveSource(ctx, sbx)
 	if err != nil {
 		return ctrl.Result{}, nil, err
 	}
 	if !ok {
-		return ctrl.Result{RequeueAfter: snapshotRefPoll}, nil, nil
+		return ctrl.Result{RequeueAfter: retry}, nil, nil
 	}
 	secrets := &secretReader{reader: r.APIReader, namespace: sbx.Namespace}
 	cfg, err := buildConfig(ctx, secrets, &sbx.Spec)

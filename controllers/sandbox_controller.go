@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -52,6 +53,10 @@ type SandboxReconciler struct {
 	// ShutdownWarning is how long before spec.shutdownTime the
 	// ShutdownWarning event is emitted (default DefaultShutdownWarning).
 	ShutdownWarning time.Duration
+	// ReferenceDeadline is how long a snapshotRef to a missing or Failed
+	// SandboxSnapshot is waited for before the Sandbox is Failed (default
+	// DefaultReferenceDeadline).
+	ReferenceDeadline time.Duration
 
 	// Now is the clock of every lifecycle decision; time.Now when nil. Tests
 	// that simulate hours share the emulator's fake clock through it.
@@ -87,10 +92,30 @@ func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		recorder:  r.Recorder,
 		finalizer: sandboxv1.SandboxFinalizer,
 		pausable:  true,
+		labels:    r.clampHeartbeat,
 		forget:    r.forget,
 		finalize:  r.finalize,
 		reconcile: r.reconcileSandbox,
 	}.run(ctx, req.NamespacedName, &sandboxv1.Sandbox{})
+}
+
+// clampHeartbeat rewrites a heartbeat annotation far in the future to the
+// time it was seen, so the sandbox idles timeoutSeconds after it as after any
+// heartbeat, and reports the rewrite in a Warning event. It reports whether
+// it changed the annotation; the skeleton writes it with an update, which
+// fails on a conflict rather than overwrite a newer heartbeat.
+func (r *SandboxReconciler) clampHeartbeat(_ context.Context, sbx *sandboxv1.Sandbox) bool {
+	now := r.now()
+	t, ok := futureHeartbeat(sbx, now)
+	if !ok {
+		return false
+	}
+	seen := now.UTC().Truncate(time.Second)
+	sbx.Annotations[sandboxv1.AnnotationLastActivity] = seen.Format(time.RFC3339)
+	r.Recorder.Eventf(sbx, nil, corev1.EventTypeWarning, "HeartbeatInFuture", "Observe",
+		"The %s heartbeat %s is %s ahead of the controller's clock; recorded as %s",
+		sandboxv1.AnnotationLastActivity, t.UTC().Format(time.RFC3339), t.Sub(now).Truncate(time.Second), seen.Format(time.RFC3339))
+	return true
 }
 
 // reconcileSandbox makes one observation — from status when no look at
@@ -230,7 +255,7 @@ func (r *SandboxReconciler) lifecycle(sbx *sandboxv1.Sandbox, o observation, now
 		stopped:        sbx.Spec.State == sandboxv1.SandboxStateStopped,
 		shutdownDelete: sbx.Spec.ShutdownPolicy == sandboxv1.ShutdownDelete,
 		specChanged:    st.ObservedGeneration != sbx.Generation,
-		activity:       lastActivity(sbx),
+		activity:       lastActivity(sbx, now),
 		idle:           idleWindow(sbx),
 		shutdown:       shutdownSchedule(now, sbx.Spec.ShutdownTime, r.shutdownWarning()),
 		name:           st.VercelName,

@@ -175,11 +175,11 @@ var _ = Describe("Sandbox", func() {
 			Expect(string(data)).To(Equal("from the snapshot\n"))
 		})
 
-		It("accepts a snapshotRef and reports that it waits for the SandboxSnapshot", func() {
+		It("accepts a snapshotRef and reports that the SandboxSnapshot does not exist yet", func() {
 			key := types.NamespacedName{Namespace: ns, Name: "fromref"}
 			newSandbox(ns, "fromref", sandboxv1.SandboxSpec{Source: sandboxv1.SandboxSource{SnapshotRef: &sandboxv1.LocalObjectReference{Name: "base"}}})
 			Eventually(readyCondition(key)).Should(And(Not(BeNil()),
-				HaveField("Reason", sandboxv1.ReasonWaitingForSnapshot), HaveField("Message", ContainSubstring(`"base"`))))
+				HaveField("Reason", sandboxv1.ReasonSnapshotRefNotFound), HaveField("Message", ContainSubstring(`"base"`))))
 			Expect(getSandbox(key).Status.Phase).To(Equal(sandboxv1.SandboxPending))
 			_, exists := emu.Sandbox(getSandbox(key).Status.VercelName)
 			Expect(exists).To(BeFalse())

@@ -157,7 +157,7 @@ func decide(l lifecycle) decision {
 			fmt.Sprintf("A Vercel sandbox named %s exists but was not created for this object; it is left alone", l.name)}}
 	case remoteMissing:
 		if !l.hadSession {
-			return decision{action: actCreate}
+			return decideFirstCreate(l)
 		}
 		d := decision{noSession: true, ready: &readiness{sandboxv1.SandboxFailed, metav1.ConditionFalse, sandboxv1.ReasonNotFound,
 			fmt.Sprintf("Vercel sandbox %s no longer exists; it was deleted outside the operator. Delete and re-create this Sandbox to get a new one.", l.name)}}
@@ -187,6 +187,27 @@ func decide(l lifecycle) decision {
 	}
 	return decideRunning(l)
 }
+
+// decideFirstCreate creates the Vercel sandbox, unless spec.shutdownTime has
+// already passed: the API server cannot compare a time with now, so a
+// shutdownTime in the past is refused here, before a VM boots only to be
+// stopped. Under shutdownPolicy Delete the Sandbox is deleted, as it would
+// have been at that time.
+func decideFirstCreate(l lifecycle) decision {
+	if !l.shutdown.due {
+		return decision{action: actCreate}
+	}
+	if l.shutdownDelete {
+		return decision{action: actShutdownDelete}
+	}
+	d := decision{ready: &readiness{sandboxv1.SandboxFailed, metav1.ConditionFalse, sandboxv1.ReasonShutdownTimePassed, shutdownPassedMsg}}
+	if l.ready != sandboxv1.ReasonShutdownTimePassed {
+		d.event = &event{corev1.EventTypeWarning, sandboxv1.ReasonShutdownTimePassed, shutdownPassedMsg}
+	}
+	return d
+}
+
+const shutdownPassedMsg = "spec.shutdownTime had passed before the Vercel sandbox was created, so none was created; set a later spec.shutdownTime, or remove it, to create it"
 
 // decideRunning keeps a running session, or stops it when it should not run.
 func decideRunning(l lifecycle) decision {

@@ -69,6 +69,27 @@ func TestDecide(t *testing.T) {
 				l.hadSession, l.phase, l.ready = false, sandboxv1.SandboxCreating, sandboxv1.ReasonCreating
 			}),
 			decision{action: actCreate}},
+		{"never created and shutdownTime passed, policy Stop: refuse to create, reported once",
+			with(observation{state: remoteMissing, fromVercel: true}, func(l *lifecycle) {
+				l.hadSession, l.phase, l.ready, l.shutdown = false, sandboxv1.SandboxCreating, sandboxv1.ReasonCreating, shutdownState{due: true}
+			}),
+			decision{event: &event{corev1.EventTypeWarning, sandboxv1.ReasonShutdownTimePassed, shutdownPassedMsg},
+				ready: &readiness{sandboxv1.SandboxFailed, metav1.ConditionFalse, sandboxv1.ReasonShutdownTimePassed, shutdownPassedMsg}}},
+		{"never created and shutdownTime passed, already reported: no second event",
+			with(observation{state: remoteMissing, fromVercel: true}, func(l *lifecycle) {
+				l.hadSession, l.phase, l.ready, l.shutdown = false, sandboxv1.SandboxFailed, sandboxv1.ReasonShutdownTimePassed, shutdownState{due: true}
+			}),
+			decision{ready: &readiness{sandboxv1.SandboxFailed, metav1.ConditionFalse, sandboxv1.ReasonShutdownTimePassed, shutdownPassedMsg}}},
+		{"never created and shutdownTime passed, policy Delete: delete the Sandbox, create nothing",
+			with(observation{state: remoteMissing, fromVercel: true}, func(l *lifecycle) {
+				l.hadSession, l.shutdown, l.shutdownDelete = false, shutdownState{due: true}, true
+			}),
+			decision{action: actShutdownDelete}},
+		{"never created, shutdownTime ahead: create it",
+			with(observation{state: remoteMissing, fromVercel: true}, func(l *lifecycle) {
+				l.hadSession, l.shutdown = false, warnAt
+			}),
+			decision{action: actCreate}},
 		{"no sandbox but a session was recorded: deleted outside, reported once",
 			with(observation{state: remoteMissing, fromVercel: true}, nil),
 			decision{noSession: true,

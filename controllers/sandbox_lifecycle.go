@@ -126,18 +126,41 @@ func (k keepAlive) nextCheck() time.Time {
 	return k.deadline.Add(expiryGrace)
 }
 
+// heartbeatSkew is how far ahead of the controller's clock a heartbeat may
+// be before the controller rewrites it (see clampHeartbeat): clients' clocks
+// drift a little, and rewriting every slightly early heartbeat would be noise.
+const heartbeatSkew = time.Minute
+
 // lastActivity parses the heartbeat annotation; a missing or malformed value
-// counts as no activity.
-func lastActivity(sbx *sandboxv1.Sandbox) time.Time {
-	v, ok := sbx.Annotations[sandboxv1.AnnotationLastActivity]
+// counts as no activity, and a time after now counts as now: activity cannot
+// have happened in the future, and a far-future heartbeat must not keep a
+// session running (or wake it after every stop) until then.
+func lastActivity(sbx *sandboxv1.Sandbox, now time.Time) time.Time {
+	t, ok := parseHeartbeat(sbx)
 	if !ok {
 		return time.Time{}
 	}
-	t, err := time.Parse(time.RFC3339, v)
-	if err != nil {
-		return time.Time{}
+	if t.After(now) {
+		return now
 	}
 	return t
+}
+
+func parseHeartbeat(sbx *sandboxv1.Sandbox) (time.Time, bool) {
+	v, ok := sbx.Annotations[sandboxv1.AnnotationLastActivity]
+	if !ok {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(time.RFC3339, v)
+	return t, err == nil
+}
+
+// futureHeartbeat reports whether the heartbeat is more than heartbeatSkew
+// ahead of now: read as now at every reconcile, it would keep the sandbox
+// awake until that time, so the controller records it as now instead.
+func futureHeartbeat(sbx *sandboxv1.Sandbox, now time.Time) (time.Time, bool) {
+	t, ok := parseHeartbeat(sbx)
+	return t, ok && t.After(now.Add(heartbeatSkew))
 }
 
 // idleWindow is spec.timeoutSeconds (300 when unset, as the CRD defaults it).

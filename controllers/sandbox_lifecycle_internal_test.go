@@ -200,16 +200,56 @@ func TestRequeueAt(t *testing.T) {
 }
 
 func TestLastActivity(t *testing.T) {
+	now := t0.Add(time.Hour)
 	sbx := &sandboxv1.Sandbox{}
-	if !lastActivity(sbx).IsZero() {
+	if !lastActivity(sbx, now).IsZero() {
 		t.Error("no annotation must be no activity")
 	}
 	sbx.Annotations = map[string]string{sandboxv1.AnnotationLastActivity: "not a time"}
-	if !lastActivity(sbx).IsZero() {
+	if !lastActivity(sbx, now).IsZero() {
 		t.Error("a malformed heartbeat must count as no activity")
 	}
 	sbx.Annotations[sandboxv1.AnnotationLastActivity] = "2026-11-29T12:00:05.5Z"
-	if got := lastActivity(sbx); !got.Equal(t0.Add(5500 * time.Millisecond)) {
+	if got := lastActivity(sbx, now); !got.Equal(t0.Add(5500 * time.Millisecond)) {
 		t.Errorf("lastActivity = %s", got)
+	}
+	if _, future := futureHeartbeat(sbx, now); future {
+		t.Error("a past heartbeat is not in the future")
+	}
+	for _, tc := range []struct {
+		ahead  time.Duration
+		future bool // rewritten by the controller
+	}{{time.Second, false}, {heartbeatSkew, false}, {heartbeatSkew + time.Second, true}, {100 * 365 * 24 * time.Hour, true}} {
+		sbx.Annotations[sandboxv1.AnnotationLastActivity] = now.Add(tc.ahead).Format(time.RFC3339)
+		if got := lastActivity(sbx, now); !got.Equal(now) {
+			t.Errorf("a heartbeat %s ahead: lastActivity = %s, want now (%s)", tc.ahead, got, now)
+		}
+		if _, future := futureHeartbeat(sbx, now); future != tc.future {
+			t.Errorf("a heartbeat %s ahead: futureHeartbeat = %t, want %t", tc.ahead, future, tc.future)
+		}
+	}
+}
+
+// A far-future heartbeat must not keep a session past its idle window, nor
+// wake it after an idle stop: read as now, it is as old as the reconcile.
+func TestFutureHeartbeatIdles(t *testing.T) {
+	sbx := &sandboxv1.Sandbox{}
+	sbx.Annotations = map[string]string{sandboxv1.AnnotationLastActivity: "2999-01-01T00:00:00Z"}
+	start, idle := t0, 5*time.Minute
+	now := start.Add(time.Minute)
+	k := keepAlive{start: start, deadline: start.Add(idle), activity: lastActivity(sbx, now), idle: idle, max: 24 * time.Hour}
+	if got, want := k.desired(), now.Add(idle); !got.Equal(want) {
+		t.Errorf("desired deadline = %s, want %s (idle window after now)", got, want)
+	}
+	// The controller rewrites it to the time it saw it (clampHeartbeat); a
+	// reconcile after the idle stop then finds an old heartbeat.
+	if _, future := futureHeartbeat(sbx, now); !future {
+		t.Fatal("a heartbeat in 2999 must be rewritten")
+	}
+	sbx.Annotations[sandboxv1.AnnotationLastActivity] = now.Format(time.RFC3339)
+	stoppedAt := now.Add(idle)
+	later := stoppedAt.Add(time.Hour)
+	if shouldResume(sandboxv1.ReasonIdleTimeout, true, stoppedAt, lastActivity(sbx, later)) {
+		t.Error("the rewritten heartbeat must not resume the sandbox after its idle stop")
 	}
 }

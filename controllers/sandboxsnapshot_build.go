@@ -5,10 +5,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -87,6 +89,10 @@ func (r *SandboxSnapshotReconciler) contentHash(ctx context.Context, snap *sandb
 	if rcp.BaseSnapshotRef == nil {
 		return recipe.Hash(rcp, ""), ""
 	}
+	if snap.Status.Phase == sandboxv1.SnapshotFailed && failedOnRef(snap.Status.Conditions) {
+		// Final: no base that appears later builds it (see waitForBase).
+		return "", "failed"
+	}
 	base, msg := r.readyBase(ctx, snap)
 	if base == nil {
 		if snap.Status.ContentHash != "" {
@@ -115,11 +121,82 @@ func (r *SandboxSnapshotReconciler) readyBase(ctx context.Context, snap *sandbox
 	return base, ""
 }
 
-func (r *SandboxSnapshotReconciler) waitForBase(snap *sandboxv1.SandboxSnapshot, msg string) ctrl.Result {
+// waitForBase reports a recipe whose base is not ready to use. A base that
+// can never become ready — it does not exist, it is Failed, or the chain of
+// bases has a cycle — is also reported on ResolvedRefs, and fails this object
+// after the reference deadline, for good (spec.source is immutable). A base
+// that appears before then is built on as usual.
+func (r *SandboxSnapshotReconciler) waitForBase(ctx context.Context, snap *sandboxv1.SandboxSnapshot, msg string) (ctrl.Result, error) {
 	st := &snap.Status
+	if st.Phase == sandboxv1.SnapshotFailed && failedOnRef(st.Conditions) {
+		return ctrl.Result{}, nil
+	}
+	bad, err := r.baseProblem(ctx, snap)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if bad == nil {
+		markResolved(&st.Conditions, snap.Generation, "Every SandboxSnapshot in the chain of baseSnapshotRefs exists")
+		st.Phase = sandboxv1.SnapshotPending
+		setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonWaitingForBase, msg)
+		return ctrl.Result{RequeueAfter: snapshotWaitPoll}, nil
+	}
+	w := markUnresolved(&st.Conditions, snap.Generation, *bad, r.now(), referenceDeadline(r.ReferenceDeadline))
+	if w.failed {
+		st.Phase, st.ReadyToUse = sandboxv1.SnapshotFailed, false
+		setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, bad.reason, w.message)
+		r.Recorder.Eventf(snap, nil, corev1.EventTypeWarning, bad.reason, "Build", "%s", w.message)
+		return ctrl.Result{}, nil
+	}
 	st.Phase = sandboxv1.SnapshotPending
-	setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonWaitingForBase, msg)
-	return ctrl.Result{RequeueAfter: snapshotWaitPoll}
+	setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, bad.reason, w.message)
+	return ctrl.Result{RequeueAfter: min(w.retry, snapshotWaitPoll)}, nil
+}
+
+// maxBaseChain bounds the walk along baseSnapshotRefs; a longer chain is
+// not judged.
+const maxBaseChain = 32
+
+// baseProblem follows baseSnapshotRef from snap until a base that is ready
+// to use or has no base of its own, and says why the chain can never become
+// ready: a SandboxSnapshot in it is met twice (a cycle: each waits for the
+// other), is Failed, or does not exist; of the last two, the one nearest to
+// snap. A cycle is reported even when a member has already failed for it, so
+// that every member gives the same reason. Nil when the chain may still
+// become ready.
+func (r *SandboxSnapshotReconciler) baseProblem(ctx context.Context, snap *sandboxv1.SandboxSnapshot) (*unresolvedRef, error) {
+	chain := []string{snap.Name}
+	path := func() string { return strings.Join(chain, " -> ") }
+	var failed *unresolvedRef
+	for cur := snap; len(chain) <= maxBaseChain; {
+		rcp := cur.Spec.Source.Recipe
+		if rcp == nil || rcp.BaseSnapshotRef == nil {
+			return failed, nil
+		}
+		name := rcp.BaseSnapshotRef.Name
+		if slices.Contains(chain, name) {
+			chain = append(chain, name)
+			return &unresolvedRef{sandboxv1.ReasonBaseSnapshotCycle, fmt.Sprintf("The chain of baseSnapshotRefs %s is a cycle: no base in it can be built", path())}, nil
+		}
+		chain = append(chain, name)
+		base := &sandboxv1.SandboxSnapshot{}
+		switch err := r.Get(ctx, types.NamespacedName{Namespace: snap.Namespace, Name: name}, base); {
+		case apierrors.IsNotFound(err) && failed != nil:
+			return failed, nil
+		case apierrors.IsNotFound(err):
+			return &unresolvedRef{sandboxv1.ReasonBaseSnapshotNotFound, fmt.Sprintf("Base SandboxSnapshot %q does not exist (baseSnapshotRef chain %s)", name, path())}, nil
+		case err != nil:
+			return nil, fmt.Errorf("get base SandboxSnapshot %s: %w", name, err)
+		}
+		switch {
+		case base.Status.ReadyToUse:
+			return failed, nil
+		case base.Status.Phase == sandboxv1.SnapshotFailed && failed == nil:
+			failed = &unresolvedRef{sandboxv1.ReasonBaseSnapshotFailed, fmt.Sprintf("Base SandboxSnapshot %q is Failed (baseSnapshotRef chain %s): %s", name, path(), readyMessage(base.Status.Conditions))}
+		}
+		cur = base
+	}
+	return failed, nil
 }
 
 // reconcileRecipe serves the recipe's snapshot, sharing one build and one
@@ -448,7 +525,7 @@ func (r *SandboxSnapshotReconciler) createBuilder(ctx context.Context, snap *san
 	} else {
 		base, msg := r.readyBase(ctx, snap)
 		if base == nil {
-			return r.waitForBase(snap, msg), nil
+			return r.waitForBase(ctx, snap, msg)
 		}
 		req.Source = &vercel.Source{Type: vercel.SourceSnapshot, SnapshotID: base.Status.SnapshotID}
 	}

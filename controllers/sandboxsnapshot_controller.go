@@ -46,6 +46,10 @@ type SandboxSnapshotReconciler struct {
 	MaxConcurrentReconciles int
 	// BackoffCap caps the retry delay after errors (default one minute).
 	BackoffCap time.Duration
+	// ReferenceDeadline is how long a baseSnapshotRef that is missing,
+	// Failed or part of a cycle is waited for before the object is Failed
+	// (default DefaultReferenceDeadline).
+	ReferenceDeadline time.Duration
 	// Now is the clock (tests); time.Now when nil.
 	Now func() time.Time
 
@@ -88,7 +92,7 @@ func (r *SandboxSnapshotReconciler) reconcileSnapshot(ctx context.Context, snap 
 		// The content hash needs the base's own hash, so a recipe layered on
 		// a snapshot that is not ready yet has none.
 		if hash, baseWait := r.contentHash(ctx, snap); baseWait != "" {
-			res = r.waitForBase(snap, baseWait)
+			res, err = r.waitForBase(ctx, snap, baseWait)
 		} else {
 			res, err = r.reconcileRecipe(ctx, snap, hash)
 		}

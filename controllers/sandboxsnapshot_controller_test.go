@@ -494,7 +494,7 @@ var _ = Describe("SandboxSnapshot recipes", func() {
 			Env:     []sandboxv1.RecipeEnvVar{{Name: "X", Value: "1"}, {Name: "Y", Value: "2"}},
 			Setup:   []sandboxv1.RecipeCommand{sh("one", `echo shared > /vercel/sandbox/s.txt; sleep 1`)},
 		})
-		specA.ExpirationSeconds = ptr.To[int64](600)
+		specA.ExpirationSeconds = ptr.To[int64](3600)
 		newSnapshot(ns, a.Name, specA)
 		// Written differently, equal in content; a longer expiration than the
 		// driver's.
@@ -597,7 +597,7 @@ var _ = Describe("SandboxSnapshot recipes", func() {
 			BaseSnapshotRef: &sandboxv1.LocalObjectReference{Name: "base"},
 			Setup:           []sandboxv1.RecipeCommand{sh("layer", "cat /vercel/sandbox/base.txt > /vercel/sandbox/layer.txt; echo layer >> /vercel/sandbox/layer.txt")},
 		}))
-		Eventually(snapshotReason(layer)).Should(Equal(sandboxv1.ReasonWaitingForBase))
+		Eventually(snapshotReason(layer)).Should(Equal(sandboxv1.ReasonBaseSnapshotNotFound))
 
 		base := types.NamespacedName{Namespace: ns, Name: "base"}
 		newSnapshot(ns, base.Name, recipeSpec(sandboxv1.SnapshotRecipe{
@@ -640,31 +640,37 @@ var _ = Describe("SandboxSnapshot recipes", func() {
 		Consistently(builderCreates, 2*pollInterval).Should(Equal(1))
 	})
 
-	It("turns Expired when Vercel expires the snapshot, then rebuilds it", func() {
+	It("turns Expired when its expiry passes, then rebuilds it", Serial, func() {
 		key := types.NamespacedName{Namespace: ns, Name: "short-lived"}
 		spec := recipeSpec(sandboxv1.SnapshotRecipe{Runtime: node("node24"), Setup: []sandboxv1.RecipeCommand{sh("mark", "date > /vercel/sandbox/built-at")}})
-		spec.ExpirationSeconds = ptr.To[int64](4)
+		spec.ExpirationSeconds = ptr.To[int64](3600) // the shortest the CRD allows
 		newSnapshot(ns, key.Name, spec)
 		first := waitSnapshotReady(key, 90*time.Second).Status
 		Expect(first.ExpiresAt).NotTo(BeNil())
 		Expect(emuSnapshot(first.SnapshotID).ExpiresAt).To(BeNumerically(">", 0))
+		agePast(first.ExpiresAt.Time)
 		Eventually(func(g Gomega) {
 			st := getSnapshotObj(key).Status
 			g.Expect(st.SnapshotID).NotTo(Equal(first.SnapshotID))
 			g.Expect(st.ReadyToUse).To(BeTrue())
 		}, 60*time.Second).Should(Succeed())
-		Expect(emuSnapshot(first.SnapshotID).Status).To(Equal(vercel.SnapshotDeleted))
+		snapshotClock.Set(0)
+		// Expired by the controller's clock, not yet Vercel's: the controller
+		// retires it once the new one serves.
+		Eventually(func() vercel.SnapshotStatus { return emuSnapshot(first.SnapshotID).Status }).Should(Equal(vercel.SnapshotDeleted))
 		expectEvent(key, "Warning Expired")
 		Expect(builderCreates()).To(BeNumerically(">=", 2))
 		deleteAndWait(key)
 	})
 
-	It("rebuilds a snapshot older than maxAgeSeconds with no gap in readiness, then retires the old one", func() {
+	It("rebuilds a snapshot older than maxAgeSeconds with no gap in readiness, then retires the old one", Serial, func() {
 		key := types.NamespacedName{Namespace: ns, Name: "fresh"}
 		spec := recipeSpec(sandboxv1.SnapshotRecipe{Runtime: node("node24"), Setup: []sandboxv1.RecipeCommand{sh("slow", "sleep 2; date > /vercel/sandbox/built-at")}})
-		spec.MaxAgeSeconds = ptr.To[int64](5)
+		spec.MaxAgeSeconds = ptr.To[int64](3600) // the shortest the CRD allows
 		newSnapshot(ns, key.Name, spec)
-		first := waitSnapshotReady(key, 90*time.Second).Status.SnapshotID
+		ready := waitSnapshotReady(key, 90*time.Second).Status
+		first := ready.SnapshotID
+		agePast(ready.CreatedAt.Add(time.Hour))
 		sawRebuilding := false
 		deadline := time.Now().Add(60 * time.Second)
 		for {
@@ -674,6 +680,7 @@ var _ = Describe("SandboxSnapshot recipes", func() {
 				sawRebuilding = true
 			}
 			if s.Status.SnapshotID != first {
+				snapshotClock.Set(0)
 				break
 			}
 			Expect(time.Now()).To(BeTemporally("<", deadline), "no rebuild")
@@ -685,6 +692,18 @@ var _ = Describe("SandboxSnapshot recipes", func() {
 		deleteAndWait(key)
 	})
 })
+
+// agePast moves the SandboxSnapshot controller's clock to just past t, a time
+// about an hour ahead, until the spec ends. It first lets a few seconds pass,
+// so that a snapshot built after this call is still younger than the one
+// whose time t is: the clock then reads past t, but not yet past the same
+// moment of the new snapshot, and exactly one rebuild starts.
+func agePast(t time.Time) {
+	GinkgoHelper()
+	DeferCleanup(func() { snapshotClock.Set(0) })
+	time.Sleep(6 * time.Second)
+	snapshotClock.Set(time.Until(t) + 2*time.Second)
+}
 
 var _ = Describe("SandboxSnapshot samples", func() {
 	It("are accepted by the API server", func() {

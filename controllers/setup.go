@@ -33,6 +33,8 @@ type Options struct {
 	BackoffCap       time.Duration
 	MaxSessionLength time.Duration
 	ShutdownWarning  time.Duration
+	// ReferenceDeadline: see SandboxReconciler.ReferenceDeadline.
+	ReferenceDeadline time.Duration
 }
 
 // DefaultReconcileTimeout bounds a reconcile: a few Vercel calls of at most
@@ -104,6 +106,7 @@ func SetupWithManager(mgr ctrl.Manager, vc vercel.Config, o Options) error {
 		BackoffCap:              o.BackoffCap,
 		MaxSessionLength:        o.MaxSessionLength,
 		ShutdownWarning:         o.ShutdownWarning,
+		ReferenceDeadline:       o.ReferenceDeadline,
 		VercelHealth:            health,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the Sandbox controller: %w", err)
@@ -116,6 +119,7 @@ func SetupWithManager(mgr ctrl.Manager, vc vercel.Config, o Options) error {
 		PollInterval:            o.PollInterval,
 		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 		BackoffCap:              o.BackoffCap,
+		ReferenceDeadline:       o.ReferenceDeadline,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the SandboxSnapshot controller: %w", err)
 	}

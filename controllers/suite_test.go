@@ -62,6 +62,22 @@ var (
 
 const pollInterval = 2 * time.Second
 
+// referenceDeadline is the managers' --reference-deadline: short, so that the
+// specs of unresolved references see an object fail.
+const referenceDeadline = 10 * time.Second
+
+// snapshotClock is the SandboxSnapshot controller's clock: real time plus an
+// offset that a Serial spec moves forward to age a snapshot by an hour
+// (maxAgeSeconds and expirationSeconds are at least that) without waiting.
+var snapshotClock = &offsetClock{}
+
+type offsetClock struct{ offset atomic.Int64 }
+
+func (c *offsetClock) Now() time.Time { return time.Now().Add(time.Duration(c.offset.Load())) }
+
+// Set makes Now read real time plus d.
+func (c *offsetClock) Set(d time.Duration) { c.offset.Store(int64(d)) }
+
 func TestControllers(t *testing.T) {
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "Controllers Suite")
@@ -141,6 +157,7 @@ func startManager(scheme *runtime.Scheme) {
 		Recorder:                mgr.GetEventRecorder("sandbox-controller"),
 		PollInterval:            pollInterval,
 		MaxConcurrentReconciles: 4,
+		ReferenceDeadline:       referenceDeadline,
 	}).SetupWithManager(mgr)
 	Expect(err).NotTo(HaveOccurred())
 	err = (&controllers.SandboxSnapshotReconciler{
@@ -150,6 +167,8 @@ func startManager(scheme *runtime.Scheme) {
 		Recorder:                mgr.GetEventRecorder("sandboxsnapshot-controller"),
 		PollInterval:            pollInterval,
 		MaxConcurrentReconciles: 4,
+		ReferenceDeadline:       referenceDeadline,
+		Now:                     snapshotClock.Now,
 	}).SetupWithManager(mgr)
 	Expect(err).NotTo(HaveOccurred())
 	err = (&controllers.SandboxForkReconciler{

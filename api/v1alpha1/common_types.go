@@ -11,6 +11,12 @@ const (
 	// Vercel and to the API server included; False with the error's reason
 	// (one of the reasons below marked Synced=False) otherwise.
 	ConditionSynced = "Synced"
+	// ConditionResolvedRefs is set on objects that name another object of
+	// this operator (a Sandbox's spec.source.snapshotRef, a recipe's
+	// baseSnapshotRef): True while it exists and can become usable, False
+	// with a reason saying why not. Its lastTransitionTime starts the
+	// manager's --reference-deadline, after which the object is Failed.
+	ConditionResolvedRefs = "ResolvedRefs"
 )
 
 // Finalizers the controllers keep on their objects until the remote side is
@@ -35,6 +41,9 @@ const (
 const (
 	// ReasonReconciled is set on Synced=True after a reconcile that succeeded.
 	ReasonReconciled = "Reconciled"
+	// ReasonResolved is set on ResolvedRefs=True: every object the spec
+	// names exists.
+	ReasonResolved = "Resolved"
 	// ReasonNotFound is set on Ready=False when the remote object vanished
 	// outside the operator, and on Synced=False when Vercel answered 404.
 	ReasonNotFound = "NotFound"
@@ -102,10 +111,12 @@ const (
 
 // LocalObjectReference names an object in the same namespace.
 type LocalObjectReference struct {
-	// name of the referenced object.
+	// name of the referenced object: a Kubernetes object name (lowercase
+	// letters, digits, '-' and '.').
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	Name string `json:"name"`
 }
 
@@ -117,6 +128,7 @@ type SecretKeySelector struct {
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	Name string `json:"name"`
 	// key within the Secret's data.
 	// +required

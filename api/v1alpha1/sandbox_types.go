@@ -19,6 +19,18 @@ const (
 	// ReasonWaitingForSnapshot is set on Ready=False while spec.source.snapshotRef
 	// names a SandboxSnapshot that is not ready to use.
 	ReasonWaitingForSnapshot = "WaitingForSnapshot"
+	// ReasonSnapshotRefNotFound is set on ResolvedRefs=False and Ready=False
+	// while spec.source.snapshotRef names a SandboxSnapshot that does not
+	// exist; past the manager's --reference-deadline the Sandbox is Failed.
+	ReasonSnapshotRefNotFound = "SnapshotRefNotFound"
+	// ReasonSnapshotRefFailed is set on ResolvedRefs=False and Ready=False
+	// while spec.source.snapshotRef names a SandboxSnapshot that is Failed;
+	// past the manager's --reference-deadline the Sandbox is Failed too.
+	ReasonSnapshotRefFailed = "SnapshotRefFailed"
+	// ReasonShutdownTimePassed is set on Ready=False (phase Failed) when
+	// spec.shutdownTime had passed before the Vercel sandbox was created: none
+	// is created. A later shutdownTime (or none) creates it.
+	ReasonShutdownTimePassed = "ShutdownTimePassed"
 	// ReasonSessionStopped is set on Ready=False when the current session stopped.
 	ReasonSessionStopped = "SessionStopped"
 	// ReasonSessionFailed is set on Ready=False when the session failed to start.
@@ -78,7 +90,9 @@ const (
 	// AnnotationLastActivity is the client's activity heartbeat, an RFC 3339
 	// time. The controller keeps the session running until timeoutSeconds past
 	// the latest of the session start and this time, and a heartbeat newer than
-	// an idle stop resumes the sandbox.
+	// an idle stop resumes the sandbox. A time in the future counts as now;
+	// one more than a minute ahead is rewritten to the time it was seen (with
+	// a Warning event HeartbeatInFuture), so it cannot keep a sandbox awake.
 	AnnotationLastActivity = "sandbox.sentry.io/last-activity"
 	// AnnotationPaused set to "true" stops reconciling the object, of any of
 	// the three kinds (for maintenance): nothing is called in Vercel, no
@@ -192,9 +206,11 @@ type GitSource struct {
 	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:Pattern=`^(https?|git|ssh|file)://\S+$`
 	URL string `json:"url"`
-	// revision (branch, tag or commit) to check out; the default branch when empty.
+	// revision (branch, tag or commit) to check out; the default branch when
+	// empty. No whitespace, and it must not start with '-'.
 	// +optional
 	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^[^-\s\x00-\x1f\x7f][^\s\x00-\x1f\x7f]*$`
 	Revision string `json:"revision,omitempty"`
 	// depth of a shallow clone; a full clone when unset.
 	// +optional
@@ -213,6 +229,7 @@ type GitCredentials struct {
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	SecretName string `json:"secretName"`
 }
 
@@ -296,12 +313,14 @@ type HeaderInjection struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:Pattern=`^(\*\.)?[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*$`
 	Domain string `json:"domain"`
-	// headers to add, each with its value from a Secret.
+	// headers to add, each with its value from a Secret. Names are unique,
+	// ignoring case (HTTP header names are case-insensitive).
 	// +required
 	// +listType=map
 	// +listMapKey=name
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:XValidation:rule="self.all(h, self.filter(o, o.name.lowerAscii() == h.name.lowerAscii()).size() == 1)",message="header names must be unique, ignoring case"
 	Headers []InjectedHeader `json:"headers"`
 }
 
@@ -375,10 +394,11 @@ type SandboxSpec struct {
 	// after the latest of its start and the client's heartbeat (the
 	// sandbox.sentry.io/last-activity annotation, RFC 3339), never beyond the
 	// plan's maximum session length; then it stops and the Sandbox is Idle.
-	// Defaults to 300.
+	// 1 to 86400 (24 h, Vercel's longest session); defaults to 300.
 	// +optional
 	// +kubebuilder:default=300
 	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=86400
 	TimeoutSeconds *int64 `json:"timeoutSeconds,omitempty"`
 	// env is given to every command in the sandbox.
 	// +optional
@@ -418,6 +438,9 @@ type SandboxSpec struct {
 	// shutdownTime is an absolute end of life: at this time the sandbox is
 	// stopped or deleted, per shutdownPolicy. A ShutdownWarning event is
 	// emitted a few minutes before (the manager's --shutdown-warning flag).
+	// A time that has already passed when the Sandbox is first reconciled
+	// creates nothing in Vercel: the Sandbox is Failed with reason
+	// ShutdownTimePassed (under shutdownPolicy Delete it is deleted).
 	// +optional
 	ShutdownTime *metav1.Time `json:"shutdownTime,omitempty"`
 	// shutdownPolicy: Stop (default) stops the session at shutdownTime and keeps
@@ -502,7 +525,8 @@ type SandboxStatus struct {
 	Phase SandboxPhase `json:"phase,omitempty"`
 	// conditions: Ready (the session runs and setup succeeded), Synced (the
 	// last reconcile reached Vercel and succeeded), Resumable (a stopped
-	// session can be resumed) and Paused (reconciling is paused by annotation).
+	// session can be resumed), Paused (reconciling is paused by annotation)
+	// and, with a snapshotRef source, ResolvedRefs (the SandboxSnapshot exists).
 	// +optional
 	// +listType=map
 	// +listMapKey=type

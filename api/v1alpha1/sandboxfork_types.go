@@ -140,11 +140,22 @@ type SourceSandboxSpec struct {
 
 // ForkChildMetadata is the metadata every child gets.
 type ForkChildMetadata struct {
-	// labels added to every child (the lineage labels are always set too).
+	// labels added to every child (the lineage labels are always set too): at
+	// most 64; keys are label keys (an optional DNS prefix and '/', then a
+	// name of at most 63 characters), values at most 63 characters. (The
+	// characters of a value are checked when a child is created: a check here
+	// would exceed the API server's validation cost budget.)
 	// +optional
+	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !format.qualifiedName().validate(k).hasValue())",message="spec.template.metadata.labels: each key must be a valid label key ([prefix/]name, name at most 63 characters)"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, self[k].size() <= 63)",message="spec.template.metadata.labels: each value must be at most 63 characters"
 	Labels map[string]string `json:"labels,omitempty"`
-	// annotations added to every child.
+	// annotations added to every child: at most 64, keys like label keys,
+	// values at most 4096 characters.
 	// +optional
+	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !format.qualifiedName().validate(k).hasValue())",message="spec.template.metadata.annotations: each key must be a valid annotation key ([prefix/]name, name at most 63 characters)"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, self[k].size() <= 4096)",message="spec.template.metadata.annotations: each value must be at most 4096 characters"
 	Annotations map[string]string `json:"annotations,omitempty"`
 }
 
@@ -160,9 +171,10 @@ type SandboxOverrides struct {
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=128
 	Env []EnvVar `json:"env,omitempty"`
-	// timeoutSeconds is the children's idle window.
+	// timeoutSeconds is the children's idle window, 1 to 86400 (24 h).
 	// +optional
 	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=86400
 	TimeoutSeconds *int64 `json:"timeoutSeconds,omitempty"`
 	// ports the children expose (at most 15, 1024–65535, not 23456).
 	// +optional
@@ -201,10 +213,11 @@ type SandboxForkSpec struct {
 	// +optional
 	KeepSourceRunning bool `json:"keepSourceRunning,omitempty"`
 	// failureDeadlineSeconds: a source that is missing or not capturable for
-	// this long fails the fork. Defaults to 600.
+	// this long fails the fork. 1 to 604800 (7 days); defaults to 600.
 	// +optional
 	// +kubebuilder:default=600
 	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=604800
 	FailureDeadlineSeconds *int64 `json:"failureDeadlineSeconds,omitempty"`
 	// deletionPolicy: Delete (default) deletes the children and the fork's own
 	// snapshot with the fork; Retain releases them (they stay, unowned).

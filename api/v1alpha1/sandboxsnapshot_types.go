@@ -18,6 +18,19 @@ const (
 	// ReasonWaitingForBase is set on Ready=False while a recipe's
 	// baseSnapshotRef is not ready to use.
 	ReasonWaitingForBase = "WaitingForBase"
+	// ReasonBaseSnapshotNotFound is set on ResolvedRefs=False and Ready=False
+	// while a recipe's baseSnapshotRef names a SandboxSnapshot that does not
+	// exist; past the manager's --reference-deadline the object is Failed.
+	ReasonBaseSnapshotNotFound = "BaseSnapshotNotFound"
+	// ReasonBaseSnapshotCycle is set on ResolvedRefs=False and Ready=False
+	// while following baseSnapshotRef from this object leads back to an
+	// object already visited, so no base can ever be built; past the
+	// manager's --reference-deadline the object is Failed.
+	ReasonBaseSnapshotCycle = "BaseSnapshotCycle"
+	// ReasonBaseSnapshotFailed is set on ResolvedRefs=False and Ready=False
+	// while a recipe's baseSnapshotRef names a SandboxSnapshot that is
+	// Failed; past the manager's --reference-deadline this one is Failed too.
+	ReasonBaseSnapshotFailed = "BaseSnapshotFailed"
 	// ReasonCapturing is set on Ready=False while Vercel captures the source.
 	ReasonCapturing = "Capturing"
 	// ReasonCaptureFailed is set on Ready=False when the captured session
@@ -176,9 +189,11 @@ type RecipeRepository struct {
 	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:Pattern=`^(https?|git|ssh|file)://[^@\s]+$`
 	URL string `json:"url"`
-	// revision (branch, tag or commit) to check out; the default branch when empty.
+	// revision (branch, tag or commit) to check out; the default branch when
+	// empty. No whitespace, and it must not start with '-'.
 	// +optional
 	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^[^-\s\x00-\x1f\x7f][^\s\x00-\x1f\x7f]*$`
 	Revision string `json:"revision,omitempty"`
 	// path relative to /vercel/sandbox to clone into.
 	// +required
@@ -266,14 +281,22 @@ type SandboxSnapshotSpec struct {
 	// +optional
 	KeepSourceRunning bool `json:"keepSourceRunning,omitempty"`
 	// expirationSeconds is how long after its last use Vercel keeps a snapshot
-	// this object creates; 0 = never expire; Vercel's default when unset.
+	// this object creates: 0 (never expire) or 3600 (one hour) to 31536000
+	// (365 days); Vercel's default (30 days) when unset. A recipe snapshot is
+	// rebuilt when it expires, so a shorter time would rebuild it nonstop.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=31536000
+	// +kubebuilder:validation:XValidation:rule="self == 0 || self >= 3600",message="spec.expirationSeconds must be 0 (never expire) or at least 3600 (one hour)"
 	ExpirationSeconds *int64 `json:"expirationSeconds,omitempty"`
 	// maxAgeSeconds rebuilds a recipe snapshot once it is older; the old
-	// snapshot is served until the new one is ready, then retired.
+	// snapshot is served until the new one is ready, then retired. 3600 (one
+	// hour) to 31536000 (365 days): a build takes minutes, and every
+	// SandboxSnapshot sharing the build rebuilds at the smallest maxAgeSeconds
+	// among them.
 	// +optional
-	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Minimum=3600
+	// +kubebuilder:validation:Maximum=31536000
 	MaxAgeSeconds *int64 `json:"maxAgeSeconds,omitempty"`
 	// deletionPolicy: Delete (default) deletes the Vercel snapshot with this
 	// object, unless another SandboxSnapshot still uses it; Retain leaves it.
@@ -401,8 +424,9 @@ type SandboxSnapshotStatus struct {
 	// lastError is the last error met, kept until the next success.
 	// +optional
 	LastError *ErrorStatus `json:"lastError,omitempty"`
-	// conditions: Ready (sandboxes can boot from the snapshot) and Synced (the
-	// last reconcile reached Vercel and succeeded).
+	// conditions: Ready (sandboxes can boot from the snapshot), Synced (the
+	// last reconcile reached Vercel and succeeded) and, for a recipe with a
+	// baseSnapshotRef, ResolvedRefs (the chain of bases exists, without a cycle).
 	// +optional
 	// +listType=map
 	// +listMapKey=type

@@ -46,6 +46,7 @@ func main() {
 		vercelTimeouts         vercelTimeoutFlags
 		maxSessionLength       time.Duration
 		shutdownWarning        time.Duration
+		referenceDeadline      time.Duration
 		kubeQPS                float64
 		kubeBurst              int
 	)
@@ -78,6 +79,7 @@ func main() {
 	flag.DurationVar(&vercelTimeouts.reconcile, "reconcile-timeout", controllers.DefaultReconcileTimeout, "Deadline of each reconcile; must be longer than --vercel-call-timeout.")
 	flag.DurationVar(&maxSessionLength, "max-session-length", controllers.DefaultMaxSessionLength, "The Vercel plan's maximum session length: heartbeats never extend a session beyond it (Pro and Enterprise 24h, Hobby 45m).")
 	flag.DurationVar(&shutdownWarning, "shutdown-warning", controllers.DefaultShutdownWarning, "How long before a Sandbox's spec.shutdownTime the ShutdownWarning event is emitted.")
+	flag.DurationVar(&referenceDeadline, "reference-deadline", controllers.DefaultReferenceDeadline, "How long a Sandbox's snapshotRef or a recipe's baseSnapshotRef may name a SandboxSnapshot that does not exist, is Failed, or (for bases) forms a cycle, before the object is Failed.")
 	flag.Float64Var(&kubeQPS, "kube-api-qps", 0, "Client-side limit of Kubernetes API requests per second; 0 keeps controller-runtime's default of none (the API server's priority and fairness applies), a negative value also disables it.")
 	flag.IntVar(&kubeBurst, "kube-api-burst", 0, "Burst allowed above --kube-api-qps when that is positive (default twice the QPS).")
 	opts := zap.Options{Development: false}
@@ -183,6 +185,7 @@ func main() {
 		BackoffCap:              backoffCap,
 		MaxSessionLength:        maxSessionLength,
 		ShutdownWarning:         shutdownWarning,
+		ReferenceDeadline:       referenceDeadline,
 	}); err != nil {
 		log.Error(err, "Failed to set up the controllers")
 		os.Exit(1)
