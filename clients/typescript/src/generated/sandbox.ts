@@ -101,6 +101,7 @@ export interface SandboxSpec {
          *
          * minLength: 1
          * maxLength: 253
+         * pattern: ^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$
          */
         name: string;
       };
@@ -136,10 +137,12 @@ export interface SandboxSpec {
        */
       domain: string;
       /**
-       * headers to add, each with its value from a Secret.
+       * headers to add, each with its value from a Secret. Names are unique,
+       * ignoring case (HTTP header names are case-insensitive).
        *
        * minItems: 1
        * maxItems: 16
+       * Validated: header names must be unique, ignoring case
        */
       headers: Array<{
         /**
@@ -171,6 +174,7 @@ export interface SandboxSpec {
              *
              * minLength: 1
              * maxLength: 253
+             * pattern: ^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$
              */
             name: string;
           };
@@ -275,6 +279,9 @@ export interface SandboxSpec {
    * shutdownTime is an absolute end of life: at this time the sandbox is
    * stopped or deleted, per shutdownPolicy. A ShutdownWarning event is
    * emitted a few minutes before (the manager's --shutdown-warning flag).
+   * A time that has already passed when the Sandbox is first reconciled
+   * creates nothing in Vercel: the Sandbox is Failed with reason
+   * ShutdownTimePassed (under shutdownPolicy Delete it is deleted).
    *
    * Format: RFC 3339 time, e.g. "2026-01-02T15:04:05Z".
    */
@@ -301,6 +308,7 @@ export interface SandboxSpec {
          *
          * minLength: 1
          * maxLength: 253
+         * pattern: ^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$
          */
         secretName: string;
       };
@@ -311,9 +319,11 @@ export interface SandboxSpec {
        */
       depth?: number;
       /**
-       * revision (branch, tag or commit) to check out; the default branch when empty.
+       * revision (branch, tag or commit) to check out; the default branch when
+       * empty. No whitespace, and it must not start with '-'.
        *
        * maxLength: 256
+       * pattern: ^[^-\s\x00-\x1f\x7f][^\s\x00-\x1f\x7f]*$
        */
       revision?: string;
       /**
@@ -344,10 +354,12 @@ export interface SandboxSpec {
      */
     snapshotRef?: {
       /**
-       * name of the referenced object.
+       * name of the referenced object: a Kubernetes object name (lowercase
+       * letters, digits, '-' and '.').
        *
        * minLength: 1
        * maxLength: 253
+       * pattern: ^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$
        */
       name: string;
     };
@@ -379,10 +391,11 @@ export interface SandboxSpec {
    * after the latest of its start and the client's heartbeat (the
    * sandbox.sentry.io/last-activity annotation, RFC 3339), never beyond the
    * plan's maximum session length; then it stops and the Sandbox is Idle.
-   * Defaults to 300.
+   * 1 to 86400 (24 h, Vercel's longest session); defaults to 300.
    *
    * @default 300
    * minimum: 1
+   * maximum: 86400
    */
   timeoutSeconds?: number;
 }
@@ -411,7 +424,8 @@ export interface SandboxStatus {
   /**
    * conditions: Ready (the session runs and setup succeeded), Synced (the
    * last reconcile reached Vercel and succeeded), Resumable (a stopped
-   * session can be resumed) and Paused (reconciling is paused by annotation).
+   * session can be resumed), Paused (reconciling is paused by annotation)
+   * and, with a snapshotRef source, ResolvedRefs (the SandboxSnapshot exists).
    *
    * maxItems: 32
    */

@@ -60,10 +60,11 @@ export interface SandboxForkSpec {
   deletionPolicy?: "Delete" | "Retain";
   /**
    * failureDeadlineSeconds: a source that is missing or not capturable for
-   * this long fails the fork. Defaults to 600.
+   * this long fails the fork. 1 to 604800 (7 days); defaults to 600.
    *
    * @default 600
    * minimum: 1
+   * maximum: 604800
    */
   failureDeadlineSeconds?: number;
   /**
@@ -94,10 +95,12 @@ export interface SandboxForkSpec {
      */
     sandboxRef?: {
       /**
-       * name of the referenced object.
+       * name of the referenced object: a Kubernetes object name (lowercase
+       * letters, digits, '-' and '.').
        *
        * minLength: 1
        * maxLength: 253
+       * pattern: ^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$
        */
       name: string;
     };
@@ -106,10 +109,12 @@ export interface SandboxForkSpec {
      */
     snapshotRef?: {
       /**
-       * name of the referenced object.
+       * name of the referenced object: a Kubernetes object name (lowercase
+       * letters, digits, '-' and '.').
        *
        * minLength: 1
        * maxLength: 253
+       * pattern: ^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$
        */
       name: string;
     };
@@ -132,11 +137,22 @@ export interface SandboxForkSpec {
      */
     metadata?: {
       /**
-       * annotations added to every child.
+       * annotations added to every child: at most 64, keys like label keys,
+       * values at most 4096 characters.
+       *
+       * Validated: spec.template.metadata.annotations: each key must be a valid annotation key ([prefix/]name, name at most 63 characters)
+       * Validated: spec.template.metadata.annotations: each value must be at most 4096 characters
        */
       annotations?: { [key: string]: string };
       /**
-       * labels added to every child (the lineage labels are always set too).
+       * labels added to every child (the lineage labels are always set too): at
+       * most 64; keys are label keys (an optional DNS prefix and '/', then a
+       * name of at most 63 characters), values at most 63 characters. (The
+       * characters of a value are checked when a child is created: a check here
+       * would exceed the API server's validation cost budget.)
+       *
+       * Validated: spec.template.metadata.labels: each key must be a valid label key ([prefix/]name, name at most 63 characters)
+       * Validated: spec.template.metadata.labels: each value must be at most 63 characters
        */
       labels?: { [key: string]: string };
     };
@@ -185,6 +201,7 @@ export interface SandboxForkSpec {
              *
              * minLength: 1
              * maxLength: 253
+             * pattern: ^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$
              */
             name: string;
           };
@@ -220,10 +237,12 @@ export interface SandboxForkSpec {
            */
           domain: string;
           /**
-           * headers to add, each with its value from a Secret.
+           * headers to add, each with its value from a Secret. Names are unique,
+           * ignoring case (HTTP header names are case-insensitive).
            *
            * minItems: 1
            * maxItems: 16
+           * Validated: header names must be unique, ignoring case
            */
           headers: Array<{
             /**
@@ -255,6 +274,7 @@ export interface SandboxForkSpec {
                  *
                  * minLength: 1
                  * maxLength: 253
+                 * pattern: ^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$
                  */
                 name: string;
               };
@@ -295,9 +315,10 @@ export interface SandboxForkSpec {
        */
       state?: "Running" | "Stopped";
       /**
-       * timeoutSeconds is the children's idle window.
+       * timeoutSeconds is the children's idle window, 1 to 86400 (24 h).
        *
        * minimum: 1
+       * maximum: 86400
        */
       timeoutSeconds?: number;
     };
@@ -446,10 +467,12 @@ export interface SandboxForkStatus {
    */
   snapshotRef?: {
     /**
-     * name of the referenced object.
+     * name of the referenced object: a Kubernetes object name (lowercase
+     * letters, digits, '-' and '.').
      *
      * minLength: 1
      * maxLength: 253
+     * pattern: ^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$
      */
     name: string;
   };

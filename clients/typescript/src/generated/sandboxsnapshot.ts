@@ -63,9 +63,13 @@ export interface SandboxSnapshotSpec {
   deletionPolicy?: "Delete" | "Retain";
   /**
    * expirationSeconds is how long after its last use Vercel keeps a snapshot
-   * this object creates; 0 = never expire; Vercel's default when unset.
+   * this object creates: 0 (never expire) or 3600 (one hour) to 31536000
+   * (365 days); Vercel's default (30 days) when unset. A recipe snapshot is
+   * rebuilt when it expires, so a shorter time would rebuild it nonstop.
    *
    * minimum: 0
+   * maximum: 31536000
+   * Validated: spec.expirationSeconds must be 0 (never expire) or at least 3600 (one hour)
    */
   expirationSeconds?: number;
   /**
@@ -75,9 +79,13 @@ export interface SandboxSnapshotSpec {
   keepSourceRunning?: boolean;
   /**
    * maxAgeSeconds rebuilds a recipe snapshot once it is older; the old
-   * snapshot is served until the new one is ready, then retired.
+   * snapshot is served until the new one is ready, then retired. 3600 (one
+   * hour) to 31536000 (365 days): a build takes minutes, and every
+   * SandboxSnapshot sharing the build rebuilds at the smallest maxAgeSeconds
+   * among them.
    *
-   * minimum: 1
+   * minimum: 3600
+   * maximum: 31536000
    */
   maxAgeSeconds?: number;
   /**
@@ -102,10 +110,12 @@ export interface SandboxSnapshotSpec {
        */
       baseSnapshotRef?: {
         /**
-         * name of the referenced object.
+         * name of the referenced object: a Kubernetes object name (lowercase
+         * letters, digits, '-' and '.').
          *
          * minLength: 1
          * maxLength: 253
+         * pattern: ^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$
          */
         name: string;
       };
@@ -155,6 +165,7 @@ export interface SandboxSnapshotSpec {
            *
            * minLength: 1
            * maxLength: 253
+           * pattern: ^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$
            */
           secretName: string;
         };
@@ -174,9 +185,11 @@ export interface SandboxSnapshotSpec {
          */
         path: string;
         /**
-         * revision (branch, tag or commit) to check out; the default branch when empty.
+         * revision (branch, tag or commit) to check out; the default branch when
+         * empty. No whitespace, and it must not start with '-'.
          *
          * maxLength: 256
+         * pattern: ^[^-\s\x00-\x1f\x7f][^\s\x00-\x1f\x7f]*$
          */
         revision?: string;
         /**
@@ -290,10 +303,12 @@ export interface SandboxSnapshotSpec {
      */
     sandboxRef?: {
       /**
-       * name of the referenced object.
+       * name of the referenced object: a Kubernetes object name (lowercase
+       * letters, digits, '-' and '.').
        *
        * minLength: 1
        * maxLength: 253
+       * pattern: ^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$
        */
       name: string;
     };
@@ -424,8 +439,9 @@ export interface SandboxSnapshotStatus {
     vercelName?: string;
   };
   /**
-   * conditions: Ready (sandboxes can boot from the snapshot) and Synced (the
-   * last reconcile reached Vercel and succeeded).
+   * conditions: Ready (sandboxes can boot from the snapshot), Synced (the
+   * last reconcile reached Vercel and succeeded) and, for a recipe with a
+   * baseSnapshotRef, ResolvedRefs (the chain of bases exists, without a cycle).
    *
    * maxItems: 32
    */
@@ -620,6 +636,7 @@ export interface SandboxSnapshotStatus {
            *
            * minLength: 1
            * maxLength: 253
+           * pattern: ^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$
            */
           name: string;
         };
@@ -655,10 +672,12 @@ export interface SandboxSnapshotStatus {
          */
         domain: string;
         /**
-         * headers to add, each with its value from a Secret.
+         * headers to add, each with its value from a Secret. Names are unique,
+         * ignoring case (HTTP header names are case-insensitive).
          *
          * minItems: 1
          * maxItems: 16
+         * Validated: header names must be unique, ignoring case
          */
         headers: Array<{
           /**
@@ -690,6 +709,7 @@ export interface SandboxSnapshotStatus {
                *
                * minLength: 1
                * maxLength: 253
+               * pattern: ^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$
                */
               name: string;
             };

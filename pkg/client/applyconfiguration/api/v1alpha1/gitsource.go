@@ -15,7 +15,8 @@ package v1alpha1
 type GitSourceApplyConfiguration struct {
 	// url of the repository (https, http, git, ssh or file scheme).
 	URL *string `json:"url,omitempty"`
-	// revision (branch, tag or commit) to check out; the default branch when empty.
+	// revision (branch, tag or commit) to check out; the default branch when
+	// empty. No whitespace, and it must not start with '-'.
 	Revision *string `json:"revision,omitempty"`
 	// depth of a shallow clone; a full clone when unset.
 	Depth *int32 `json:"depth,omitempty"`

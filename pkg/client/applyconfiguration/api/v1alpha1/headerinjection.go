@@ -15,7 +15,8 @@ package v1alpha1
 type HeaderInjectionApplyConfiguration struct {
 	// domain the headers are added for.
 	Domain *string `json:"domain,omitempty"`
-	// headers to add, each with its value from a Secret.
+	// headers to add, each with its value from a Secret. Names are unique,
+	// ignoring case (HTTP header names are case-insensitive).
 	Headers []InjectedHeaderApplyConfiguration `json:"headers,omitempty"`
 }
 

@@ -13,7 +13,8 @@ package v1alpha1
 //
 // LocalObjectReference names an object in the same namespace.
 type LocalObjectReferenceApplyConfiguration struct {
-	// name of the referenced object.
+	// name of the referenced object: a Kubernetes object name (lowercase
+	// letters, digits, '-' and '.').
 	Name *string `json:"name,omitempty"`
 }
 

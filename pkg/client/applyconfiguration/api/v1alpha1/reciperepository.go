@@ -16,7 +16,8 @@ type RecipeRepositoryApplyConfiguration struct {
 	// url of the repository (https, http, git, ssh or file scheme). It must not
 	// carry credentials; use credentials instead.
 	URL *string `json:"url,omitempty"`
-	// revision (branch, tag or commit) to check out; the default branch when empty.
+	// revision (branch, tag or commit) to check out; the default branch when
+	// empty. No whitespace, and it must not start with '-'.
 	Revision *string `json:"revision,omitempty"`
 	// path relative to /vercel/sandbox to clone into.
 	Path *string `json:"path,omitempty"`

@@ -28,7 +28,7 @@ type SandboxForkSpecApplyConfiguration struct {
 	// stops its session). Only meaningful with sandboxRef.
 	KeepSourceRunning *bool `json:"keepSourceRunning,omitempty"`
 	// failureDeadlineSeconds: a source that is missing or not capturable for
-	// this long fails the fork. Defaults to 600.
+	// this long fails the fork. 1 to 604800 (7 days); defaults to 600.
 	FailureDeadlineSeconds *int64 `json:"failureDeadlineSeconds,omitempty"`
 	// deletionPolicy: Delete (default) deletes the children and the fork's own
 	// snapshot with the fork; Retain releases them (they stay, unowned).

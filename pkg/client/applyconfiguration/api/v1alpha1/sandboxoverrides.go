@@ -22,7 +22,7 @@ type SandboxOverridesApplyConfiguration struct {
 	Resources *SandboxResourcesApplyConfiguration `json:"resources,omitempty"`
 	// env of the children (replaces the source's list when set).
 	Env []EnvVarApplyConfiguration `json:"env,omitempty"`
-	// timeoutSeconds is the children's idle window.
+	// timeoutSeconds is the children's idle window, 1 to 86400 (24 h).
 	TimeoutSeconds *int64 `json:"timeoutSeconds,omitempty"`
 	// ports the children expose (at most 15, 1024–65535, not 23456).
 	Ports []int32 `json:"ports,omitempty"`

@@ -23,10 +23,15 @@ type SandboxSnapshotSpecApplyConfiguration struct {
 	// (Vercel stops a session when it snapshots it).
 	KeepSourceRunning *bool `json:"keepSourceRunning,omitempty"`
 	// expirationSeconds is how long after its last use Vercel keeps a snapshot
-	// this object creates; 0 = never expire; Vercel's default when unset.
+	// this object creates: 0 (never expire) or 3600 (one hour) to 31536000
+	// (365 days); Vercel's default (30 days) when unset. A recipe snapshot is
+	// rebuilt when it expires, so a shorter time would rebuild it nonstop.
 	ExpirationSeconds *int64 `json:"expirationSeconds,omitempty"`
 	// maxAgeSeconds rebuilds a recipe snapshot once it is older; the old
-	// snapshot is served until the new one is ready, then retired.
+	// snapshot is served until the new one is ready, then retired. 3600 (one
+	// hour) to 31536000 (365 days): a build takes minutes, and every
+	// SandboxSnapshot sharing the build rebuilds at the smallest maxAgeSeconds
+	// among them.
 	MaxAgeSeconds *int64 `json:"maxAgeSeconds,omitempty"`
 	// deletionPolicy: Delete (default) deletes the Vercel snapshot with this
 	// object, unless another SandboxSnapshot still uses it; Retain leaves it.

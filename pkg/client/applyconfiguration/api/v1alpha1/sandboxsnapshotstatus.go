@@ -47,8 +47,9 @@ type SandboxSnapshotStatusApplyConfiguration struct {
 	Build *SnapshotBuildStatusApplyConfiguration `json:"build,omitempty"`
 	// lastError is the last error met, kept until the next success.
 	LastError *ErrorStatusApplyConfiguration `json:"lastError,omitempty"`
-	// conditions: Ready (sandboxes can boot from the snapshot) and Synced (the
-	// last reconcile reached Vercel and succeeded).
+	// conditions: Ready (sandboxes can boot from the snapshot), Synced (the
+	// last reconcile reached Vercel and succeeded) and, for a recipe with a
+	// baseSnapshotRef, ResolvedRefs (the chain of bases exists, without a cycle).
 	Conditions []metav1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 	// observedGeneration is the spec generation the controller last acted on.
 	ObservedGeneration *int64 `json:"observedGeneration,omitempty"`

@@ -30,7 +30,7 @@ type SandboxSpecApplyConfiguration struct {
 	// after the latest of its start and the client's heartbeat (the
 	// sandbox.sentry.io/last-activity annotation, RFC 3339), never beyond the
 	// plan's maximum session length; then it stops and the Sandbox is Idle.
-	// Defaults to 300.
+	// 1 to 86400 (24 h, Vercel's longest session); defaults to 300.
 	TimeoutSeconds *int64 `json:"timeoutSeconds,omitempty"`
 	// env is given to every command in the sandbox.
 	Env []EnvVarApplyConfiguration `json:"env,omitempty"`
@@ -56,6 +56,9 @@ type SandboxSpecApplyConfiguration struct {
 	// shutdownTime is an absolute end of life: at this time the sandbox is
 	// stopped or deleted, per shutdownPolicy. A ShutdownWarning event is
 	// emitted a few minutes before (the manager's --shutdown-warning flag).
+	// A time that has already passed when the Sandbox is first reconciled
+	// creates nothing in Vercel: the Sandbox is Failed with reason
+	// ShutdownTimePassed (under shutdownPolicy Delete it is deleted).
 	ShutdownTime *v1.Time `json:"shutdownTime,omitempty"`
 	// shutdownPolicy: Stop (default) stops the session at shutdownTime and keeps
 	// it stopped; Delete deletes this object, and with it the Vercel sandbox

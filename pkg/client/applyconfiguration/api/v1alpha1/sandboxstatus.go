@@ -24,7 +24,8 @@ type SandboxStatusApplyConfiguration struct {
 	Phase *apiv1alpha1.SandboxPhase `json:"phase,omitempty"`
 	// conditions: Ready (the session runs and setup succeeded), Synced (the
 	// last reconcile reached Vercel and succeeded), Resumable (a stopped
-	// session can be resumed) and Paused (reconciling is paused by annotation).
+	// session can be resumed), Paused (reconciling is paused by annotation)
+	// and, with a snapshotRef source, ResolvedRefs (the SandboxSnapshot exists).
 	Conditions []v1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 	// observedGeneration is the spec generation the controller last acted on.
 	ObservedGeneration *int64 `json:"observedGeneration,omitempty"`
