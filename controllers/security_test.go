@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -151,6 +152,37 @@ var _ = Describe("Security: authorization at admission", func() {
 			By("alice, through " + route)
 			Expect(alice.Create(ctx, obj.DeepCopyObject().(client.Object), client.DryRunAll)).To(Succeed())
 		}
+	})
+
+	It("authorizes up to 24 distinct Secrets in one object, each checked, duplicates once", func() {
+		// The API server allows two authorizer checks per CEL expression and
+		// about 28 per policy; the policy checks them in pairs.
+		var env []sandboxv1.EnvVar
+		var names []string
+		for i := range 24 {
+			name := fmt.Sprintf("many-%02d", i)
+			names = append(names, name)
+			Expect(k8sClient.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: map[string][]byte{"key": []byte("v")}})).To(Succeed())
+			// Two variables per Secret: duplicates cost no second check.
+			for _, v := range []string{"A", "B"} {
+				env = append(env, sandboxv1.EnvVar{Name: fmt.Sprintf("%s_%02d", v, i), ValueFrom: &sandboxv1.EnvVarSource{SecretKeyRef: sandboxv1.SecretKeySelector{Name: name, Key: "key"}}})
+			}
+		}
+		grant("read-many", []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}, ResourceNames: names[:23]}}, "alice")
+		sbx := func(env []sandboxv1.EnvVar) *sandboxv1.Sandbox {
+			return &sandboxv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "many"}, Spec: sandboxv1.SandboxSpec{Source: runtimeSource("node24"), Env: env}}
+		}
+		By("alice may read 23 of them: refused, naming the pair with the 24th")
+		Eventually(func() error { return alice.Create(ctx, sbx(env[:46]), client.DryRunAll) }).Should(Succeed())
+		refused(alice.Create(ctx, sbx(env), client.DryRunAll), "user alice may not get every Secret", "many-22, many-23")
+		By("granted the 24th: admitted")
+		grant("read-24th", []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}, ResourceNames: names[23:]}}, "alice")
+		Eventually(func() error { return alice.Create(ctx, sbx(env), client.DryRunAll) }).Should(Succeed())
+		By("a 25th distinct Secret: refused with the bound in the message")
+		more := append(slices.Clone(env), sandboxv1.EnvVar{Name: "C", ValueFrom: &sandboxv1.EnvVarSource{SecretKeyRef: sandboxv1.SecretKeySelector{Name: aliceSecret, Key: "key"}}})
+		err := alice.Create(ctx, sbx(more), client.DryRunAll)
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("references 25 distinct Secrets; at most 24"))
 	})
 
 	It("checks every spec change of an object that references a Secret, not its metadata", func() {
