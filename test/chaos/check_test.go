@@ -196,3 +196,18 @@ func TestEvaluateFork(t *testing.T) {
 		t.Fatalf("a surplus child: %v", v.notConverged)
 	}
 }
+
+// A declaration the API server refuses is a missed target: the workload only
+// declares what is valid (a cost-limited admission policy once refused every
+// Sandbox with three Secret references, and the soak only listed them).
+func TestRefusalsAreMissed(t *testing.T) {
+	r := &Report{Verdict: &verdict{}}
+	if m := r.Missed(); len(m) != 0 {
+		t.Fatalf("empty report missed %v", m)
+	}
+	r.Refused = []string{"create Sandbox sbx-3: forbidden"}
+	m := r.Missed()
+	if len(m) != 1 || !strings.Contains(m[0], "1 workload declarations were refused") {
+		t.Fatalf("Missed() = %v, want the refusal", m)
+	}
+}

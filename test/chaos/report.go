@@ -59,6 +59,12 @@ func (r *Report) Missed() []string {
 	if n := len(r.Leaks); n > 0 {
 		out = append(out, fmt.Sprintf("canary values found %d times in manager logs, events or status", n))
 	}
+	// The workload declares only what is valid and can converge, so a
+	// refusal is a defect of the CRDs or admission policies (one refused every
+	// Sandbox with three Secret references once).
+	if n := len(r.Refused); n > 0 {
+		out = append(out, fmt.Sprintf("%d workload declarations were refused by the API server", n))
+	}
 	return out
 }
 
@@ -96,6 +102,7 @@ func (r *Report) Table() string {
 	row("Objects with more than one Vercel sandbox", fmt.Sprint(len(v.duplicates)), "0", len(v.duplicates) == 0)
 	row("Objects stuck Terminating", fmt.Sprint(len(v.terminating)), "0", len(v.terminating) == 0)
 	row(fmt.Sprintf("Canary values found in manager logs, events, status (%d issued)", r.Canaries), fmt.Sprint(len(r.Leaks)), "0", len(r.Leaks) == 0)
+	row("Workload declarations refused by the API server", fmt.Sprint(len(r.Refused)), "0", len(r.Refused) == 0)
 	total := r.Requests["total"]
 	row("Vercel requests per workload operation", fmt.Sprintf("%.2f (%d / %d)", ratio(total, r.WorkloadOps), total, r.WorkloadOps), "", true)
 	ops := make([]string, 0, len(r.Requests))
