@@ -19,7 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -210,13 +209,13 @@ const (
 
 // controllerOptions are the workqueue settings of every kind: n parallel
 // reconciles (at least one), and per-object exponential backoff after errors
-// from one second up to backoffCap (default one minute).
+// from one second up to backoffCap (default one minute), with jitter.
 func controllerOptions(n int, backoffCap time.Duration) controller.Options {
 	if backoffCap <= 0 {
 		backoffCap = time.Minute
 	}
 	return controller.Options{
 		MaxConcurrentReconciles: max(1, n),
-		RateLimiter:             workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, backoffCap),
+		RateLimiter:             newJitteredBackoff(time.Second, backoffCap),
 	}
 }
