@@ -70,16 +70,24 @@ func newListCommand(o *options) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		if outputFormat(pf) != "" {
+		if format := outputFormat(pf); format != "" {
+			p, err := pf.ToPrinter()
+			if err != nil {
+				return err
+			}
+			if format == "name" { // the name printer takes one object at a time
+				for _, it := range items {
+					if err := p.PrintObj(it, o.Out); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
 			// Items of a typed list carry no kind; kubectl prints them with one.
 			for _, it := range items {
 				it.GetObjectKind().SetGroupVersionKind(sandboxv1.GroupVersion.WithKind(string(kind)))
 			}
 			if err := meta.SetList(list, items); err != nil {
-				return err
-			}
-			p, err := pf.ToPrinter()
-			if err != nil {
 				return err
 			}
 			return p.PrintObj(list, o.Out)
