@@ -163,10 +163,9 @@ func newStatusCommand(o *options) *cobra.Command {
 
 // waitCondition is a parsed --for.
 type waitCondition struct {
-	what         string // ready, stopped, delete, phase, condition
-	value        string // the phase, or the condition type
-	status       string // the condition status wanted
-	matchesPhase func(string) bool
+	what   string // ready, stopped, delete, phase, condition
+	value  string // the phase, or the condition type
+	status string // the condition status wanted
 }
 
 func parseFor(s string) (waitCondition, error) {
