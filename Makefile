@@ -120,6 +120,10 @@ build: manifests generate fmt vet ## Build the manager and emulator binaries.
 	go build -o $(LOCALBIN)/manager ./cmd/manager
 	go build -o $(LOCALBIN)/emulator ./cmd/emulator
 
+.PHONY: kubectl-sandbox
+kubectl-sandbox: ## Build the kubectl plugin into bin/ (put bin/ on PATH for `kubectl sandbox`; docs/clients.md).
+	go build -o $(LOCALBIN)/kubectl-sandbox ./cmd/kubectl-sandbox
+
 .PHONY: run
 run: manifests generate fmt vet ## Run the manager against the cluster in KUBECONFIG (needs VERCEL_TOKEN etc.).
 	go run ./cmd/manager $(ARGS)

@@ -77,6 +77,12 @@ func (c *Client) WaitForkReady(ctx context.Context, namespace, name string) (*sa
 	return watchUntil(ctx, c.forkKind(), namespace, name, false, forkReady)
 }
 
+// WaitForkFor is WaitFor for a SandboxFork: it watches until check returns
+// true or an error; a missing or deleted fork is NotFound.
+func (c *Client) WaitForkFor(ctx context.Context, namespace, name string, check func(*sandboxv1.SandboxFork) (bool, error)) (*sandboxv1.SandboxFork, error) {
+	return watchUntil(ctx, c.forkKind(), namespace, name, false, check)
+}
+
 func forkReady(f *sandboxv1.SandboxFork) (bool, error) {
 	if f.DeletionTimestamp != nil {
 		return false, fmt.Errorf("SandboxFork %s/%s is being deleted", f.Namespace, f.Name)

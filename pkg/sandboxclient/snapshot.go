@@ -52,6 +52,12 @@ func (c *Client) WaitSnapshotReady(ctx context.Context, namespace, name string) 
 	return watchUntil(ctx, c.snapshotKind(), namespace, name, false, snapshotReady)
 }
 
+// WaitSnapshotFor is WaitFor for a SandboxSnapshot: it watches until check
+// returns true or an error; a missing or deleted snapshot is NotFound.
+func (c *Client) WaitSnapshotFor(ctx context.Context, namespace, name string, check func(*sandboxv1.SandboxSnapshot) (bool, error)) (*sandboxv1.SandboxSnapshot, error) {
+	return watchUntil(ctx, c.snapshotKind(), namespace, name, false, check)
+}
+
 func snapshotReady(s *sandboxv1.SandboxSnapshot) (bool, error) {
 	if s.DeletionTimestamp != nil {
 		return false, fmt.Errorf("SandboxSnapshot %s/%s is being deleted", s.Namespace, s.Name)
