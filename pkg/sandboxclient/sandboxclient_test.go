@@ -126,13 +126,13 @@ func TestWaitReadyDeadlineSaysLastStatus(t *testing.T) {
 	if _, _, err := c.GetOrCreate(testContext(t, time.Minute), sbx); err != nil {
 		t.Fatal(err)
 	}
-	// Let the controller report WaitingForSnapshot first.
+	// Let the controller report SnapshotRefNotFound first.
 	if _, err := c.WaitReady(testContext(t, 5*time.Second), ns, "waits"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("WaitReady error = %v, want the context's deadline", err)
 	}
 	_, err := c.WaitReady(testContext(t, 2*time.Second), ns, "waits")
-	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), sandboxv1.ReasonWaitingForSnapshot) {
-		t.Errorf("WaitReady error = %v, want the deadline and the last status (%s)", err, sandboxv1.ReasonWaitingForSnapshot)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), sandboxv1.ReasonSnapshotRefNotFound) {
+		t.Errorf("WaitReady error = %v, want the deadline and the last status (%s)", err, sandboxv1.ReasonSnapshotRefNotFound)
 	}
 }
 

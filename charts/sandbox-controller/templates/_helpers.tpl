@@ -120,6 +120,7 @@ manager's default applies; 0 and false are passed.
   (list "poll-interval" $v.controller.pollInterval)
   (list "backoff-cap" $v.controller.backoffCap)
   (list "reconcile-timeout" $v.controller.reconcileTimeout)
+  (list "reference-deadline" $v.controller.referenceDeadline)
   (list "shutdown-warning" $v.controller.shutdownWarning)
   (list "kube-api-qps" $v.kubeAPI.qps)
   (list "kube-api-burst" $v.kubeAPI.burst)

@@ -164,7 +164,7 @@ test('waitReady times out with the last state it saw', async () => {
   const started = Date.now();
   await assert.rejects(waitReady(kc, namespace, name, { timeoutMs: 5_000 }), (err) => {
     assert.ok(err instanceof SandboxTimeoutError, `want SandboxTimeoutError, got ${err}`);
-    assert.match(err.message, /WaitingForSnapshot/);
+    assert.match(err.message, /SnapshotRefNotFound/);
     return true;
   });
   const took = Date.now() - started;
