@@ -70,7 +70,11 @@ var _ = Describe("Readiness probe", func() {
 		Expect(c.Message).To(ContainSubstring("502 Bad Gateway"), "nothing serves the port yet")
 		sbx := getSandbox(key)
 		Expect(sbx.Status.Phase).To(Equal(sandboxv1.SandboxRunning))
-		Consistently(readyCondition(key), 3*time.Second).Should(HaveField("Status", metav1.ConditionFalse))
+		By("probing from status between polls: no Vercel request per probe")
+		gets := func() int { return len(recorder.requests("GET", "/sandboxes/"+sbx.Status.VercelName)) }
+		before := gets()
+		Consistently(readyCondition(key), 6*time.Second).Should(HaveField("Status", metav1.ConditionFalse))
+		Expect(gets()-before).To(BeNumerically("<=", 4), "six probes in 6 s; polls every %s", pollInterval)
 
 		By("starting an HTTP server in the sandbox, after a delay")
 		server := run(sbx.Status.SessionID, fmt.Sprintf("sleep 2; exec python3 -m http.server %d --bind 127.0.0.1", port))
@@ -115,6 +119,12 @@ var _ = Describe("Readiness probe", func() {
 		Expect(c.Message).NotTo(ContainSubstring(secret))
 		sbx := getSandbox(key)
 		Expect(sbx.Status.Setup).To(HaveField("State", sandboxv1.SetupSucceeded), "the probe runs after setup")
+
+		By("running one command per period")
+		cmds := func() int { return len(recorder.requests("POST", "/sessions/"+sbx.Status.SessionID+"/cmd")) }
+		before := cmds()
+		time.Sleep(4 * time.Second)
+		Expect(cmds()-before).To(And(BeNumerically(">=", 2), BeNumerically("<=", 5)), "periodSeconds 1 for 4 s")
 
 		By("creating the file the probe tests")
 		run(sbx.Status.SessionID, "touch /vercel/sandbox/ready")
