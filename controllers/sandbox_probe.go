@@ -12,6 +12,7 @@ package controllers
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -44,6 +45,9 @@ var probeReasons = map[string]bool{sandboxv1.ReasonProbeNotReady: true, sandboxv
 // probeState is what the manager remembers of one Sandbox's probe.
 type probeState struct {
 	sessionID string
+	// spec is the probe the state is about (JSON): a changed probe must
+	// pass again before the session is Ready.
+	spec string
 	// passed: the probe passed once in this session.
 	passed bool
 	// failures in a row since the last pass.
@@ -60,20 +64,28 @@ type probeState struct {
 func (r *SandboxReconciler) probeReadiness(ctx context.Context, sbx *sandboxv1.Sandbox, l lifecycle, rd readiness) (readiness, time.Duration, error) {
 	key := client.ObjectKeyFromObject(sbx)
 	p := sbx.Spec.ReadinessProbe
+	id := l.obs.sessionID
 	if p == nil {
-		r.probes.Delete(key)
+		// Remembered without a probe, so one added later must pass before
+		// the session is Ready again.
+		r.probes.Store(key, probeState{sessionID: id})
 		return rd, 0, nil
 	}
-	id := l.obs.sessionID
 	period, threshold := probePeriod(p), probeThreshold(p)
+	spec, _ := json.Marshal(p)
 	var ps probeState
-	if v, ok := r.probes.Load(key); ok && v.(probeState).sessionID == id {
+	v, ok := r.probes.Load(key)
+	switch {
+	case ok && v.(probeState).sessionID == id && v.(probeState).spec == string(spec):
 		ps = v.(probeState)
-	} else {
+	case ok && v.(probeState).sessionID == id:
+		// The probe changed: Ready waits for the new one.
+		ps = probeState{sessionID: id, spec: string(spec)}
+	default:
 		// A new session, or a manager that restarted: a session Ready (or
 		// failing its probe) before it still counts as having passed.
 		cur := meta.FindStatusCondition(sbx.Status.Conditions, sandboxv1.ConditionReady)
-		ps = probeState{sessionID: id, passed: l.obs.sameSession && cur != nil &&
+		ps = probeState{sessionID: id, spec: string(spec), passed: l.obs.sameSession && cur != nil &&
 			(cur.Status == metav1.ConditionTrue || cur.Reason == sandboxv1.ReasonProbeFailed)}
 	}
 	now := r.now()

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
@@ -138,6 +139,21 @@ var _ = Describe("Readiness probe", func() {
 			Expect(e).NotTo(ContainSubstring(secret))
 		}
 		Expect(logs.String()).NotTo(ContainSubstring(secret))
+	})
+
+	It("makes a Ready Sandbox wait for a probe added to it", func() {
+		key := types.NamespacedName{Namespace: ns, Name: "added"}
+		newSandbox(ns, key.Name, sandboxv1.SandboxSpec{Source: runtimeSource("node24")})
+		sbx := waitReady(key)
+		patch := client.MergeFrom(sbx.DeepCopy())
+		sbx.Spec.ReadinessProbe = &sandboxv1.ReadinessProbe{
+			Exec:          &sandboxv1.ExecProbe{Command: "test", Args: []string{"-f", "/vercel/sandbox/ready"}},
+			PeriodSeconds: ptr.To[int32](1),
+		}
+		Expect(k8sClient.Patch(ctx, sbx, patch)).To(Succeed())
+		Eventually(readyReason(key)).Should(Equal(sandboxv1.ReasonProbeNotReady))
+		run(sbx.Status.SessionID, "touch /vercel/sandbox/ready")
+		Eventually(readyCondition(key), 15*time.Second).Should(HaveField("Status", metav1.ConditionTrue))
 	})
 
 	It("refuses a probe with both httpGet and exec, and an httpGet port missing from spec.ports", func() {
