@@ -167,7 +167,8 @@ func (r *SandboxReconciler) update(ctx context.Context, sbx *sandboxv1.Sandbox, 
 }
 
 // run keeps a running session: it applies a changed spec, runs setup, reports
-// the session Running once setup has succeeded on its filesystem, and extends
+// the session Running once setup has succeeded on its filesystem (and Ready
+// once the readiness probe, if any, allows it: sandbox_probe.go), and extends
 // it when its deadline comes near and a heartbeat (or a running setup
 // command) asks for more time.
 func (r *SandboxReconciler) run(ctx context.Context, sbx *sandboxv1.Sandbox, l lifecycle, d decision) (ctrl.Result, error) {
@@ -198,8 +199,16 @@ func (r *SandboxReconciler) run(ctx context.Context, sbx *sandboxv1.Sandbox, l l
 		}
 		return res, err
 	}
-	setReady(sbx, *d.ready)
-	return r.keepAlive(ctx, sbx, l, d)
+	rd, probeIn, err := r.probeReadiness(ctx, sbx, l, *d.ready)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	setReady(sbx, rd)
+	res, err := r.keepAlive(ctx, sbx, l, d)
+	if err == nil && probeIn > 0 && (res.RequeueAfter <= 0 || res.RequeueAfter > probeIn) {
+		res.RequeueAfter = probeIn
+	}
+	return res, err
 }
 
 // keepAlive extends the running session by what the decision asks, warns of

@@ -76,6 +76,8 @@ type SandboxReconciler struct {
 	// plan maximum is below --max-session-length, so the session is left to
 	// end at its deadline instead of being asked again.
 	refused sync.Map // types.NamespacedName -> session id
+	// probes holds, per object, its readiness probe's state (sandbox_probe.go).
+	probes sync.Map // types.NamespacedName -> probeState
 }
 
 // +kubebuilder:rbac:groups=sandbox.sentry.io,resources=sandboxes,verbs=get;list;watch;update;patch;delete
@@ -178,7 +180,7 @@ func (r *SandboxReconciler) fromStatus(sbx *sandboxv1.Sandbox, now time.Time) (o
 	switch {
 	case ready == nil:
 		return observation{}, false
-	case st.Phase == sandboxv1.SandboxRunning && ready.Status == metav1.ConditionTrue:
+	case st.Phase == sandboxv1.SandboxRunning && (ready.Status == metav1.ConditionTrue || probeReasons[ready.Reason]):
 		if st.StartedAt == nil || st.ExpiresAt == nil || r.pollDue(client.ObjectKeyFromObject(sbx), now) || !now.Before(st.ExpiresAt.Time) {
 			return observation{}, false
 		}
@@ -336,6 +338,7 @@ func (r *SandboxReconciler) forget(key types.NamespacedName) {
 	r.nextPoll.Delete(key)
 	r.warned.Delete(key)
 	r.refused.Delete(key)
+	r.probes.Delete(key)
 }
 
 func (r *SandboxReconciler) now() time.Time {

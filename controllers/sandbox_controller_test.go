@@ -49,7 +49,7 @@ var _ = Describe("Sandbox", func() {
 			Expect(st.VercelName).To(HavePrefix(ns + "-box-"))
 			Expect(st.SessionID).To(MatchRegexp(`^sbx_[A-Za-z0-9]{28}$`))
 			Expect(st.Routes).To(HaveLen(2))
-			Expect(st.Routes[0].URL).To(HavePrefix("https://"))
+			Expect(st.Routes[0].URL).To(HavePrefix(emu.URL()+"/_routes/sb-"), "the emulator serves the routes (ServeRoutes)")
 			Expect(st.StartedAt).NotTo(BeNil())
 			Expect(st.ExpiresAt).NotTo(BeNil())
 			Expect(st.ExpiresAt.Sub(st.StartedAt.Time)).To(BeNumerically("~", 600*time.Second, 2*time.Second))

@@ -102,7 +102,9 @@ var _ = BeforeSuite(func() {
 		RepoRoot:          repoRoot,
 		AssetsDir:         assets,
 		ControllerManager: true,
-		Emulator:          emulator.Options{DataDir: GinkgoT().TempDir()},
+		// The emulator serves the public routes, so readiness probes reach
+		// servers that commands start in a sandbox.
+		Emulator: emulator.Options{DataDir: GinkgoT().TempDir(), ServeRoutes: true},
 	})
 	Expect(err).NotTo(HaveOccurred())
 	// Registered at once, so a failure later in this setup does not leave

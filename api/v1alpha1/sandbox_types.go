@@ -69,6 +69,15 @@ const (
 	// ReasonNotPersistent is set on Resumable=False: spec.persistent is false,
 	// so a stopped session ends the sandbox for good.
 	ReasonNotPersistent = "NotPersistent"
+	// ReasonProbeNotReady is set on Ready=False (phase Running) while the
+	// session runs and setup succeeded but spec.readinessProbe has not passed
+	// yet in this session; the message carries the probe's last result.
+	ReasonProbeNotReady = "ProbeNotReady"
+	// ReasonProbeFailed is set on Ready=False (phase Running) when
+	// spec.readinessProbe failed failureThreshold times in a row after the
+	// session was Ready; the message carries the probe's last result. One
+	// passing probe makes it Ready again.
+	ReasonProbeFailed = "ProbeFailed"
 	// ReasonReconcilePaused is set on Paused=True while the object carries the
 	// sandbox.sentry.io/paused: "true" annotation.
 	ReasonReconcilePaused = "ReconcilePaused"
@@ -370,9 +379,75 @@ type SetupCommand struct {
 	TimeoutSeconds *int32 `json:"timeoutSeconds,omitempty"`
 }
 
+// ReadinessProbe checks that what runs in the sandbox serves: Ready waits for
+// it. Exactly one of httpGet or exec is set.
+// +kubebuilder:validation:XValidation:rule="has(self.httpGet) != has(self.exec)",message="spec.readinessProbe: exactly one of httpGet or exec must be set"
+type ReadinessProbe struct {
+	// httpGet sends GET requests to a port in spec.ports through its public
+	// route (status.routes); a status from 200 to 399 passes. Redirects are
+	// not followed.
+	// +optional
+	HTTPGet *HTTPGetProbe `json:"httpGet,omitempty"`
+	// exec runs a command in the sandbox; exit code 0 passes. Each run is a
+	// Vercel command (one run-command and one wait request per period).
+	// +optional
+	Exec *ExecProbe `json:"exec,omitempty"`
+	// periodSeconds between probes; 1 to 300, default 5.
+	// +optional
+	// +kubebuilder:default=5
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=300
+	PeriodSeconds *int32 `json:"periodSeconds,omitempty"`
+	// timeoutSeconds a probe may take before it counts as failed; 1 to 60,
+	// default 2.
+	// +optional
+	// +kubebuilder:default=2
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=60
+	TimeoutSeconds *int32 `json:"timeoutSeconds,omitempty"`
+	// failureThreshold is how many probes in a row must fail, once the
+	// session was Ready, before Ready turns False (ProbeFailed); 1 to 100,
+	// default 3. Before the first pass, Ready is False (ProbeNotReady) anyway.
+	// +optional
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	FailureThreshold *int32 `json:"failureThreshold,omitempty"`
+}
+
+// HTTPGetProbe is an HTTP GET on a sandbox port's public route.
+type HTTPGetProbe struct {
+	// port inside the sandbox; it must be one of spec.ports.
+	// +required
+	// +kubebuilder:validation:Minimum=1024
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port"`
+	// path of the request, starting with "/"; "/" when empty.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^/[^\s\x00-\x1f\x7f]*$`
+	Path string `json:"path,omitempty"`
+}
+
+// ExecProbe is a command run in the sandbox.
+type ExecProbe struct {
+	// command is the executable to run (resolved through PATH), e.g. "test".
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	Command string `json:"command"`
+	// args passed to the command.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=4096
+	Args []string `json:"args,omitempty"`
+}
+
 // SandboxSpec is the desired state of a Sandbox.
 // +kubebuilder:validation:XValidation:rule="self.source == oldSelf.source",message="spec.source is immutable",fieldPath=".source"
 // +kubebuilder:validation:XValidation:rule="has(self.persistent) == has(oldSelf.persistent) && (!has(self.persistent) || self.persistent == oldSelf.persistent)",message="spec.persistent is immutable",fieldPath=".persistent"
+// +kubebuilder:validation:XValidation:rule="!has(self.readinessProbe) || !has(self.readinessProbe.httpGet) || (has(self.ports) && self.ports.exists(p, p == self.readinessProbe.httpGet.port))",message="spec.readinessProbe.httpGet.port must be one of spec.ports",fieldPath=".readinessProbe.httpGet.port"
 type SandboxSpec struct {
 	// source of the sandbox's filesystem: exactly one of runtime, git, tarball,
 	// snapshotRef or snapshotID. Immutable.
@@ -423,6 +498,13 @@ type SandboxSpec struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=32
 	Setup []SetupCommand `json:"setup,omitempty"`
+	// readinessProbe makes Ready wait, after setup, until the probe passes in
+	// the session; a probe that fails failureThreshold times in a row after
+	// that sets Ready=False (ProbeFailed) until it passes again. Probes run
+	// from the manager while the session runs; they are not activity and do
+	// not keep the session alive.
+	// +optional
+	ReadinessProbe *ReadinessProbe `json:"readinessProbe,omitempty"`
 	// deletionPolicy: Delete (default) deletes the Vercel sandbox with this
 	// object; Retain leaves it in Vercel.
 	// +optional

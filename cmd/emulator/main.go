@@ -75,6 +75,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 		srcBytes     = fs.Int64("source-max-bytes", 0, "cap: content bytes of a tarball source (default 1 GiB)")
 		srcFileBytes = fs.Int64("source-max-file-bytes", 0, "cap: bytes of one file in a tarball source (default 256 MiB)")
 		maxRead      = fs.Int64("max-read-bytes", 0, "cap: size of a file fs/read returns (default 256 MiB)")
+		serveRoutes  = fs.Bool("serve-routes", false, "serve the sandboxes' public routes at <emulator URL>/_routes/<subdomain>, forwarded to the port on loopback")
 		hostRootSudo = fs.Bool("allow-host-root-sudo", false, "run sudo commands as HOST ROOT where no user namespace can contain them (default: refuse them)")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -130,6 +131,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 		DuplicateNameStatus: *dupStatus, SecondStopStatus: *secondStop,
 		DeletedSnapshotGetStatus: *deletedSnap, PendingOps: *pendingOps, Logger: logger,
 		OIDCIssuer: *oidcIssuer, AllowedSourceDir: *sourceDir, MaxReadBytes: *maxRead, AllowHostRootSudo: *hostRootSudo,
+		ServeRoutes:  *serveRoutes,
 		SourceLimits: sandboxruntime.TarLimits{MaxEntries: *srcEntries, MaxBytes: *srcBytes, MaxFileBytes: *srcFileBytes},
 	}
 	if *jwksFile != "" {

@@ -54,7 +54,9 @@
 //   - Mounts are validated; as the emulator has no drives, any mount answers
 //     404 (drive not found). stdin writes answer 501: the runtime gives
 //     commands an empty stdin.
-//   - Route subdomains are "sb-" + a hash of session id and port.
+//   - Route subdomains are "sb-" + a hash of session id and port. With
+//     Options.ServeRoutes the route URLs point at the emulator, which
+//     forwards them to the port on loopback (routes.go).
 //   - Exec mode "none" never creates a session directory unless a file is
 //     written; idle sandboxes cost no goroutine in any mode.
 package emulator
@@ -137,6 +139,12 @@ type Options struct {
 	SourceLimits sandboxruntime.TarLimits
 	// MaxReadBytes caps the size of a file fs/read returns (0 = 256 MiB).
 	MaxReadBytes int64
+	// ServeRoutes makes the emulator serve the sandboxes' public routes:
+	// each route's URL is <emulator URL>/_routes/<subdomain> (once Start has
+	// given it a URL), and requests to it reach the port on loopback, where
+	// the session's processes listen. Off, route URLs have Vercel's shape
+	// (https://sb-….vercel.run) and lead nowhere.
+	ServeRoutes bool
 	// AllowHostRootSudo lets sudo commands run as the host's root when the
 	// emulator runs as root and cannot give them a user namespace (exec mode
 	// host, or namespace without user namespaces). Off, such commands are

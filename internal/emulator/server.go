@@ -114,6 +114,10 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		e.serveAdmin(w, r)
 		return
 	}
+	if strings.HasPrefix(path, routesPrefix) {
+		e.serveRoute(w, r)
+		return
+	}
 	path = strings.TrimPrefix(path, "/api")
 	path = strings.TrimSuffix(strings.TrimPrefix(path, "/"), "/")
 	parts := strings.Split(path, "/")

@@ -357,7 +357,9 @@ func (e *Emulator) renderSession(s *sessionRec) vercel.Session {
 func (e *Emulator) renderRoutes(s *sessionRec) []vercel.Route {
 	routes := make([]vercel.Route, 0, len(s.sb.ports))
 	for _, p := range s.sb.ports {
-		routes = append(routes, routeFor(s.id, p))
+		rt := routeFor(s.id, p)
+		rt.URL = e.routeURL(rt)
+		routes = append(routes, rt)
 	}
 	return routes
 }

@@ -30,6 +30,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apiv1alpha1.EnvVarSourceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ErrorStatus"):
 		return &apiv1alpha1.ErrorStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("ExecProbe"):
+		return &apiv1alpha1.ExecProbeApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ForkChildMetadata"):
 		return &apiv1alpha1.ForkChildMetadataApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ForkChildStatus"):
@@ -40,12 +42,16 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apiv1alpha1.GitSourceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("HeaderInjection"):
 		return &apiv1alpha1.HeaderInjectionApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("HTTPGetProbe"):
+		return &apiv1alpha1.HTTPGetProbeApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("InjectedHeader"):
 		return &apiv1alpha1.InjectedHeaderApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("LocalObjectReference"):
 		return &apiv1alpha1.LocalObjectReferenceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("NetworkPolicy"):
 		return &apiv1alpha1.NetworkPolicyApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("ReadinessProbe"):
+		return &apiv1alpha1.ReadinessProbeApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("RecipeCommand"):
 		return &apiv1alpha1.RecipeCommandApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("RecipeEnvVar"):

@@ -38,6 +38,7 @@ export interface Sandbox {
    *
    * Validated: spec.source is immutable
    * Validated: spec.persistent is immutable
+   * Validated: spec.readinessProbe.httpGet.port must be one of spec.ports
    */
   spec: SandboxSpec;
   /**
@@ -51,6 +52,7 @@ export interface Sandbox {
  *
  * Validated: spec.source is immutable
  * Validated: spec.persistent is immutable
+ * Validated: spec.readinessProbe.httpGet.port must be one of spec.ports
  */
 export interface SandboxSpec {
   /**
@@ -204,6 +206,84 @@ export interface SandboxSpec {
    * Validated: spec.ports must not contain 23456 (reserved by Vercel)
    */
   ports?: number[];
+  /**
+   * readinessProbe makes Ready wait, after setup, until the probe passes in
+   * the session; a probe that fails failureThreshold times in a row after
+   * that sets Ready=False (ProbeFailed) until it passes again. Probes run
+   * from the manager while the session runs; they are not activity and do
+   * not keep the session alive.
+   *
+   * Validated: spec.readinessProbe: exactly one of httpGet or exec must be set
+   */
+  readinessProbe?: {
+    /**
+     * exec runs a command in the sandbox; exit code 0 passes. Each run is a
+     * Vercel command (one run-command and one wait request per period).
+     */
+    exec?: {
+      /**
+       * args passed to the command.
+       *
+       * maxItems: 32
+       */
+      args?: string[];
+      /**
+       * command is the executable to run (resolved through PATH), e.g. "test".
+       *
+       * minLength: 1
+       * maxLength: 1024
+       */
+      command: string;
+    };
+    /**
+     * failureThreshold is how many probes in a row must fail, once the
+     * session was Ready, before Ready turns False (ProbeFailed); 1 to 100,
+     * default 3. Before the first pass, Ready is False (ProbeNotReady) anyway.
+     *
+     * @default 3
+     * minimum: 1
+     * maximum: 100
+     */
+    failureThreshold?: number;
+    /**
+     * httpGet sends GET requests to a port in spec.ports through its public
+     * route (status.routes); a status from 200 to 399 passes. Redirects are
+     * not followed.
+     */
+    httpGet?: {
+      /**
+       * path of the request, starting with "/"; "/" when empty.
+       *
+       * maxLength: 2048
+       * pattern: ^/[^\s\x00-\x1f\x7f]*$
+       */
+      path?: string;
+      /**
+       * port inside the sandbox; it must be one of spec.ports.
+       *
+       * minimum: 1024
+       * maximum: 65535
+       */
+      port: number;
+    };
+    /**
+     * periodSeconds between probes; 1 to 300, default 5.
+     *
+     * @default 5
+     * minimum: 1
+     * maximum: 300
+     */
+    periodSeconds?: number;
+    /**
+     * timeoutSeconds a probe may take before it counts as failed; 1 to 60,
+     * default 2.
+     *
+     * @default 2
+     * minimum: 1
+     * maximum: 60
+     */
+    timeoutSeconds?: number;
+  };
   /**
    * resources of each session.
    */

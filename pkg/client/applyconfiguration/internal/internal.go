@@ -70,6 +70,18 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: time
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.ExecProbe
+  map:
+    fields:
+    - name: args
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
+    - name: command
+      type:
+        scalar: string
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.ForkChildMetadata
   map:
     fields:
@@ -118,6 +130,15 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: url
       type:
         scalar: string
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.HTTPGetProbe
+  map:
+    fields:
+    - name: path
+      type:
+        scalar: string
+    - name: port
+      type:
+        scalar: numeric
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.HeaderInjection
   map:
     fields:
@@ -170,6 +191,27 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.NetworkMode
       default: AllowAll
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.ReadinessProbe
+  map:
+    fields:
+    - name: exec
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.ExecProbe
+    - name: failureThreshold
+      type:
+        scalar: numeric
+      default: 3
+    - name: httpGet
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.HTTPGetProbe
+    - name: periodSeconds
+      type:
+        scalar: numeric
+      default: 5
+    - name: timeoutSeconds
+      type:
+        scalar: numeric
+      default: 2
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.RecipeCommand
   map:
     fields:
@@ -556,6 +598,9 @@ var schemaYAML = typed.YAMLObject(`types:
           elementType:
             scalar: numeric
           elementRelationship: associative
+    - name: readinessProbe
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.ReadinessProbe
     - name: resources
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxResources

@@ -45,6 +45,12 @@ type SandboxSpecApplyConfiguration struct {
 	// alive while one runs. A failing command fails the Sandbox until
 	// spec.setup changes, which runs setup again from its first command.
 	Setup []SetupCommandApplyConfiguration `json:"setup,omitempty"`
+	// readinessProbe makes Ready wait, after setup, until the probe passes in
+	// the session; a probe that fails failureThreshold times in a row after
+	// that sets Ready=False (ProbeFailed) until it passes again. Probes run
+	// from the manager while the session runs; they are not activity and do
+	// not keep the session alive.
+	ReadinessProbe *ReadinessProbeApplyConfiguration `json:"readinessProbe,omitempty"`
 	// deletionPolicy: Delete (default) deletes the Vercel sandbox with this
 	// object; Retain leaves it in Vercel.
 	DeletionPolicy *apiv1alpha1.DeletionPolicy `json:"deletionPolicy,omitempty"`
@@ -145,6 +151,14 @@ func (b *SandboxSpecApplyConfiguration) WithSetup(values ...*SetupCommandApplyCo
 		}
 		b.Setup = append(b.Setup, *values[i])
 	}
+	return b
+}
+
+// WithReadinessProbe sets the ReadinessProbe field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ReadinessProbe field is set to the value of the last call.
+func (b *SandboxSpecApplyConfiguration) WithReadinessProbe(value *ReadinessProbeApplyConfiguration) *SandboxSpecApplyConfiguration {
+	b.ReadinessProbe = value
 	return b
 }
 
