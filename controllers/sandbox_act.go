@@ -65,6 +65,13 @@ func (r *SandboxReconciler) act(ctx context.Context, sbx *sandboxv1.Sandbox, l l
 	if d.warn {
 		r.warnShutdown(sbx, l.shutdown, false)
 	}
+	if !d.idleWarnAt.IsZero() {
+		r.warnIdleDeletion(sbx, d.idleWarnAt)
+	}
+	if d.action == actIdleDelete {
+		res, err = r.idleDelete(ctx, sbx, d.deleteWhy)
+		return res, nil, err
+	}
 	return ctrl.Result{RequeueAfter: d.requeue}, nil, nil
 }
 

@@ -72,6 +72,8 @@ type SandboxReconciler struct {
 	nextPoll sync.Map // types.NamespacedName -> time.Time
 	// warned holds, per object, the shutdownTime it was warned about.
 	warned sync.Map // types.NamespacedName -> time.Time
+	// idleWarned holds, per object, the idle deletion time it was warned about.
+	idleWarned sync.Map // types.NamespacedName -> time.Time
 	// refused holds, per object, the session Vercel refused to extend: its
 	// plan maximum is below --max-session-length, so the session is left to
 	// end at its deadline instead of being asked again.
@@ -267,6 +269,7 @@ func (r *SandboxReconciler) lifecycle(sbx *sandboxv1.Sandbox, o observation, now
 		refused:        r.extensionRefused(key, o.sessionID),
 		pollAt:         now.Add(r.pollInterval()),
 	}
+	l.deleteAtIdle, l.deleteAfter = idleSettings(sbx)
 	if c := meta.FindStatusCondition(st.Conditions, sandboxv1.ConditionReady); c != nil {
 		l.ready = c.Reason
 	}
@@ -335,6 +338,7 @@ func (r *SandboxReconciler) forgetPoll(key types.NamespacedName) { r.nextPoll.De
 func (r *SandboxReconciler) forget(key types.NamespacedName) {
 	r.nextPoll.Delete(key)
 	r.warned.Delete(key)
+	r.idleWarned.Delete(key)
 	r.refused.Delete(key)
 }
 

@@ -66,6 +66,8 @@ type lifecycle struct {
 	activity       time.Time
 	idle           time.Duration
 	shutdown       shutdownState
+	deleteAtIdle   bool          // spec.idle.action is Delete
+	deleteAfter    time.Duration // spec.idle.deleteObjectAfterSeconds; 0: never
 
 	// From status.
 	name       string // the Vercel sandbox's name
@@ -98,6 +100,9 @@ const (
 	// actRun keeps a running session: applies a changed spec, runs setup,
 	// then reports it Running and extends it when its deadline comes near.
 	actRun
+	// actIdleDelete deletes a resting Sandbox at the end of its idle life
+	// (sandbox_endoflife.go), after recording the decision's status.
+	actIdleDelete
 )
 
 // readiness is the phase and Ready condition a step leaves a Sandbox in.
@@ -146,6 +151,10 @@ type decision struct {
 	// For actRun: the session's deadline and how much to extend it now.
 	keep   keepAlive
 	extend time.Duration
+	// For actIdleDelete: why, in words. idleWarnAt, when set, is the idle
+	// deletion to warn about.
+	deleteWhy  string
+	idleWarnAt time.Time
 }
 
 // decide is the Sandbox's decision tree.
@@ -223,7 +232,7 @@ func decideRunning(l lifecycle) decision {
 		}
 		return decision{action: actStop, stopEvent: stopEvent, stopWhy: why,
 			ready:   &readiness{sandboxv1.SandboxStopped, metav1.ConditionFalse, reason, msg},
-			requeue: restingRequeue(l.shutdownDelete, l.shutdown, l.now)}
+			requeue: l.restingRequeue(l.now)}
 	}
 	k := keepAlive{start: o.start, deadline: o.deadline, activity: l.activity, idle: l.idle, max: l.maxSession}
 	if l.refused {
@@ -298,6 +307,7 @@ func decideStopped(l lifecycle) decision {
 	}
 	d.warn = true
 	d.requeue = restingRequeue(l.shutdownDelete, l.shutdown, l.now)
+	l.endOfLife(&d, reason, stoppedAt)
 	return d
 }
 
@@ -327,6 +337,19 @@ func (l lifecycle) stopMessage(reason string) string {
 // cannotRunAgain ends the message about a stopped session of a sandbox that
 // is not persistent.
 const cannotRunAgain = "; spec.persistent is false, so it cannot run again: delete and re-create this Sandbox for a new one"
+
+// restingRequeue is when a Sandbox whose session stops at stoppedAt needs the
+// controller again without any change to it: for its shutdown or its idle
+// deletion (warning, then delete).
+func (l lifecycle) restingRequeue(stoppedAt time.Time) time.Duration {
+	d := restingRequeue(l.shutdownDelete, l.shutdown, l.now)
+	if next := restSchedule(l.now, stoppedAt, l.deleteAfter).next; !next.IsZero() {
+		if r := requeueAt(l.now, next); d == 0 || r < d {
+			d = r
+		}
+	}
+	return d
+}
 
 // restingRequeue is when a stopped sandbox needs the controller again without
 // any change to it: only for its shutdown (warning, then delete).

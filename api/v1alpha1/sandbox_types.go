@@ -69,6 +69,13 @@ const (
 	// ReasonNotPersistent is set on Resumable=False: spec.persistent is false,
 	// so a stopped session ends the sandbox for good.
 	ReasonNotPersistent = "NotPersistent"
+	// ReasonIdleDelete is the event reason when a Sandbox is deleted because
+	// its idle window passed (spec.idle.action Delete) or it rested longer
+	// than spec.idle.deleteObjectAfterSeconds.
+	ReasonIdleDelete = "IdleDelete"
+	// ReasonIdleDeletionSoon is the Warning event reason emitted shortly
+	// before a resting Sandbox is deleted for spec.idle.deleteObjectAfterSeconds.
+	ReasonIdleDeletionSoon = "IdleDeletionSoon"
 	// ReasonReconcilePaused is set on Paused=True while the object carries the
 	// sandbox.sentry.io/paused: "true" annotation.
 	ReasonReconcilePaused = "ReconcilePaused"
@@ -125,6 +132,39 @@ const (
 	// the end of it otherwise.
 	SandboxStateStopped SandboxState = "Stopped"
 )
+
+// IdleAction says what happens when a Sandbox's idle window passes.
+// +kubebuilder:validation:Enum=Stop;Delete
+type IdleAction string
+
+// Idle actions.
+const (
+	// IdleStop lets the session stop; the Sandbox is Idle and a newer
+	// heartbeat wakes it.
+	IdleStop IdleAction = "Stop"
+	// IdleDelete deletes this object once its session stopped for idleness;
+	// spec.deletionPolicy decides whether the Vercel sandbox goes with it.
+	IdleDelete IdleAction = "Delete"
+)
+
+// IdlePolicy is a Sandbox's end of life when nobody uses it.
+type IdlePolicy struct {
+	// action when the idle window (timeoutSeconds) passes without activity:
+	// Stop (default) stops the session and leaves the Sandbox Idle; Delete
+	// deletes this object, and with it the Vercel sandbox unless
+	// deletionPolicy is Retain.
+	// +optional
+	// +kubebuilder:default=Stop
+	Action IdleAction `json:"action,omitempty"`
+	// deleteObjectAfterSeconds deletes this object once its last session has
+	// been stopped (phase Idle or Stopped, for any reason) that long without a
+	// new one; spec.deletionPolicy decides about the Vercel sandbox. A Warning
+	// event IdleDeletionSoon comes 10% of it (at most 5 minutes) before. At
+	// least 60; never when unset.
+	// +optional
+	// +kubebuilder:validation:Minimum=60
+	DeleteObjectAfterSeconds *int64 `json:"deleteObjectAfterSeconds,omitempty"`
+}
 
 // ShutdownPolicy says what happens at spec.shutdownTime.
 // +kubebuilder:validation:Enum=Stop;Delete
@@ -400,6 +440,11 @@ type SandboxSpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=86400
 	TimeoutSeconds *int64 `json:"timeoutSeconds,omitempty"`
+	// idle is what happens to a Sandbox nobody uses: whether the end of the
+	// idle window stops or deletes it, and whether a resting Sandbox is
+	// deleted after a while. Stop, and never deleted, when unset.
+	// +optional
+	Idle *IdlePolicy `json:"idle,omitempty"`
 	// env is given to every command in the sandbox.
 	// +optional
 	// +listType=map

@@ -40,6 +40,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apiv1alpha1.GitSourceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("HeaderInjection"):
 		return &apiv1alpha1.HeaderInjectionApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("IdlePolicy"):
+		return &apiv1alpha1.IdlePolicyApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("InjectedHeader"):
 		return &apiv1alpha1.InjectedHeaderApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("LocalObjectReference"):

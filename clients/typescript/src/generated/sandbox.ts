@@ -108,6 +108,32 @@ export interface SandboxSpec {
     };
   }>;
   /**
+   * idle is what happens to a Sandbox nobody uses: whether the end of the
+   * idle window stops or deletes it, and whether a resting Sandbox is
+   * deleted after a while. Stop, and never deleted, when unset.
+   */
+  idle?: {
+    /**
+     * action when the idle window (timeoutSeconds) passes without activity:
+     * Stop (default) stops the session and leaves the Sandbox Idle; Delete
+     * deletes this object, and with it the Vercel sandbox unless
+     * deletionPolicy is Retain.
+     *
+     * @default "Stop"
+     */
+    action?: "Stop" | "Delete";
+    /**
+     * deleteObjectAfterSeconds deletes this object once its last session has
+     * been stopped (phase Idle or Stopped, for any reason) that long without a
+     * new one; spec.deletionPolicy decides about the Vercel sandbox. A Warning
+     * event IdleDeletionSoon comes 10% of it (at most 5 minutes) before. At
+     * least 60; never when unset.
+     *
+     * minimum: 60
+     */
+    deleteObjectAfterSeconds?: number;
+  };
+  /**
    * networkPolicy controls egress; full internet access when unset.
    *
    * Validated: spec.networkPolicy.allowedDomains is only allowed with mode Allowlist

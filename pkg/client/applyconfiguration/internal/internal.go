@@ -132,6 +132,18 @@ var schemaYAML = typed.YAMLObject(`types:
           elementRelationship: associative
           keys:
           - name
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.IdleAction
+  scalar: string
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.IdlePolicy
+  map:
+    fields:
+    - name: action
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.IdleAction
+      default: Stop
+    - name: deleteObjectAfterSeconds
+      type:
+        scalar: numeric
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.InjectedHeader
   map:
     fields:
@@ -543,6 +555,9 @@ var schemaYAML = typed.YAMLObject(`types:
           elementRelationship: associative
           keys:
           - name
+    - name: idle
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.IdlePolicy
     - name: networkPolicy
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.NetworkPolicy

@@ -32,6 +32,10 @@ type SandboxSpecApplyConfiguration struct {
 	// plan's maximum session length; then it stops and the Sandbox is Idle.
 	// 1 to 86400 (24 h, Vercel's longest session); defaults to 300.
 	TimeoutSeconds *int64 `json:"timeoutSeconds,omitempty"`
+	// idle is what happens to a Sandbox nobody uses: whether the end of the
+	// idle window stops or deletes it, and whether a resting Sandbox is
+	// deleted after a while. Stop, and never deleted, when unset.
+	Idle *IdlePolicyApplyConfiguration `json:"idle,omitempty"`
 	// env is given to every command in the sandbox.
 	Env []EnvVarApplyConfiguration `json:"env,omitempty"`
 	// networkPolicy controls egress; full internet access when unset.
@@ -103,6 +107,14 @@ func (b *SandboxSpecApplyConfiguration) WithPorts(values ...int32) *SandboxSpecA
 // If called multiple times, the TimeoutSeconds field is set to the value of the last call.
 func (b *SandboxSpecApplyConfiguration) WithTimeoutSeconds(value int64) *SandboxSpecApplyConfiguration {
 	b.TimeoutSeconds = &value
+	return b
+}
+
+// WithIdle sets the Idle field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Idle field is set to the value of the last call.
+func (b *SandboxSpecApplyConfiguration) WithIdle(value *IdlePolicyApplyConfiguration) *SandboxSpecApplyConfiguration {
+	b.Idle = value
 	return b
 }
 
