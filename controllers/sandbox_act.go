@@ -50,8 +50,11 @@ func (r *SandboxReconciler) act(ctx context.Context, sbx *sandboxv1.Sandbox, l l
 	if e := d.event; e != nil {
 		r.Recorder.Eventf(sbx, nil, e.eventType, e.reason, "Observe", "%s", e.note)
 	}
-	if d.action == actResume {
+	switch d.action {
+	case actResume:
 		return r.resume(ctx, sbx)
+	case actRecreate:
+		return r.recreate(ctx, sbx, d.recreateWhy)
 	}
 	if d.noSession {
 		st.Routes, st.ExpiresAt = nil, nil
@@ -116,6 +119,7 @@ func (r *SandboxReconciler) create(ctx context.Context, sbx *sandboxv1.Sandbox) 
 	r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Created", "Create", "Created Vercel sandbox %s", st.VercelName)
 	if id := source.SnapshotID; id != nil {
 		st.BootedFrom = bootedFrom(sbx, *id)
+		st.BootedFrom.ContentHash = r.bootedContentHash(ctx, sbx, *id)
 	}
 	st.ObservedGeneration = sbx.Generation
 	o := record(sbx, resp)
@@ -282,6 +286,9 @@ func (r *SandboxReconciler) stop(ctx context.Context, sbx *sandboxv1.Sandbox, l 
 func (r *SandboxReconciler) resume(ctx context.Context, sbx *sandboxv1.Sandbox) (ctrl.Result, *observation, error) {
 	st := &sbx.Status
 	resp, err := r.Vercel.GetSandbox(ctx, st.VercelName, true)
+	if vercel.IsSnapshotNotFound(err) && recreates(sbx.Spec.RecreatePolicy) {
+		return r.recreate(ctx, sbx, sandboxv1.ReasonSnapshotMissing)
+	}
 	if vercel.IsSnapshotNotFound(err) {
 		msg := fmt.Sprintf("Cannot resume Vercel sandbox %s: the snapshot it resumes from (%s) is gone", st.VercelName, st.CurrentSnapshotID)
 		if !hasCondition(st.Conditions, sandboxv1.ConditionReady, sandboxv1.ReasonSnapshotMissing) {

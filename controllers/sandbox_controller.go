@@ -137,6 +137,9 @@ func (r *SandboxReconciler) reconcileSandbox(ctx context.Context, sbx *sandboxv1
 		}
 	}
 
+	if err := r.markSnapshotOutdated(ctx, sbx); err != nil {
+		return ctrl.Result{}, err
+	}
 	now := r.now()
 	o, ok := r.fromStatus(sbx, now)
 	if !ok {
@@ -270,6 +273,8 @@ func (r *SandboxReconciler) lifecycle(sbx *sandboxv1.Sandbox, o observation, now
 		pollAt:         now.Add(r.pollInterval()),
 	}
 	l.deleteAtIdle, l.deleteAfter = idleSettings(sbx)
+	l.recreate = sbx.Spec.RecreatePolicy
+	l.snapshotOutdated = hasCondition(st.Conditions, sandboxv1.ConditionSnapshotOutdated, sandboxv1.ReasonSnapshotOutdated)
 	if c := meta.FindStatusCondition(st.Conditions, sandboxv1.ConditionReady); c != nil {
 		l.ready = c.Reason
 	}

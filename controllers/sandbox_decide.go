@@ -68,6 +68,7 @@ type lifecycle struct {
 	shutdown       shutdownState
 	deleteAtIdle   bool          // spec.idle.action is Delete
 	deleteAfter    time.Duration // spec.idle.deleteObjectAfterSeconds; 0: never
+	recreate       sandboxv1.RecreatePolicy
 
 	// From status.
 	name       string // the Vercel sandbox's name
@@ -76,6 +77,8 @@ type lifecycle struct {
 	ready      string // the Ready reason before this reconcile; "" when unset
 	stoppedAt  time.Time
 	persistent bool // Vercel keeps the filesystem when a session stops
+	// snapshotOutdated: the snapshotRef has new content (SnapshotOutdated).
+	snapshotOutdated bool
 
 	// From the reconciler.
 	maxSession time.Duration
@@ -103,6 +106,9 @@ const (
 	// actIdleDelete deletes a resting Sandbox at the end of its idle life
 	// (sandbox_endoflife.go), after recording the decision's status.
 	actIdleDelete
+	// actRecreate replaces a gone Vercel sandbox with a new one
+	// (sandbox_endoflife.go), after recording the decision's status.
+	actRecreate
 )
 
 // readiness is the phase and Ready condition a step leaves a Sandbox in.
@@ -155,6 +161,8 @@ type decision struct {
 	// deletion to warn about.
 	deleteWhy  string
 	idleWarnAt time.Time
+	// For actRecreate: the reason (NotFound, NotPersistent, ...).
+	recreateWhy string
 }
 
 // decide is the Sandbox's decision tree.
@@ -167,6 +175,9 @@ func decide(l lifecycle) decision {
 	case remoteMissing:
 		if !l.hadSession {
 			return decideFirstCreate(l)
+		}
+		if recreates(l.recreate) && l.wantRunning() {
+			return decision{action: actRecreate, recreateWhy: sandboxv1.ReasonNotFound}
 		}
 		d := decision{noSession: true, ready: &readiness{sandboxv1.SandboxFailed, metav1.ConditionFalse, sandboxv1.ReasonNotFound,
 			fmt.Sprintf("Vercel sandbox %s no longer exists; it was deleted outside the operator. Delete and re-create this Sandbox to get a new one.", l.name)}}
@@ -287,6 +298,10 @@ func decideStopped(l lifecycle) decision {
 		case sandboxv1.ReasonIdleTimeout, sandboxv1.ReasonMaxSessionLength, sandboxv1.ReasonSnapshotted:
 			d.event = &event{corev1.EventTypeNormal, reason, msg}
 		}
+	}
+	if why := l.recreateWhy(reason, stoppedAt); why != "" {
+		d.action, d.recreateWhy = actRecreate, why
+		return d
 	}
 	want := l.wantRunning()
 	// A fresh look at a sandbox whose snapshot was missing happens only on a

@@ -1,6 +1,7 @@
 package controllers
 
-// A Sandbox's end of life when nobody uses it (spec.idle): the end of the
+// A Sandbox's end of life: when nobody uses it (spec.idle), and when its
+// Vercel sandbox is gone (spec.recreatePolicy, below). When nobody uses it: the end of the
 // idle window deletes the object under action Delete, and a Sandbox that has
 // rested (no session) for deleteObjectAfterSeconds is deleted, with a Warning
 // event IdleDeletionSoon before. Deleting the object hands the Vercel sandbox
@@ -13,11 +14,15 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
 
 // maxIdleDeletionWarning caps how long before an idle deletion the
@@ -127,4 +132,178 @@ func (r *SandboxReconciler) idleDelete(ctx context.Context, sbx *sandboxv1.Sandb
 	r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, sandboxv1.ReasonIdleDelete, "Delete",
 		"Deleting this Sandbox because %s (deletionPolicy %s)", why, sbx.Spec.DeletionPolicy)
 	return ctrl.Result{}, nil
+}
+
+// Recreation (spec.recreatePolicy): a Sandbox whose Vercel sandbox is gone —
+// deleted outside the operator, non-persistent and ended, or unable to
+// resume because its snapshot is gone — gets a new one from spec.source when
+// it should run; under OnNewerSnapshot a resting snapshotRef sandbox is also
+// recreated from the SandboxSnapshot's new content instead of resumed. The
+// count and the new name are recorded in status before the create, so a
+// crash after the create adopts the new sandbox instead of making another.
+
+// recreates reports whether policy recreates a gone sandbox.
+func recreates(policy sandboxv1.RecreatePolicy) bool {
+	return policy == sandboxv1.RecreateOnGone || policy == sandboxv1.RecreateOnNewerSnapshot
+}
+
+// recreateWhy is why a stopped sandbox that should run again gets a new
+// Vercel sandbox instead of a resume, or "" when it does not: a
+// non-persistent one cannot resume (NotPersistent), and under
+// OnNewerSnapshot an outdated one is not resumed (SnapshotOutdated).
+func (l lifecycle) recreateWhy(reason string, stoppedAt time.Time) string {
+	if !recreates(l.recreate) || !shouldResume(reason, l.wantRunning(), stoppedAt, l.activity) {
+		return ""
+	}
+	switch {
+	case !l.persistent:
+		return sandboxv1.ReasonNotPersistent
+	case l.snapshotOutdated && l.recreate == sandboxv1.RecreateOnNewerSnapshot:
+		return sandboxv1.ReasonSnapshotOutdated
+	}
+	return ""
+}
+
+// recreateText says in words why a sandbox was recreated.
+var recreateText = map[string]string{
+	sandboxv1.ReasonNotFound:         "it was deleted outside the operator",
+	sandboxv1.ReasonNotPersistent:    "it is not persistent and its session ended",
+	sandboxv1.ReasonSnapshotMissing:  "the snapshot to resume it from is gone",
+	sandboxv1.ReasonSnapshotOutdated: "its SandboxSnapshot has new content",
+}
+
+// recreatedName is the Vercel name of the n-th recreation of the sandbox
+// first named base: base itself for n = 0, else base with "-r<n>", cut to
+// Vercel's length limit (base ends in a UID part or hash, so the cut name
+// stays unique per object).
+func recreatedName(base string, n int32) string {
+	if n == 0 {
+		return base
+	}
+	suffix := fmt.Sprintf("-r%d", n)
+	if len(base)+len(suffix) > maxVercelNameLength {
+		base = base[:maxVercelNameLength-len(suffix)]
+	}
+	return base + suffix
+}
+
+// recreate replaces a gone Vercel sandbox: it deletes the old one, if it
+// still exists and deletionPolicy is Delete, then records the recreation
+// (count, new name, condition Recreated) in status and returns an
+// observation that makes decide create the new one. The record is written
+// before the create and with an optimistic lock, so neither a crash nor a
+// stale cache makes a second sandbox: the same count derives the same name,
+// which a repeated create adopts.
+func (r *SandboxReconciler) recreate(ctx context.Context, sbx *sandboxv1.Sandbox, why string) (ctrl.Result, *observation, error) {
+	st := &sbx.Status
+	old := st.VercelName
+	if why != sandboxv1.ReasonNotFound && sbx.Spec.DeletionPolicy != sandboxv1.DeletionPolicyRetain {
+		if err := r.deleteReplaced(ctx, sbx); err != nil {
+			return ctrl.Result{}, nil, err
+		}
+	}
+	before := sbx.DeepCopy()
+	st.Recreations++
+	st.VercelName = recreatedName(vercelName(sbx.Namespace, sbx.Name, sbx.UID), st.Recreations)
+	// Nothing of the old sandbox carries over: a new filesystem runs setup again.
+	st.SessionID, st.Routes, st.StartedAt, st.ExpiresAt, st.StoppedAt = "", nil, nil, nil, nil
+	st.CurrentSnapshotID, st.BootedFrom, st.Setup = "", nil, nil
+	msg := fmt.Sprintf("Vercel sandbox %s was replaced by %s (recreation %d) because %s", old, st.VercelName, st.Recreations, recreateText[why])
+	setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionRecreated, metav1.ConditionTrue, why, msg)
+	meta.RemoveStatusCondition(&st.Conditions, sandboxv1.ConditionSnapshotOutdated)
+	setReady(sbx, readiness{sandboxv1.SandboxCreating, metav1.ConditionFalse, sandboxv1.ReasonCreating, "Recreating the Vercel sandbox"})
+	if err := r.Status().Patch(ctx, sbx, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return ctrl.Result{}, nil, fmt.Errorf("record recreation of %s: %w", old, err)
+	}
+	key := client.ObjectKeyFromObject(sbx)
+	r.forgetPoll(key)
+	r.refused.Delete(key)
+	logf.FromContext(ctx).Info("Recreating Vercel sandbox", "old", old, "vercelName", st.VercelName, "reason", why, "recreations", st.Recreations)
+	r.Recorder.Eventf(sbx, nil, corev1.EventTypeWarning, "Recreating", "Create", "%s", msg)
+	return ctrl.Result{}, &observation{state: remoteMissing, fromVercel: true}, nil
+}
+
+// deleteReplaced deletes the Vercel sandbox a recreation replaces, and the
+// automatic snapshots of its pauses, after checking that it was created for
+// this object. One that is already gone is fine.
+func (r *SandboxReconciler) deleteReplaced(ctx context.Context, sbx *sandboxv1.Sandbox) error {
+	name := sbx.Status.VercelName
+	resp, err := r.Vercel.GetSandbox(ctx, name, false)
+	switch {
+	case vercel.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("get sandbox %s: %w", name, err)
+	case !r.ownedBy(&resp.Sandbox, sbx):
+		return nil
+	}
+	if _, err := r.Vercel.DeleteSandbox(ctx, name, false); err != nil && !vercel.IsNotFound(err) {
+		return fmt.Errorf("delete replaced sandbox %s: %w", name, err)
+	}
+	if err := r.deleteAutomaticSnapshots(ctx, sbx); err != nil {
+		return err
+	}
+	r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Deleted", "Delete", "Deleted Vercel sandbox %s, which a new one replaces", name)
+	return nil
+}
+
+// markSnapshotOutdated sets the SnapshotOutdated condition of a Sandbox
+// that booted from a snapshotRef: True when the SandboxSnapshot, ready to
+// use, has a content hash other than the one the sandbox booted from (for a
+// capture or an import, which have none: another snapshot id), with an event
+// when it turns True. A SandboxSnapshot that is gone or rebuilding changes
+// nothing.
+func (r *SandboxReconciler) markSnapshotOutdated(ctx context.Context, sbx *sandboxv1.Sandbox) error {
+	ref, booted := sbx.Spec.Source.SnapshotRef, sbx.Status.BootedFrom
+	if ref == nil || booted == nil || booted.SnapshotID == "" {
+		return nil
+	}
+	snap := &sandboxv1.SandboxSnapshot{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: sbx.Namespace, Name: ref.Name}, snap); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if !snap.Status.ReadyToUse || snap.Status.SnapshotID == "" {
+		return nil
+	}
+	st := &sbx.Status
+	if !snapshotChanged(booted, &snap.Status) {
+		setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionSnapshotOutdated, metav1.ConditionFalse, sandboxv1.ReasonSnapshotCurrent,
+			fmt.Sprintf("The sandbox booted from the current content of SandboxSnapshot %q", ref.Name))
+		return nil
+	}
+	msg := fmt.Sprintf("SandboxSnapshot %q has new content (snapshot %s) since the sandbox booted from %s", ref.Name, snap.Status.SnapshotID, booted.SnapshotID)
+	if sbx.Spec.RecreatePolicy == sandboxv1.RecreateOnNewerSnapshot {
+		msg += "; its next session starts from the new content (recreatePolicy OnNewerSnapshot)"
+	}
+	if !hasCondition(st.Conditions, sandboxv1.ConditionSnapshotOutdated, sandboxv1.ReasonSnapshotOutdated) {
+		r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, sandboxv1.ReasonSnapshotOutdated, "Observe", "%s", msg)
+	}
+	setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionSnapshotOutdated, metav1.ConditionTrue, sandboxv1.ReasonSnapshotOutdated, msg)
+	return nil
+}
+
+// snapshotChanged reports whether a SandboxSnapshot's content is not what
+// the sandbox booted from: another content hash, or where either side has
+// none (a capture, an import, a sandbox adopted after a lost create answer)
+// another snapshot id. A recipe rebuilt with the same hash (maxAgeSeconds)
+// is the same content.
+func snapshotChanged(booted *sandboxv1.BootedFrom, snap *sandboxv1.SandboxSnapshotStatus) bool {
+	if booted.ContentHash != "" && snap.ContentHash != "" {
+		return booted.ContentHash != snap.ContentHash
+	}
+	return booted.SnapshotID != snap.SnapshotID
+}
+
+// bootedContentHash is the content hash of the SandboxSnapshot a new
+// sandbox boots from under snapshot id id, if it still serves that id.
+func (r *SandboxReconciler) bootedContentHash(ctx context.Context, sbx *sandboxv1.Sandbox, id string) string {
+	ref := sbx.Spec.Source.SnapshotRef
+	if ref == nil {
+		return ""
+	}
+	snap := &sandboxv1.SandboxSnapshot{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: sbx.Namespace, Name: ref.Name}, snap); err != nil || snap.Status.SnapshotID != id {
+		return ""
+	}
+	return snap.Status.ContentHash
 }

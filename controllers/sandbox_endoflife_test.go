@@ -7,6 +7,8 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
@@ -72,6 +74,137 @@ var _ = Describe("Sandbox end of life", func() {
 			remote, exists := emu.Sandbox(name)
 			Expect(exists).To(BeTrue(), "deletionPolicy Retain keeps the Vercel sandbox")
 			Expect(remote.Status).To(Equal(vercel.SessionStopped))
+		})
+	})
+
+	Context("spec.recreatePolicy", func() {
+		ctx := context.Background()
+		recreated := func(key types.NamespacedName) func(Gomega) *metav1.Condition {
+			return func(g Gomega) *metav1.Condition {
+				sbx := &sandboxv1.Sandbox{}
+				g.Expect(k8sClient.Get(ctx, key, sbx)).To(Succeed())
+				return meta.FindStatusCondition(sbx.Status.Conditions, sandboxv1.ConditionRecreated)
+			}
+		}
+		// ownedSandboxes lists the live Vercel sandboxes created for sbx.
+		ownedSandboxes := func(sbx *sandboxv1.Sandbox) []string {
+			var out []string
+			for _, s := range emu.LiveSandboxes() {
+				if s.Tags["k8s-uid"] == string(sbx.UID) {
+					out = append(out, s.Name)
+				}
+			}
+			return out
+		}
+
+		It("recreates a sandbox deleted outside the operator under OnGone, counting it and saying why", func() {
+			key := types.NamespacedName{Namespace: ns, Name: "phoenix"}
+			newSandbox(ns, key.Name, sandboxv1.SandboxSpec{
+				Source:         runtimeSource("node24"),
+				RecreatePolicy: sandboxv1.RecreateOnGone,
+				Setup:          []sandboxv1.SetupCommand{{Name: "mark", Command: "sh", Args: []string{"-c", "echo ran >> /vercel/sandbox/setup.log"}}},
+			})
+			sbx := waitReady(key)
+			first, firstSession := sbx.Status.VercelName, sbx.Status.SessionID
+
+			By("deleting its Vercel sandbox directly")
+			_, err := vc.DeleteSandbox(ctx, first, false)
+			Expect(err).NotTo(HaveOccurred())
+
+			Eventually(recreated(key), 30*time.Second).Should(And(Not(BeNil()),
+				HaveField("Status", metav1.ConditionTrue), HaveField("Reason", sandboxv1.ReasonNotFound),
+				HaveField("Message", ContainSubstring("deleted outside the operator"))))
+			sbx = waitReady(key)
+			Expect(sbx.Status.Recreations).To(Equal(int32(1)))
+			Expect(sbx.Status.VercelName).To(Equal(first + "-r1"))
+			Expect(sbx.Status.SessionID).NotTo(Equal(firstSession))
+			Expect(ownedSandboxes(sbx)).To(ConsistOf(first + "-r1"))
+			log, err := vc.ReadFile(ctx, sbx.Status.SessionID, "/vercel/sandbox/setup.log", "")
+			Expect(err).NotTo(HaveOccurred())
+			Expect(string(log)).To(Equal("ran\n"), "setup runs on the new filesystem")
+			expectEvent(key, "Warning Recreating")
+
+			By("deleting the object, which deletes the new Vercel sandbox")
+			Expect(k8sClient.Delete(ctx, sbx)).To(Succeed())
+			Eventually(gone(key)).Should(BeTrue())
+			Expect(ownedSandboxes(sbx)).To(BeEmpty())
+		})
+
+		It("recreates a non-persistent sandbox that ended when it should run again, deleting the old one", func() {
+			key := types.NamespacedName{Namespace: ns, Name: "oneshot"}
+			newSandbox(ns, key.Name, sandboxv1.SandboxSpec{Source: runtimeSource("node24"), Persistent: ptr.To(false), RecreatePolicy: sandboxv1.RecreateOnGone})
+			first := waitReady(key).Status.VercelName
+			setState(key, sandboxv1.SandboxStateStopped)
+			Eventually(readyCondition(key)).Should(HaveField("Reason", sandboxv1.ReasonStopped))
+			Expect(getSandbox(key).Status.Recreations).To(BeZero(), "a stop that was asked for recreates nothing")
+
+			setState(key, sandboxv1.SandboxStateRunning)
+			Eventually(recreated(key)).Should(And(Not(BeNil()), HaveField("Reason", sandboxv1.ReasonNotPersistent)))
+			sbx := waitReady(key)
+			Expect(sbx.Status.Recreations).To(Equal(int32(1)))
+			Expect(ownedSandboxes(sbx)).To(ConsistOf(first+"-r1"), "the ended sandbox is deleted")
+		})
+
+		It("reports Never as before: a deleted sandbox stays Failed with reason NotFound", func() {
+			key := types.NamespacedName{Namespace: ns, Name: "mortal"}
+			newSandbox(ns, key.Name, sandboxv1.SandboxSpec{Source: runtimeSource("node24")})
+			first := waitReady(key).Status.VercelName
+			_, err := vc.DeleteSandbox(ctx, first, false)
+			Expect(err).NotTo(HaveOccurred())
+			Eventually(readyCondition(key), 30*time.Second).Should(HaveField("Reason", sandboxv1.ReasonNotFound))
+			Consistently(func() int32 { return getSandbox(key).Status.Recreations }, 2*pollInterval).Should(BeZero())
+			Expect(recreated(key)(Default)).To(BeNil())
+		})
+
+		It("says when its SandboxSnapshot has new content, and under OnNewerSnapshot boots the next session from it", func() {
+			recipe := func(epoch, content string) sandboxv1.SandboxSnapshotSpec {
+				r := sandboxv1.Runtime("node24")
+				return sandboxv1.SandboxSnapshotSpec{Source: sandboxv1.SandboxSnapshotSource{Recipe: &sandboxv1.SnapshotRecipe{
+					Runtime:      &r,
+					RebuildEpoch: epoch,
+					Setup:        []sandboxv1.RecipeCommand{{Name: "write", Command: "sh", Args: []string{"-c", "echo " + content + " > /vercel/sandbox/version.txt"}}},
+				}}}
+			}
+			snapKey := types.NamespacedName{Namespace: ns, Name: "workspace"}
+			newSnapshot(ns, snapKey.Name, recipe("1", "v1"))
+			v1 := waitSnapshotReady(snapKey)
+
+			key := types.NamespacedName{Namespace: ns, Name: "tracker"}
+			newSandbox(ns, key.Name, sandboxv1.SandboxSpec{
+				Source:         sandboxv1.SandboxSource{SnapshotRef: &sandboxv1.LocalObjectReference{Name: snapKey.Name}},
+				RecreatePolicy: sandboxv1.RecreateOnNewerSnapshot,
+			})
+			sbx := waitReady(key)
+			Expect(sbx.Status.BootedFrom).To(HaveField("ContentHash", v1.Status.ContentHash))
+			outdated := func(g Gomega) *metav1.Condition {
+				s := &sandboxv1.Sandbox{}
+				g.Expect(k8sClient.Get(ctx, key, s)).To(Succeed())
+				return meta.FindStatusCondition(s.Status.Conditions, sandboxv1.ConditionSnapshotOutdated)
+			}
+			Eventually(outdated).Should(And(Not(BeNil()), HaveField("Status", metav1.ConditionFalse)))
+
+			By("replacing the recipe (the source is immutable, so the SandboxSnapshot is re-created)")
+			deleteAndWait(snapKey)
+			newSnapshot(ns, snapKey.Name, recipe("2", "v2"))
+			v2 := waitSnapshotReady(snapKey)
+			Expect(v2.Status.ContentHash).NotTo(Equal(v1.Status.ContentHash))
+			Eventually(outdated).Should(And(HaveField("Status", metav1.ConditionTrue), HaveField("Reason", sandboxv1.ReasonSnapshotOutdated)))
+			expectEvent(key, "Normal SnapshotOutdated")
+			Expect(getSandbox(key).Status.SessionID).To(Equal(sbx.Status.SessionID), "a running session is never replaced")
+
+			By("pausing and resuming it")
+			setState(key, sandboxv1.SandboxStateStopped)
+			Eventually(readyCondition(key)).Should(HaveField("Reason", sandboxv1.ReasonStopped))
+			setState(key, sandboxv1.SandboxStateRunning)
+			Eventually(recreated(key), 30*time.Second).Should(And(Not(BeNil()), HaveField("Reason", sandboxv1.ReasonSnapshotOutdated)))
+			sbx = waitReady(key)
+			Expect(sbx.Status.Recreations).To(Equal(int32(1)))
+			Expect(sbx.Status.BootedFrom).To(And(HaveField("SnapshotID", v2.Status.SnapshotID), HaveField("ContentHash", v2.Status.ContentHash)))
+			data, err := vc.ReadFile(ctx, sbx.Status.SessionID, "/vercel/sandbox/version.txt", "")
+			Expect(err).NotTo(HaveOccurred())
+			Expect(string(data)).To(Equal("v2\n"))
+			Eventually(outdated).Should(HaveField("Status", metav1.ConditionFalse))
+			Expect(ownedSandboxes(sbx)).To(ConsistOf(sbx.Status.VercelName))
 		})
 	})
 })

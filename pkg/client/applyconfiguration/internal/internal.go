@@ -32,6 +32,9 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.BootedFrom
   map:
     fields:
+    - name: contentHash
+      type:
+        scalar: string
     - name: snapshotID
       type:
         scalar: string
@@ -241,6 +244,8 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: url
       type:
         scalar: string
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.RecreatePolicy
+  scalar: string
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.Runtime
   scalar: string
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.Sandbox
@@ -571,6 +576,10 @@ var schemaYAML = typed.YAMLObject(`types:
           elementType:
             scalar: numeric
           elementRelationship: associative
+    - name: recreatePolicy
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.RecreatePolicy
+      default: Never
     - name: resources
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxResources
@@ -632,6 +641,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: phase
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxPhase
+    - name: recreations
+      type:
+        scalar: numeric
     - name: routes
       type:
         list:
