@@ -145,6 +145,24 @@ var _ = Describe("Sandbox end of life", func() {
 			Expect(ownedSandboxes(sbx)).To(ConsistOf(first+"-r1"), "the ended sandbox is deleted")
 		})
 
+		It("recreates a paused sandbox whose snapshot is gone when it resumes, deleting the old one", func() {
+			key := types.NamespacedName{Namespace: ns, Name: "amnesiac"}
+			newSandbox(ns, key.Name, sandboxv1.SandboxSpec{Source: runtimeSource("node24"), RecreatePolicy: sandboxv1.RecreateOnGone})
+			first := waitReady(key).Status.VercelName
+			setState(key, sandboxv1.SandboxStateStopped)
+			Eventually(readyCondition(key)).Should(HaveField("Reason", sandboxv1.ReasonStopped))
+			snap := getSandbox(key).Status.CurrentSnapshotID
+			Expect(snap).To(HavePrefix("snap_"))
+			_, err := vc.DeleteSnapshot(ctx, snap)
+			Expect(err).NotTo(HaveOccurred())
+
+			setState(key, sandboxv1.SandboxStateRunning)
+			Eventually(recreated(key)).Should(And(Not(BeNil()), HaveField("Reason", sandboxv1.ReasonSnapshotMissing)))
+			sbx := waitReady(key)
+			Expect(sbx.Status.Recreations).To(Equal(int32(1)))
+			Expect(ownedSandboxes(sbx)).To(ConsistOf(first + "-r1"))
+		})
+
 		It("reports Never as before: a deleted sandbox stays Failed with reason NotFound", func() {
 			key := types.NamespacedName{Namespace: ns, Name: "mortal"}
 			newSandbox(ns, key.Name, sandboxv1.SandboxSpec{Source: runtimeSource("node24")})
