@@ -2,6 +2,7 @@ package controllers_test
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -232,3 +233,49 @@ func expectEventWithin(key types.NamespacedName, want string, timeout time.Durat
 	GinkgoHelper()
 	Eventually(func() []string { return eventsFor(key) }, timeout).Should(ContainElement(ContainSubstring(want)))
 }
+
+// A crash between the create of a recreation and the status write after it
+// must neither count the recreation twice nor leave a second Vercel sandbox.
+var _ = Describe("Sandbox recreation crash window", Serial, func() {
+	It("records the recreation before the create, so a restart adopts the new sandbox", func() {
+		ctx := context.Background()
+		ns := newNamespace()
+		key := types.NamespacedName{Namespace: ns, Name: "lazarus"}
+		newSandbox(ns, key.Name, sandboxv1.SandboxSpec{Source: runtimeSource("node24"), RecreatePolicy: sandboxv1.RecreateOnGone})
+		sbx := waitReady(key)
+		first := sbx.Status.VercelName
+		committed := recorder.stallAfterCommit(func(r recordedRequest) bool {
+			return r.Method == "POST" && strings.HasSuffix(r.Path, "/sandboxes") && strings.Contains(string(r.Body), `"name":"`+first+`-r1"`)
+		})
+		_, err := vc.DeleteSandbox(ctx, first, false)
+		Expect(err).NotTo(HaveOccurred())
+
+		By("crashing once Vercel created the new sandbox")
+		Eventually(committed, 30*time.Second).Should(BeClosed())
+		stopManager()
+		restarted := false
+		DeferCleanup(func() {
+			if !restarted {
+				startManager(k8sClient.Scheme())
+			}
+		})
+		st := getSandbox(key).Status
+		Expect(st.Recreations).To(Equal(int32(1)), "the recreation is counted before the create")
+		Expect(st.VercelName).To(Equal(first+"-r1"), "the new name is recorded before the create")
+		Expect(st.SessionID).To(BeEmpty())
+
+		By("restarting")
+		startManager(k8sClient.Scheme())
+		restarted = true
+		sbx = waitReady(key)
+		Expect(sbx.Status.Recreations).To(Equal(int32(1)))
+		Expect(sbx.Status.VercelName).To(Equal(first + "-r1"))
+		var owned []string
+		for _, s := range emu.LiveSandboxes() {
+			if s.Tags["k8s-uid"] == string(sbx.UID) {
+				owned = append(owned, s.Name)
+			}
+		}
+		Expect(owned).To(ConsistOf(first+"-r1"), "one Vercel sandbox for one object")
+	})
+})
