@@ -286,6 +286,11 @@ func (r *SandboxReconciler) stop(ctx context.Context, sbx *sandboxv1.Sandbox, l 
 func (r *SandboxReconciler) resume(ctx context.Context, sbx *sandboxv1.Sandbox) (ctrl.Result, *observation, error) {
 	st := &sbx.Status
 	resp, err := r.Vercel.GetSandbox(ctx, st.VercelName, true)
+	if vercel.IsNotFound(err) {
+		// Deleted outside the operator while it rested (a resting sandbox is
+		// not polled): decide on that, as a poll that found it gone would.
+		return ctrl.Result{}, &observation{state: remoteMissing, fromVercel: true}, nil
+	}
 	if vercel.IsSnapshotNotFound(err) && recreates(sbx.Spec.RecreatePolicy) {
 		return r.recreate(ctx, sbx, sandboxv1.ReasonSnapshotMissing)
 	}

@@ -164,6 +164,21 @@ var _ = Describe("Sandbox end of life", func() {
 			Expect(ownedSandboxes(sbx)).To(ConsistOf(first + "-r1"))
 		})
 
+		It("recreates an Idle sandbox deleted outside the operator when a heartbeat wakes it", func() {
+			key := types.NamespacedName{Namespace: ns, Name: "sleeper"}
+			newSandbox(ns, key.Name, sandboxv1.SandboxSpec{Source: runtimeSource("node24"), TimeoutSeconds: ptr.To[int64](4), RecreatePolicy: sandboxv1.RecreateOnGone})
+			first := waitReady(key).Status.VercelName
+			Eventually(readyCondition(key), 30*time.Second).Should(HaveField("Reason", sandboxv1.ReasonIdleTimeout))
+			_, err := vc.DeleteSandbox(ctx, first, false)
+			Expect(err).NotTo(HaveOccurred())
+
+			heartbeat(key, time.Now())
+			Eventually(recreated(key)).Should(And(Not(BeNil()), HaveField("Reason", sandboxv1.ReasonNotFound)))
+			sbx := waitReady(key)
+			Expect(sbx.Status.Recreations).To(Equal(int32(1)))
+			Expect(ownedSandboxes(sbx)).To(ConsistOf(first + "-r1"))
+		})
+
 		It("reports Never as before: a deleted sandbox stays Failed with reason NotFound", func() {
 			key := types.NamespacedName{Namespace: ns, Name: "mortal"}
 			newSandbox(ns, key.Name, sandboxv1.SandboxSpec{Source: runtimeSource("node24")})
