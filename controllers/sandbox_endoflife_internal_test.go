@@ -60,7 +60,9 @@ func TestDecideEndOfLife(t *testing.T) {
 	}{
 		{"idle under Stop: rests, no timer", nil, actNone, "", 0, false},
 		{"idle stop seen under action Delete: delete",
-			func(l *lifecycle) { l.deleteAtIdle, l.obs, l.ready, l.phase = true, idleStop, sandboxv1.ReasonRunning, sandboxv1.SandboxRunning },
+			func(l *lifecycle) {
+				l.deleteAtIdle, l.obs, l.ready, l.phase = true, idleStop, sandboxv1.ReasonRunning, sandboxv1.SandboxRunning
+			},
 			actIdleDelete, "", 0, false},
 		{"idle under action Delete, a newer heartbeat: resume instead",
 			func(l *lifecycle) { l.deleteAtIdle, l.activity = true, at(350) }, actResume, "", 0, false},
@@ -86,7 +88,9 @@ func TestDecideEndOfLife(t *testing.T) {
 		{"non-persistent, no heartbeat, OnGone: stays ended until one",
 			func(l *lifecycle) { l.persistent, l.recreate = false, sandboxv1.RecreateOnGone }, actNone, "", 0, false},
 		{"outdated snapshot, a newer heartbeat, OnGone: resume",
-			func(l *lifecycle) { l.snapshotOutdated, l.activity, l.recreate = true, at(350), sandboxv1.RecreateOnGone },
+			func(l *lifecycle) {
+				l.snapshotOutdated, l.activity, l.recreate = true, at(350), sandboxv1.RecreateOnGone
+			},
 			actResume, "", 0, false},
 		{"outdated snapshot, a newer heartbeat, OnNewerSnapshot: recreate",
 			func(l *lifecycle) {
