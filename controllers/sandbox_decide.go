@@ -300,7 +300,8 @@ func decideStopped(l lifecycle) decision {
 		}
 	}
 	if why := l.recreateWhy(reason, stoppedAt); why != "" {
-		d.action, d.recreateWhy = actRecreate, why
+		// A changed spec goes to the new sandbox with its create.
+		d.action, d.recreateWhy, d.update = actRecreate, why, false
 		return d
 	}
 	want := l.wantRunning()

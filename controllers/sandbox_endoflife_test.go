@@ -78,6 +78,17 @@ var _ = Describe("Sandbox end of life", func() {
 		})
 	})
 
+	Context("validation", func() {
+		It("refuses OnNewerSnapshot without a snapshotRef, and deleteObjectAfterSeconds under 60", func() {
+			err := k8sClient.Create(context.Background(), &sandboxv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "norefs"},
+				Spec: sandboxv1.SandboxSpec{Source: runtimeSource("node24"), RecreatePolicy: sandboxv1.RecreateOnNewerSnapshot}})
+			Expect(err).To(MatchError(ContainSubstring("spec.recreatePolicy OnNewerSnapshot needs spec.source.snapshotRef")))
+			err = k8sClient.Create(context.Background(), &sandboxv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hasty"},
+				Spec: sandboxv1.SandboxSpec{Source: runtimeSource("node24"), Idle: &sandboxv1.IdlePolicy{DeleteObjectAfterSeconds: ptr.To[int64](59)}}})
+			Expect(err).To(MatchError(ContainSubstring("deleteObjectAfterSeconds")))
+		})
+	})
+
 	Context("spec.recreatePolicy", func() {
 		ctx := context.Background()
 		recreated := func(key types.NamespacedName) func(Gomega) *metav1.Condition {
