@@ -50,8 +50,11 @@ func (r *SandboxReconciler) act(ctx context.Context, sbx *sandboxv1.Sandbox, l l
 	if e := d.event; e != nil {
 		r.Recorder.Eventf(sbx, nil, e.eventType, e.reason, "Observe", "%s", e.note)
 	}
-	if d.action == actResume {
+	switch d.action {
+	case actResume:
 		return r.resume(ctx, sbx)
+	case actRecreate:
+		return r.recreate(ctx, sbx, d.recreateWhy)
 	}
 	if d.noSession {
 		st.Routes, st.ExpiresAt = nil, nil
@@ -64,6 +67,13 @@ func (r *SandboxReconciler) act(ctx context.Context, sbx *sandboxv1.Sandbox, l l
 	}
 	if d.warn {
 		r.warnShutdown(sbx, l.shutdown, false)
+	}
+	if !d.idleWarnAt.IsZero() {
+		r.warnIdleDeletion(sbx, d.idleWarnAt)
+	}
+	if d.action == actIdleDelete {
+		res, err = r.idleDelete(ctx, sbx, d.deleteWhy)
+		return res, nil, err
 	}
 	return ctrl.Result{RequeueAfter: d.requeue}, nil, nil
 }
@@ -109,6 +119,7 @@ func (r *SandboxReconciler) create(ctx context.Context, sbx *sandboxv1.Sandbox) 
 	r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Created", "Create", "Created Vercel sandbox %s", st.VercelName)
 	if id := source.SnapshotID; id != nil {
 		st.BootedFrom = bootedFrom(sbx, *id)
+		st.BootedFrom.ContentHash = r.bootedContentHash(ctx, sbx, *id)
 	}
 	st.ObservedGeneration = sbx.Generation
 	o := record(sbx, resp)
@@ -284,6 +295,14 @@ func (r *SandboxReconciler) stop(ctx context.Context, sbx *sandboxv1.Sandbox, l 
 func (r *SandboxReconciler) resume(ctx context.Context, sbx *sandboxv1.Sandbox) (ctrl.Result, *observation, error) {
 	st := &sbx.Status
 	resp, err := r.Vercel.GetSandbox(ctx, st.VercelName, true)
+	if vercel.IsNotFound(err) {
+		// Deleted outside the operator while it rested (a resting sandbox is
+		// not polled): decide on that, as a poll that found it gone would.
+		return ctrl.Result{}, &observation{state: remoteMissing, fromVercel: true}, nil
+	}
+	if vercel.IsSnapshotNotFound(err) && recreates(sbx.Spec.RecreatePolicy) {
+		return r.recreate(ctx, sbx, sandboxv1.ReasonSnapshotMissing)
+	}
 	if vercel.IsSnapshotNotFound(err) {
 		msg := fmt.Sprintf("Cannot resume Vercel sandbox %s: the snapshot it resumes from (%s) is gone", st.VercelName, st.CurrentSnapshotID)
 		if !hasCondition(st.Conditions, sandboxv1.ConditionReady, sandboxv1.ReasonSnapshotMissing) {

@@ -72,6 +72,8 @@ type SandboxReconciler struct {
 	nextPoll sync.Map // types.NamespacedName -> time.Time
 	// warned holds, per object, the shutdownTime it was warned about.
 	warned sync.Map // types.NamespacedName -> time.Time
+	// idleWarned holds, per object, the idle deletion time it was warned about.
+	idleWarned sync.Map // types.NamespacedName -> time.Time
 	// refused holds, per object, the session Vercel refused to extend: its
 	// plan maximum is below --max-session-length, so the session is left to
 	// end at its deadline instead of being asked again.
@@ -137,6 +139,9 @@ func (r *SandboxReconciler) reconcileSandbox(ctx context.Context, sbx *sandboxv1
 		}
 	}
 
+	if err := r.markSnapshotOutdated(ctx, sbx); err != nil {
+		return ctrl.Result{}, err
+	}
 	now := r.now()
 	o, ok := r.fromStatus(sbx, now)
 	if !ok {
@@ -269,6 +274,9 @@ func (r *SandboxReconciler) lifecycle(sbx *sandboxv1.Sandbox, o observation, now
 		refused:        r.extensionRefused(key, o.sessionID),
 		pollAt:         now.Add(r.pollInterval()),
 	}
+	l.deleteAtIdle, l.deleteAfter = idleSettings(sbx)
+	l.recreate = sbx.Spec.RecreatePolicy
+	l.snapshotOutdated = hasCondition(st.Conditions, sandboxv1.ConditionSnapshotOutdated, sandboxv1.ReasonSnapshotOutdated)
 	if c := meta.FindStatusCondition(st.Conditions, sandboxv1.ConditionReady); c != nil {
 		l.ready = c.Reason
 	}
@@ -337,6 +345,7 @@ func (r *SandboxReconciler) forgetPoll(key types.NamespacedName) { r.nextPoll.De
 func (r *SandboxReconciler) forget(key types.NamespacedName) {
 	r.nextPoll.Delete(key)
 	r.warned.Delete(key)
+	r.idleWarned.Delete(key)
 	r.refused.Delete(key)
 	r.probes.Delete(key)
 }

@@ -66,6 +66,9 @@ type lifecycle struct {
 	activity       time.Time
 	idle           time.Duration
 	shutdown       shutdownState
+	deleteAtIdle   bool          // spec.idle.action is Delete
+	deleteAfter    time.Duration // spec.idle.deleteObjectAfterSeconds; 0: never
+	recreate       sandboxv1.RecreatePolicy
 
 	// From status.
 	name       string // the Vercel sandbox's name
@@ -74,6 +77,8 @@ type lifecycle struct {
 	ready      string // the Ready reason before this reconcile; "" when unset
 	stoppedAt  time.Time
 	persistent bool // Vercel keeps the filesystem when a session stops
+	// snapshotOutdated: the snapshotRef has new content (SnapshotOutdated).
+	snapshotOutdated bool
 
 	// From the reconciler.
 	maxSession time.Duration
@@ -98,6 +103,12 @@ const (
 	// actRun keeps a running session: applies a changed spec, runs setup,
 	// then reports it Running and extends it when its deadline comes near.
 	actRun
+	// actIdleDelete deletes a resting Sandbox at the end of its idle life
+	// (sandbox_endoflife.go), after recording the decision's status.
+	actIdleDelete
+	// actRecreate replaces a gone Vercel sandbox with a new one
+	// (sandbox_endoflife.go), after recording the decision's status.
+	actRecreate
 )
 
 // readiness is the phase and Ready condition a step leaves a Sandbox in.
@@ -146,6 +157,12 @@ type decision struct {
 	// For actRun: the session's deadline and how much to extend it now.
 	keep   keepAlive
 	extend time.Duration
+	// For actIdleDelete: why, in words. idleWarnAt, when set, is the idle
+	// deletion to warn about.
+	deleteWhy  string
+	idleWarnAt time.Time
+	// For actRecreate: the reason (NotFound, NotPersistent, ...).
+	recreateWhy string
 }
 
 // decide is the Sandbox's decision tree.
@@ -158,6 +175,9 @@ func decide(l lifecycle) decision {
 	case remoteMissing:
 		if !l.hadSession {
 			return decideFirstCreate(l)
+		}
+		if recreates(l.recreate) && l.wantRunning() {
+			return decision{action: actRecreate, recreateWhy: sandboxv1.ReasonNotFound}
 		}
 		d := decision{noSession: true, ready: &readiness{sandboxv1.SandboxFailed, metav1.ConditionFalse, sandboxv1.ReasonNotFound,
 			fmt.Sprintf("Vercel sandbox %s no longer exists; it was deleted outside the operator. Delete and re-create this Sandbox to get a new one.", l.name)}}
@@ -223,7 +243,7 @@ func decideRunning(l lifecycle) decision {
 		}
 		return decision{action: actStop, stopEvent: stopEvent, stopWhy: why,
 			ready:   &readiness{sandboxv1.SandboxStopped, metav1.ConditionFalse, reason, msg},
-			requeue: restingRequeue(l.shutdownDelete, l.shutdown, l.now)}
+			requeue: l.restingRequeue(l.now)}
 	}
 	k := keepAlive{start: o.start, deadline: o.deadline, activity: l.activity, idle: l.idle, max: l.maxSession}
 	if l.refused {
@@ -279,6 +299,11 @@ func decideStopped(l lifecycle) decision {
 			d.event = &event{corev1.EventTypeNormal, reason, msg}
 		}
 	}
+	if why := l.recreateWhy(reason, stoppedAt); why != "" {
+		// A changed spec goes to the new sandbox with its create.
+		d.action, d.recreateWhy, d.update = actRecreate, why, false
+		return d
+	}
 	want := l.wantRunning()
 	// A fresh look at a sandbox whose snapshot was missing happens only on a
 	// spec change or a requested reconcile: both retry the resume.
@@ -298,6 +323,7 @@ func decideStopped(l lifecycle) decision {
 	}
 	d.warn = true
 	d.requeue = restingRequeue(l.shutdownDelete, l.shutdown, l.now)
+	l.endOfLife(&d, reason, stoppedAt)
 	return d
 }
 
@@ -327,6 +353,19 @@ func (l lifecycle) stopMessage(reason string) string {
 // cannotRunAgain ends the message about a stopped session of a sandbox that
 // is not persistent.
 const cannotRunAgain = "; spec.persistent is false, so it cannot run again: delete and re-create this Sandbox for a new one"
+
+// restingRequeue is when a Sandbox whose session stops at stoppedAt needs the
+// controller again without any change to it: for its shutdown or its idle
+// deletion (warning, then delete).
+func (l lifecycle) restingRequeue(stoppedAt time.Time) time.Duration {
+	d := restingRequeue(l.shutdownDelete, l.shutdown, l.now)
+	if next := restSchedule(l.now, stoppedAt, l.deleteAfter).next; !next.IsZero() {
+		if r := requeueAt(l.now, next); d == 0 || r < d {
+			d = r
+		}
+	}
+	return d
+}
 
 // restingRequeue is when a stopped sandbox needs the controller again without
 // any change to it: only for its shutdown (warning, then delete).

@@ -79,6 +79,10 @@ func (r *SandboxReconciler) snapshotRefRequests(ctx context.Context, obj client.
 		return nil
 	}
 	return requestsFor(list.Items, func(s *sandboxv1.Sandbox) bool {
+		if b := s.Status.BootedFrom; b != nil && snap.Status.ReadyToUse && snapshotChanged(b, &snap.Status) {
+			// New content: the Sandbox reports it (SnapshotOutdated).
+			return true
+		}
 		if s.Status.SessionID != "" || s.Status.Phase == sandboxv1.SandboxFailed {
 			return false
 		}

@@ -78,6 +78,22 @@ const (
 	// session was Ready; the message carries the probe's last result. One
 	// passing probe makes it Ready again.
 	ReasonProbeFailed = "ProbeFailed"
+	// ReasonIdleDelete is the event reason when a Sandbox is deleted because
+	// its idle window passed (spec.idle.action Delete) or it rested longer
+	// than spec.idle.deleteObjectAfterSeconds.
+	ReasonIdleDelete = "IdleDelete"
+	// ReasonIdleDeletionSoon is the Warning event reason emitted shortly
+	// before a resting Sandbox is deleted for spec.idle.deleteObjectAfterSeconds.
+	ReasonIdleDeletionSoon = "IdleDeletionSoon"
+	// ReasonSnapshotOutdated is set on SnapshotOutdated=True when the
+	// SandboxSnapshot of spec.source.snapshotRef has a content hash other than
+	// the one the sandbox booted from (its recipe changed), and on
+	// Recreated=True when that made the controller recreate the sandbox
+	// (recreatePolicy OnNewerSnapshot).
+	ReasonSnapshotOutdated = "SnapshotOutdated"
+	// ReasonSnapshotCurrent is set on SnapshotOutdated=False: the sandbox
+	// booted from the SandboxSnapshot's current content.
+	ReasonSnapshotCurrent = "SnapshotCurrent"
 	// ReasonReconcilePaused is set on Paused=True while the object carries the
 	// sandbox.sentry.io/paused: "true" annotation.
 	ReasonReconcilePaused = "ReconcilePaused"
@@ -89,6 +105,18 @@ const (
 	// for persistent sandboxes; False when spec.persistent is false (a stop
 	// ends the sandbox for good) or when the snapshot to resume from is gone.
 	ConditionResumable = "Resumable"
+	// ConditionRecreated is True once the controller recreated the Vercel
+	// sandbox under spec.recreatePolicy; its reason says why the last time:
+	// NotFound (deleted outside the operator), NotPersistent (a
+	// non-persistent sandbox whose session ended was to run again),
+	// SnapshotMissing (the snapshot to resume from is gone) or
+	// SnapshotOutdated. status.recreations counts the recreations.
+	ConditionRecreated = "Recreated"
+	// ConditionSnapshotOutdated says, for a spec.source.snapshotRef sandbox,
+	// whether the SandboxSnapshot's content hash changed since the sandbox
+	// booted from it (True, reason SnapshotOutdated) or not (False, reason
+	// SnapshotCurrent).
+	ConditionSnapshotOutdated = "SnapshotOutdated"
 	// ConditionPaused is True while reconciling is paused by the
 	// sandbox.sentry.io/paused annotation; it is removed when unpaused.
 	ConditionPaused = "Paused"
@@ -134,6 +162,58 @@ const (
 	// the end of it otherwise.
 	SandboxStateStopped SandboxState = "Stopped"
 )
+
+// RecreatePolicy says whether a Sandbox whose Vercel sandbox is gone gets a
+// new one.
+// +kubebuilder:validation:Enum=Never;OnGone;OnNewerSnapshot
+type RecreatePolicy string
+
+// Recreate policies.
+const (
+	// RecreateNever reports a gone sandbox (Ready=False, phase Failed) and
+	// leaves it.
+	RecreateNever RecreatePolicy = "Never"
+	// RecreateOnGone creates a new Vercel sandbox from spec.source when the
+	// old one is gone and the Sandbox should run.
+	RecreateOnGone RecreatePolicy = "OnGone"
+	// RecreateOnNewerSnapshot does what OnGone does, and also recreates a
+	// resting snapshotRef sandbox from the SandboxSnapshot's new content
+	// when it should run again.
+	RecreateOnNewerSnapshot RecreatePolicy = "OnNewerSnapshot"
+)
+
+// IdleAction says what happens when a Sandbox's idle window passes.
+// +kubebuilder:validation:Enum=Stop;Delete
+type IdleAction string
+
+// Idle actions.
+const (
+	// IdleStop lets the session stop; the Sandbox is Idle and a newer
+	// heartbeat wakes it.
+	IdleStop IdleAction = "Stop"
+	// IdleDelete deletes this object once its session stopped for idleness;
+	// spec.deletionPolicy decides whether the Vercel sandbox goes with it.
+	IdleDelete IdleAction = "Delete"
+)
+
+// IdlePolicy is a Sandbox's end of life when nobody uses it.
+type IdlePolicy struct {
+	// action when the idle window (timeoutSeconds) passes without activity:
+	// Stop (default) stops the session and leaves the Sandbox Idle; Delete
+	// deletes this object, and with it the Vercel sandbox unless
+	// deletionPolicy is Retain.
+	// +optional
+	// +kubebuilder:default=Stop
+	Action IdleAction `json:"action,omitempty"`
+	// deleteObjectAfterSeconds deletes this object once its last session has
+	// been stopped (phase Idle or Stopped, for any reason) that long without a
+	// new one; spec.deletionPolicy decides about the Vercel sandbox. A Warning
+	// event IdleDeletionSoon comes 10% of it (at most 5 minutes) before. At
+	// least 60; never when unset.
+	// +optional
+	// +kubebuilder:validation:Minimum=60
+	DeleteObjectAfterSeconds *int64 `json:"deleteObjectAfterSeconds,omitempty"`
+}
 
 // ShutdownPolicy says what happens at spec.shutdownTime.
 // +kubebuilder:validation:Enum=Stop;Delete
@@ -445,6 +525,7 @@ type ExecProbe struct {
 }
 
 // SandboxSpec is the desired state of a Sandbox.
+// +kubebuilder:validation:XValidation:rule="!has(self.recreatePolicy) || self.recreatePolicy != 'OnNewerSnapshot' || has(self.source.snapshotRef)",message="spec.recreatePolicy OnNewerSnapshot needs spec.source.snapshotRef",fieldPath=".recreatePolicy"
 // +kubebuilder:validation:XValidation:rule="self.source == oldSelf.source",message="spec.source is immutable",fieldPath=".source"
 // +kubebuilder:validation:XValidation:rule="has(self.persistent) == has(oldSelf.persistent) && (!has(self.persistent) || self.persistent == oldSelf.persistent)",message="spec.persistent is immutable",fieldPath=".persistent"
 // +kubebuilder:validation:XValidation:rule="!has(self.readinessProbe) || !has(self.readinessProbe.httpGet) || (has(self.ports) && self.ports.exists(p, p == self.readinessProbe.httpGet.port))",message="spec.readinessProbe.httpGet.port must be one of spec.ports",fieldPath=".readinessProbe.httpGet.port"
@@ -475,6 +556,26 @@ type SandboxSpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=86400
 	TimeoutSeconds *int64 `json:"timeoutSeconds,omitempty"`
+	// recreatePolicy: Never (default) reports a Vercel sandbox that is gone
+	// and leaves it; OnGone creates a new one from spec.source when the old
+	// one was deleted outside the operator (NotFound), is non-persistent and
+	// its session ended (NotPersistent), or cannot resume because its
+	// snapshot is gone (SnapshotMissing), each time the Sandbox should run
+	// (spec.state Running and, after an idle stop, a newer heartbeat).
+	// OnNewerSnapshot (snapshotRef only) also recreates a resting sandbox
+	// from the SandboxSnapshot's new content, instead of resuming it, when
+	// its content hash changed (condition SnapshotOutdated). A running
+	// session is never replaced. The new Vercel sandbox's name ends in
+	// -r<status.recreations>; the old one is deleted unless deletionPolicy
+	// is Retain, and setup runs again on the new filesystem.
+	// +optional
+	// +kubebuilder:default=Never
+	RecreatePolicy RecreatePolicy `json:"recreatePolicy,omitempty"`
+	// idle is what happens to a Sandbox nobody uses: whether the end of the
+	// idle window stops or deletes it, and whether a resting Sandbox is
+	// deleted after a while. Stop, and never deleted, when unset.
+	// +optional
+	Idle *IdlePolicy `json:"idle,omitempty"`
 	// env is given to every command in the sandbox.
 	// +optional
 	// +listType=map
@@ -554,6 +655,11 @@ type BootedFrom struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	SnapshotID string `json:"snapshotID,omitempty"`
+	// contentHash is the SandboxSnapshot's status.contentHash at boot, when
+	// the source was snapshotRef to a recipe.
+	// +optional
+	// +kubebuilder:validation:MaxLength=80
+	ContentHash string `json:"contentHash,omitempty"`
 }
 
 // SetupState is where spec.setup stands on the sandbox's filesystem.
@@ -607,8 +713,10 @@ type SandboxStatus struct {
 	Phase SandboxPhase `json:"phase,omitempty"`
 	// conditions: Ready (the session runs and setup succeeded), Synced (the
 	// last reconcile reached Vercel and succeeded), Resumable (a stopped
-	// session can be resumed), Paused (reconciling is paused by annotation)
-	// and, with a snapshotRef source, ResolvedRefs (the SandboxSnapshot exists).
+	// session can be resumed), Paused (reconciling is paused by annotation),
+	// Recreated (the Vercel sandbox was recreated, and why) and, with a
+	// snapshotRef source, ResolvedRefs (the SandboxSnapshot exists) and
+	// SnapshotOutdated (its content changed since the sandbox booted).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -662,6 +770,12 @@ type SandboxStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=256
 	LastHandledReconcileAt string `json:"lastHandledReconcileAt,omitempty"`
+	// recreations counts the Vercel sandboxes created anew under
+	// spec.recreatePolicy. It is recorded before each create, and the
+	// Vercel name (status.vercelName) ends in -r<recreations>, so a crash
+	// never leaves two Vercel sandboxes for one object.
+	// +optional
+	Recreations int32 `json:"recreations,omitempty"`
 }
 
 // Sandbox is one Vercel named sandbox: its sessions (VM boots) come and go, the

@@ -44,6 +44,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apiv1alpha1.HeaderInjectionApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("HTTPGetProbe"):
 		return &apiv1alpha1.HTTPGetProbeApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("IdlePolicy"):
+		return &apiv1alpha1.IdlePolicyApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("InjectedHeader"):
 		return &apiv1alpha1.InjectedHeaderApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("LocalObjectReference"):

@@ -36,6 +36,7 @@ export interface Sandbox {
   /**
    * spec is the desired state.
    *
+   * Validated: spec.recreatePolicy OnNewerSnapshot needs spec.source.snapshotRef
    * Validated: spec.source is immutable
    * Validated: spec.persistent is immutable
    * Validated: spec.readinessProbe.httpGet.port must be one of spec.ports
@@ -50,6 +51,7 @@ export interface Sandbox {
 /**
  * spec is the desired state.
  *
+ * Validated: spec.recreatePolicy OnNewerSnapshot needs spec.source.snapshotRef
  * Validated: spec.source is immutable
  * Validated: spec.persistent is immutable
  * Validated: spec.readinessProbe.httpGet.port must be one of spec.ports
@@ -109,6 +111,32 @@ export interface SandboxSpec {
       };
     };
   }>;
+  /**
+   * idle is what happens to a Sandbox nobody uses: whether the end of the
+   * idle window stops or deletes it, and whether a resting Sandbox is
+   * deleted after a while. Stop, and never deleted, when unset.
+   */
+  idle?: {
+    /**
+     * action when the idle window (timeoutSeconds) passes without activity:
+     * Stop (default) stops the session and leaves the Sandbox Idle; Delete
+     * deletes this object, and with it the Vercel sandbox unless
+     * deletionPolicy is Retain.
+     *
+     * @default "Stop"
+     */
+    action?: "Stop" | "Delete";
+    /**
+     * deleteObjectAfterSeconds deletes this object once its last session has
+     * been stopped (phase Idle or Stopped, for any reason) that long without a
+     * new one; spec.deletionPolicy decides about the Vercel sandbox. A Warning
+     * event IdleDeletionSoon comes 10% of it (at most 5 minutes) before. At
+     * least 60; never when unset.
+     *
+     * minimum: 60
+     */
+    deleteObjectAfterSeconds?: number;
+  };
   /**
    * networkPolicy controls egress; full internet access when unset.
    *
@@ -284,6 +312,23 @@ export interface SandboxSpec {
      */
     timeoutSeconds?: number;
   };
+  /**
+   * recreatePolicy: Never (default) reports a Vercel sandbox that is gone
+   * and leaves it; OnGone creates a new one from spec.source when the old
+   * one was deleted outside the operator (NotFound), is non-persistent and
+   * its session ended (NotPersistent), or cannot resume because its
+   * snapshot is gone (SnapshotMissing), each time the Sandbox should run
+   * (spec.state Running and, after an idle stop, a newer heartbeat).
+   * OnNewerSnapshot (snapshotRef only) also recreates a resting sandbox
+   * from the SandboxSnapshot's new content, instead of resuming it, when
+   * its content hash changed (condition SnapshotOutdated). A running
+   * session is never replaced. The new Vercel sandbox's name ends in
+   * -r<status.recreations>; the old one is deleted unless deletionPolicy
+   * is Retain, and setup runs again on the new filesystem.
+   *
+   * @default "Never"
+   */
+  recreatePolicy?: "Never" | "OnGone" | "OnNewerSnapshot";
   /**
    * resources of each session.
    */
@@ -489,6 +534,13 @@ export interface SandboxStatus {
    */
   bootedFrom?: {
     /**
+     * contentHash is the SandboxSnapshot's status.contentHash at boot, when
+     * the source was snapshotRef to a recipe.
+     *
+     * maxLength: 80
+     */
+    contentHash?: string;
+    /**
      * snapshotID is the Vercel snapshot id.
      *
      * maxLength: 64
@@ -504,8 +556,10 @@ export interface SandboxStatus {
   /**
    * conditions: Ready (the session runs and setup succeeded), Synced (the
    * last reconcile reached Vercel and succeeded), Resumable (a stopped
-   * session can be resumed), Paused (reconciling is paused by annotation)
-   * and, with a snapshotRef source, ResolvedRefs (the SandboxSnapshot exists).
+   * session can be resumed), Paused (reconciling is paused by annotation),
+   * Recreated (the Vercel sandbox was recreated, and why) and, with a
+   * snapshotRef source, ResolvedRefs (the SandboxSnapshot exists) and
+   * SnapshotOutdated (its content changed since the sandbox booted).
    *
    * maxItems: 32
    */
@@ -608,6 +662,13 @@ export interface SandboxStatus {
    * Stopping, Stopped, Idle, Failed or Deleting.
    */
   phase?: "Pending" | "Creating" | "SettingUp" | "Running" | "Stopping" | "Stopped" | "Idle" | "Failed" | "Deleting";
+  /**
+   * recreations counts the Vercel sandboxes created anew under
+   * spec.recreatePolicy. It is recorded before each create, and the
+   * Vercel name (status.vercelName) ends in -r<recreations>, so a crash
+   * never leaves two Vercel sandboxes for one object.
+   */
+  recreations?: number;
   /**
    * routes are the public URLs of spec.ports.
    *

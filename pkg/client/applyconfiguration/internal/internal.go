@@ -32,6 +32,9 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.BootedFrom
   map:
     fields:
+    - name: contentHash
+      type:
+        scalar: string
     - name: snapshotID
       type:
         scalar: string
@@ -153,6 +156,18 @@ var schemaYAML = typed.YAMLObject(`types:
           elementRelationship: associative
           keys:
           - name
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.IdleAction
+  scalar: string
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.IdlePolicy
+  map:
+    fields:
+    - name: action
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.IdleAction
+      default: Stop
+    - name: deleteObjectAfterSeconds
+      type:
+        scalar: numeric
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.InjectedHeader
   map:
     fields:
@@ -271,6 +286,8 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: url
       type:
         scalar: string
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.RecreatePolicy
+  scalar: string
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.Runtime
   scalar: string
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.Sandbox
@@ -585,6 +602,9 @@ var schemaYAML = typed.YAMLObject(`types:
           elementRelationship: associative
           keys:
           - name
+    - name: idle
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.IdlePolicy
     - name: networkPolicy
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.NetworkPolicy
@@ -601,6 +621,10 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: readinessProbe
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.ReadinessProbe
+    - name: recreatePolicy
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.RecreatePolicy
+      default: Never
     - name: resources
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxResources
@@ -662,6 +686,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: phase
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxPhase
+    - name: recreations
+      type:
+        scalar: numeric
     - name: routes
       type:
         list:

@@ -17,6 +17,9 @@ type BootedFromApplyConfiguration struct {
 	SnapshotName *string `json:"snapshotName,omitempty"`
 	// snapshotID is the Vercel snapshot id.
 	SnapshotID *string `json:"snapshotID,omitempty"`
+	// contentHash is the SandboxSnapshot's status.contentHash at boot, when
+	// the source was snapshotRef to a recipe.
+	ContentHash *string `json:"contentHash,omitempty"`
 }
 
 // BootedFromApplyConfiguration constructs a declarative configuration of the BootedFrom type for use with
@@ -38,5 +41,13 @@ func (b *BootedFromApplyConfiguration) WithSnapshotName(value string) *BootedFro
 // If called multiple times, the SnapshotID field is set to the value of the last call.
 func (b *BootedFromApplyConfiguration) WithSnapshotID(value string) *BootedFromApplyConfiguration {
 	b.SnapshotID = &value
+	return b
+}
+
+// WithContentHash sets the ContentHash field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ContentHash field is set to the value of the last call.
+func (b *BootedFromApplyConfiguration) WithContentHash(value string) *BootedFromApplyConfiguration {
+	b.ContentHash = &value
 	return b
 }

@@ -32,6 +32,23 @@ type SandboxSpecApplyConfiguration struct {
 	// plan's maximum session length; then it stops and the Sandbox is Idle.
 	// 1 to 86400 (24 h, Vercel's longest session); defaults to 300.
 	TimeoutSeconds *int64 `json:"timeoutSeconds,omitempty"`
+	// recreatePolicy: Never (default) reports a Vercel sandbox that is gone
+	// and leaves it; OnGone creates a new one from spec.source when the old
+	// one was deleted outside the operator (NotFound), is non-persistent and
+	// its session ended (NotPersistent), or cannot resume because its
+	// snapshot is gone (SnapshotMissing), each time the Sandbox should run
+	// (spec.state Running and, after an idle stop, a newer heartbeat).
+	// OnNewerSnapshot (snapshotRef only) also recreates a resting sandbox
+	// from the SandboxSnapshot's new content, instead of resuming it, when
+	// its content hash changed (condition SnapshotOutdated). A running
+	// session is never replaced. The new Vercel sandbox's name ends in
+	// -r<status.recreations>; the old one is deleted unless deletionPolicy
+	// is Retain, and setup runs again on the new filesystem.
+	RecreatePolicy *apiv1alpha1.RecreatePolicy `json:"recreatePolicy,omitempty"`
+	// idle is what happens to a Sandbox nobody uses: whether the end of the
+	// idle window stops or deletes it, and whether a resting Sandbox is
+	// deleted after a while. Stop, and never deleted, when unset.
+	Idle *IdlePolicyApplyConfiguration `json:"idle,omitempty"`
 	// env is given to every command in the sandbox.
 	Env []EnvVarApplyConfiguration `json:"env,omitempty"`
 	// networkPolicy controls egress; full internet access when unset.
@@ -109,6 +126,22 @@ func (b *SandboxSpecApplyConfiguration) WithPorts(values ...int32) *SandboxSpecA
 // If called multiple times, the TimeoutSeconds field is set to the value of the last call.
 func (b *SandboxSpecApplyConfiguration) WithTimeoutSeconds(value int64) *SandboxSpecApplyConfiguration {
 	b.TimeoutSeconds = &value
+	return b
+}
+
+// WithRecreatePolicy sets the RecreatePolicy field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the RecreatePolicy field is set to the value of the last call.
+func (b *SandboxSpecApplyConfiguration) WithRecreatePolicy(value apiv1alpha1.RecreatePolicy) *SandboxSpecApplyConfiguration {
+	b.RecreatePolicy = &value
+	return b
+}
+
+// WithIdle sets the Idle field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Idle field is set to the value of the last call.
+func (b *SandboxSpecApplyConfiguration) WithIdle(value *IdlePolicyApplyConfiguration) *SandboxSpecApplyConfiguration {
+	b.Idle = value
 	return b
 }
 

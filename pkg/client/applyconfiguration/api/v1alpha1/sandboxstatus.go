@@ -24,8 +24,10 @@ type SandboxStatusApplyConfiguration struct {
 	Phase *apiv1alpha1.SandboxPhase `json:"phase,omitempty"`
 	// conditions: Ready (the session runs and setup succeeded), Synced (the
 	// last reconcile reached Vercel and succeeded), Resumable (a stopped
-	// session can be resumed), Paused (reconciling is paused by annotation)
-	// and, with a snapshotRef source, ResolvedRefs (the SandboxSnapshot exists).
+	// session can be resumed), Paused (reconciling is paused by annotation),
+	// Recreated (the Vercel sandbox was recreated, and why) and, with a
+	// snapshotRef source, ResolvedRefs (the SandboxSnapshot exists) and
+	// SnapshotOutdated (its content changed since the sandbox booted).
 	Conditions []v1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 	// observedGeneration is the spec generation the controller last acted on.
 	ObservedGeneration *int64 `json:"observedGeneration,omitempty"`
@@ -56,6 +58,11 @@ type SandboxStatusApplyConfiguration struct {
 	// lastHandledReconcileAt is the value of the
 	// sandbox.sentry.io/reconcile-requested-at annotation handled last.
 	LastHandledReconcileAt *string `json:"lastHandledReconcileAt,omitempty"`
+	// recreations counts the Vercel sandboxes created anew under
+	// spec.recreatePolicy. It is recorded before each create, and the
+	// Vercel name (status.vercelName) ends in -r<recreations>, so a crash
+	// never leaves two Vercel sandboxes for one object.
+	Recreations *int32 `json:"recreations,omitempty"`
 }
 
 // SandboxStatusApplyConfiguration constructs a declarative configuration of the SandboxStatus type for use with
@@ -183,5 +190,13 @@ func (b *SandboxStatusApplyConfiguration) WithStoppedAt(value metav1.Time) *Sand
 // If called multiple times, the LastHandledReconcileAt field is set to the value of the last call.
 func (b *SandboxStatusApplyConfiguration) WithLastHandledReconcileAt(value string) *SandboxStatusApplyConfiguration {
 	b.LastHandledReconcileAt = &value
+	return b
+}
+
+// WithRecreations sets the Recreations field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Recreations field is set to the value of the last call.
+func (b *SandboxStatusApplyConfiguration) WithRecreations(value int32) *SandboxStatusApplyConfiguration {
+	b.Recreations = &value
 	return b
 }
