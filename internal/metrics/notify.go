@@ -27,12 +27,12 @@ var (
 	}, []string{"namespace", "reason"})
 
 	// NotifyDropped counts notifications given up: queue_full (the oldest
-	// waiting one made room for a new one) or expired (retried past the
-	// maximum age).
+	// waiting one made room for a new one), expired (retried past the
+	// maximum age) or invalid (its data could not be encoded).
 	NotifyDropped = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace,
 		Name:      "notifications_dropped_total",
-		Help:      "Webhook notifications given up, by reason (queue_full, expired).",
+		Help:      "Webhook notifications given up, by reason (queue_full, expired, invalid).",
 	}, []string{"reason"})
 
 	// NotifyQueueDepth is the number of notifications waiting or in flight.

@@ -158,8 +158,10 @@ func (n *Notifier) Enqueue(e Event) {
 		Time: e.Time.UTC(), DataContentType: "application/json", Data: e.Data,
 	})
 	if err != nil {
-		// Data is a struct of strings and numbers: this is a programming error.
-		panic(fmt.Sprintf("notify: marshal %s: %v", e.Type, err))
+		// Data is a struct of strings and numbers; this cannot happen, and
+		// must not fail the reconcile that enqueued it if it did.
+		metrics.NotifyDropped.WithLabelValues("invalid").Inc()
+		return
 	}
 	now := time.Now()
 	n.mu.Lock()
