@@ -52,7 +52,7 @@ func ConfigMapResolver(r client.Reader) Resolver {
 		}
 		value := sec.Data[key]
 		if len(value) < MinKeyLength {
-			return Endpoint{}, false, fmt.Errorf("Secret %s/%s: key %q must hold at least %d bytes", ns, name, key, MinKeyLength)
+			return Endpoint{}, false, fmt.Errorf("signing Secret %s/%s: key %q must hold at least %d bytes", ns, name, key, MinKeyLength)
 		}
 		return Endpoint{URL: u.String(), Key: value}, true, nil
 	}
