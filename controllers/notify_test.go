@@ -192,4 +192,22 @@ var _ = Describe("Notifications", func() {
 		Expect(slowHits.Load()).To(BeNumerically(">=", 2))
 		Expect(testutil.ToFloat64(metrics.NotifyFailed.WithLabelValues(slow, "timeout")) - timeoutsBefore).To(BeNumerically(">=", 2))
 	})
+
+	It("send nothing unsigned: a ConfigMap without a signing Secret is counted as a config failure", func() {
+		ns := newNamespace()
+		var hits atomic.Int32
+		srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
+		DeferCleanup(srv.Close)
+		Expect(k8sClient.Create(ctx, &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: notify.ConfigMapName},
+			Data:       map[string]string{"url": srv.URL},
+		})).To(Succeed())
+		before := testutil.ToFloat64(metrics.NotifyFailed.WithLabelValues(ns, "config"))
+		key := types.NamespacedName{Namespace: ns, Name: "unsigned"}
+		id := vercelSnapshot(ctx, ns+"-notify", nil)
+		newSnapshot(ns, key.Name, sandboxv1.SandboxSnapshotSpec{Source: sandboxv1.SandboxSnapshotSource{SnapshotID: &id}})
+		waitSnapshotReady(key)
+		Eventually(func() float64 { return testutil.ToFloat64(metrics.NotifyFailed.WithLabelValues(ns, "config")) - before }, 5*time.Second).Should(BeNumerically(">=", 1))
+		Consistently(hits.Load, time.Second).Should(BeZero())
+	})
 })
