@@ -56,6 +56,9 @@ type skeleton[O object] struct {
 	// reconcile brings the remote side towards the spec and records in status
 	// what it saw.
 	reconcile func(context.Context, O) (ctrl.Result, error)
+	// notifier, when set, is told of the transitions a status write made
+	// (see transitions); it never blocks.
+	notifier Notifier
 }
 
 // run reconciles the object at key; o is an empty object of the kind.
@@ -137,12 +140,22 @@ func (s skeleton[O]) finish(ctx context.Context, before, o O, res ctrl.Result, e
 }
 
 // patchStatus writes status only when it differs from before, so a reconcile
-// that finds nothing to do writes nothing.
+// that finds nothing to do writes nothing. The transitions the write made are
+// announced only after it succeeded: a failed write is retried, and announced
+// then.
 func (s skeleton[O]) patchStatus(ctx context.Context, before, o O) error {
 	if apiequality.Semantic.DeepEqual(statusOf(before).all, statusOf(o).all) {
 		return nil
 	}
-	return s.client.Status().Patch(ctx, o, client.MergeFrom(before))
+	if err := s.client.Status().Patch(ctx, o, client.MergeFrom(before)); err != nil {
+		return err
+	}
+	if s.notifier != nil {
+		for _, e := range transitions(before, o, time.Now()) {
+			s.notifier.Enqueue(e)
+		}
+	}
+	return nil
 }
 
 // statusView is what the skeleton reads and writes of an object's status.

@@ -38,6 +38,9 @@ type SandboxReconciler struct {
 	APIReader client.Reader
 	Vercel    SandboxAPI
 	Recorder  events.EventRecorder
+	// Notifier, when set, announces Ready, Idle and Failed transitions to
+	// the namespace's webhook.
+	Notifier Notifier
 	// PollInterval is how often a running sandbox is observed for drift.
 	PollInterval time.Duration
 	// MaxConcurrentReconciles bounds parallel reconciles (default 1).
@@ -94,6 +97,7 @@ func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	return skeleton[*sandboxv1.Sandbox]{
 		client:    r.Client,
 		recorder:  r.Recorder,
+		notifier:  r.Notifier,
 		finalizer: sandboxv1.SandboxFinalizer,
 		pausable:  true,
 		labels:    r.clampHeartbeat,

@@ -31,6 +31,9 @@ const forkWaitPoll = 2 * time.Second
 type SandboxForkReconciler struct {
 	client.Client
 	Recorder events.EventRecorder
+	// Notifier, when set, announces Ready and Failed transitions to
+	// the namespace's webhook.
+	Notifier Notifier
 	// MaxConcurrentReconciles bounds parallel reconciles (default 1).
 	MaxConcurrentReconciles int
 	// BackoffCap caps the retry delay after errors (default one minute).
@@ -50,6 +53,7 @@ func (r *SandboxForkReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	return skeleton[*sandboxv1.SandboxFork]{
 		client:    r.Client,
 		recorder:  r.Recorder,
+		notifier:  r.Notifier,
 		finalizer: sandboxv1.SandboxForkFinalizer,
 		pausable:  true,
 		finalize:  r.finalize,

@@ -40,6 +40,9 @@ type SandboxSnapshotReconciler struct {
 	APIReader client.Reader
 	Vercel    SandboxAPI
 	Recorder  events.EventRecorder
+	// Notifier, when set, announces Ready and Failed transitions to
+	// the namespace's webhook.
+	Notifier Notifier
 	// PollInterval is how often a ready snapshot is observed for expiry.
 	PollInterval time.Duration
 	// MaxConcurrentReconciles bounds parallel reconciles (default 1).
@@ -72,6 +75,7 @@ func (r *SandboxSnapshotReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	return skeleton[*sandboxv1.SandboxSnapshot]{
 		client:    r.Client,
 		recorder:  r.Recorder,
+		notifier:  r.Notifier,
 		finalizer: sandboxv1.SandboxSnapshotFinalizer,
 		pausable:  true,
 		labels:    r.hashLabel,

@@ -10,6 +10,7 @@ import (
 
 	"github.com/getsentry/sandbox-controller/internal/httplimit"
 	"github.com/getsentry/sandbox-controller/internal/metrics"
+	"github.com/getsentry/sandbox-controller/internal/notify"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
 
@@ -35,6 +36,10 @@ type Options struct {
 	ShutdownWarning  time.Duration
 	// ReferenceDeadline: see SandboxReconciler.ReferenceDeadline.
 	ReferenceDeadline time.Duration
+	// Notify configures the delivery of webhook notifications (workers,
+	// queue size, request timeout); its Resolve is set here, to the
+	// namespaces' sandbox-notifications ConfigMaps.
+	Notify notify.Options
 }
 
 // DefaultReconcileTimeout bounds a reconcile: a few Vercel calls of at most
@@ -96,11 +101,17 @@ func SetupWithManager(mgr ctrl.Manager, vc vercel.Config, o Options) error {
 	if err := mgr.AddReadyzCheck("vercel-credentials", health.CheckCredentials); err != nil {
 		return fmt.Errorf("add the Vercel credentials readiness check: %w", err)
 	}
+	o.Notify.Resolve = notify.ConfigMapResolver(mgr.GetAPIReader())
+	notifier := notify.New(o.Notify)
+	if err := mgr.Add(notifier); err != nil {
+		return fmt.Errorf("add the notifier: %w", err)
+	}
 	if err := (&SandboxReconciler{
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
 		Vercel:                  api,
 		Recorder:                mgr.GetEventRecorder("sandbox-controller"),
+		Notifier:                notifier,
 		PollInterval:            o.PollInterval,
 		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 		BackoffCap:              o.BackoffCap,
@@ -116,6 +127,7 @@ func SetupWithManager(mgr ctrl.Manager, vc vercel.Config, o Options) error {
 		APIReader:               mgr.GetAPIReader(),
 		Vercel:                  api,
 		Recorder:                mgr.GetEventRecorder("sandboxsnapshot-controller"),
+		Notifier:                notifier,
 		PollInterval:            o.PollInterval,
 		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 		BackoffCap:              o.BackoffCap,
@@ -126,6 +138,7 @@ func SetupWithManager(mgr ctrl.Manager, vc vercel.Config, o Options) error {
 	if err := (&SandboxForkReconciler{
 		Client:                  mgr.GetClient(),
 		Recorder:                mgr.GetEventRecorder("sandbox-controller"),
+		Notifier:                notifier,
 		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 		BackoffCap:              o.BackoffCap,
 	}).SetupWithManager(mgr); err != nil {

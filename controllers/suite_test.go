@@ -38,6 +38,7 @@ import (
 	"github.com/getsentry/sandbox-controller/controllers"
 	"github.com/getsentry/sandbox-controller/internal/emulator"
 	"github.com/getsentry/sandbox-controller/internal/localstack"
+	"github.com/getsentry/sandbox-controller/internal/notify"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
 
@@ -152,11 +153,16 @@ func startManager(scheme *runtime.Scheme) {
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	})
 	Expect(err).NotTo(HaveOccurred())
+	// Webhook notifications as the manager wires them, with a short request
+	// timeout so that the spec of a hanging receiver sees retries.
+	notifier := notify.New(notify.Options{Resolve: notify.ConfigMapResolver(mgr.GetAPIReader()), Timeout: time.Second, MinBackoff: 200 * time.Millisecond})
+	Expect(mgr.Add(notifier)).To(Succeed())
 	err = (&controllers.SandboxReconciler{
 		Client:                  countingClient{Client: mgr.GetClient(), w: writes},
 		APIReader:               mgr.GetAPIReader(),
 		Vercel:                  vc,
 		Recorder:                mgr.GetEventRecorder("sandbox-controller"),
+		Notifier:                notifier,
 		PollInterval:            pollInterval,
 		MaxConcurrentReconciles: 4,
 		ReferenceDeadline:       referenceDeadline,
@@ -167,6 +173,7 @@ func startManager(scheme *runtime.Scheme) {
 		APIReader:               mgr.GetAPIReader(),
 		Vercel:                  vc,
 		Recorder:                mgr.GetEventRecorder("sandboxsnapshot-controller"),
+		Notifier:                notifier,
 		PollInterval:            pollInterval,
 		MaxConcurrentReconciles: 4,
 		ReferenceDeadline:       referenceDeadline,
@@ -176,6 +183,7 @@ func startManager(scheme *runtime.Scheme) {
 	err = (&controllers.SandboxForkReconciler{
 		Client:                  mgr.GetClient(),
 		Recorder:                mgr.GetEventRecorder("sandbox-controller"),
+		Notifier:                notifier,
 		MaxConcurrentReconciles: 4,
 	}).SetupWithManager(mgr)
 	Expect(err).NotTo(HaveOccurred())

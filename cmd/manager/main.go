@@ -25,6 +25,7 @@ import (
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 	"github.com/getsentry/sandbox-controller/controllers"
+	"github.com/getsentry/sandbox-controller/internal/notify"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
 
@@ -82,6 +83,11 @@ func main() {
 	flag.DurationVar(&referenceDeadline, "reference-deadline", controllers.DefaultReferenceDeadline, "How long a Sandbox's snapshotRef or a recipe's baseSnapshotRef may name a SandboxSnapshot that does not exist, is Failed, or (for bases) forms a cycle, before the object is Failed.")
 	flag.Float64Var(&kubeQPS, "kube-api-qps", 0, "Client-side limit of Kubernetes API requests per second; 0 keeps controller-runtime's default of none (the API server's priority and fairness applies), a negative value also disables it.")
 	flag.IntVar(&kubeBurst, "kube-api-burst", 0, "Burst allowed above --kube-api-qps when that is positive (default twice the QPS).")
+	var notifyOpts notify.Options
+	flag.IntVar(&notifyOpts.Workers, "notify-workers", 4, "Webhook notifications delivered in parallel; each namespace has at most one in flight.")
+	flag.IntVar(&notifyOpts.QueueSize, "notify-queue-size", 1000, "Webhook notifications waiting for delivery at most; when full, the oldest waiting one is dropped.")
+	flag.DurationVar(&notifyOpts.Timeout, "notify-timeout", 5*time.Second, "Deadline of each webhook delivery attempt.")
+	flag.DurationVar(&notifyOpts.MaxAge, "notify-max-age", 15*time.Minute, "How long a webhook notification is retried before it is dropped.")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -186,6 +192,7 @@ func main() {
 		MaxSessionLength:        maxSessionLength,
 		ShutdownWarning:         shutdownWarning,
 		ReferenceDeadline:       referenceDeadline,
+		Notify:                  notifyOpts,
 	}); err != nil {
 		log.Error(err, "Failed to set up the controllers")
 		os.Exit(1)

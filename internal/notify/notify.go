@@ -1,0 +1,379 @@
+// Package notify delivers CloudEvents to the webhook a namespace configures,
+// so that clients that cannot hold a watch learn of the transitions they wait
+// for without polling.
+//
+// Enqueue never blocks: messages wait in a bounded in-memory queue (the
+// oldest waiting one is dropped, and counted, when it is full) and a few
+// workers deliver them. Each namespace has at most one message in flight and
+// its messages are delivered in order, so a receiver that hangs holds one
+// worker at a time (for at most the request timeout) and never delays the
+// other namespaces by more than that. A failed attempt is retried with
+// exponential backoff until the message is older than MaxAge: delivery is at
+// least once while the manager runs; the queue is not persisted.
+package notify
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/getsentry/sandbox-controller/internal/metrics"
+)
+
+// Event is one transition to announce. The fields become the CloudEvent's
+// attributes; Data its data, marshalled to JSON.
+type Event struct {
+	// Namespace decides the webhook.
+	Namespace string
+	// ID is the same for every observation of one transition, so receivers
+	// can drop duplicates.
+	ID      string
+	Type    string
+	Source  string
+	Subject string
+	Time    time.Time
+	Data    any
+}
+
+// cloudEvent is CloudEvents 1.0 in JSON structured mode.
+type cloudEvent struct {
+	SpecVersion     string    `json:"specversion"`
+	ID              string    `json:"id"`
+	Source          string    `json:"source"`
+	Type            string    `json:"type"`
+	Subject         string    `json:"subject,omitempty"`
+	Time            time.Time `json:"time"`
+	DataContentType string    `json:"datacontenttype"`
+	Data            any       `json:"data,omitempty"`
+}
+
+// Endpoint is where a namespace's messages go and the key that signs them.
+type Endpoint struct {
+	URL string
+	Key []byte
+}
+
+// Resolver returns the webhook of a namespace; ok is false when it has none.
+// An error (a configuration that cannot be used, or an API error) fails the
+// attempt, which is retried.
+type Resolver func(ctx context.Context, namespace string) (ep Endpoint, ok bool, err error)
+
+// Options configure a Notifier; zero values take the defaults.
+type Options struct {
+	// Resolve finds a namespace's webhook; required.
+	Resolve Resolver
+	// Workers deliver in parallel (default 4).
+	Workers int
+	// QueueSize bounds the messages waiting or in flight (default 1000).
+	QueueSize int
+	// Timeout bounds each delivery attempt (default 5s).
+	Timeout time.Duration
+	// MaxAge is how long a message is retried before it is dropped
+	// (default 15m).
+	MaxAge time.Duration
+	// MinBackoff and MaxBackoff bound the delay between attempts of one
+	// message, doubling from the first (defaults 1s and 1m).
+	MinBackoff, MaxBackoff time.Duration
+	// ConfigTTL is how long a namespace's resolved webhook is reused
+	// (default 30s): a changed ConfigMap or Secret applies after it.
+	ConfigTTL time.Duration
+	// HTTPClient sends the requests (default: one that follows no redirect).
+	HTTPClient *http.Client
+}
+
+// Notifier queues and delivers events. Start runs its workers.
+type Notifier struct {
+	o    Options
+	wake chan struct{}
+
+	mu     sync.Mutex
+	queue  []*entry // in enqueue order
+	config map[string]resolved
+}
+
+type entry struct {
+	ns        string
+	id        string
+	body      []byte
+	enqueued  time.Time
+	attempts  int
+	notBefore time.Time
+	inFlight  bool
+}
+
+type resolved struct {
+	ep  Endpoint
+	ok  bool
+	at  time.Time
+	err error
+}
+
+// New returns a Notifier; call Start to deliver.
+func New(o Options) *Notifier {
+	if o.Workers <= 0 {
+		o.Workers = 4
+	}
+	if o.QueueSize <= 0 {
+		o.QueueSize = 1000
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 5 * time.Second
+	}
+	if o.MaxAge <= 0 {
+		o.MaxAge = 15 * time.Minute
+	}
+	if o.MinBackoff <= 0 {
+		o.MinBackoff = time.Second
+	}
+	if o.MaxBackoff < o.MinBackoff {
+		o.MaxBackoff = max(o.MinBackoff, time.Minute)
+	}
+	if o.ConfigTTL <= 0 {
+		o.ConfigTTL = 30 * time.Second
+	}
+	if o.HTTPClient == nil {
+		// A redirect is an answer that is not 2xx: the message is retried to
+		// the configured URL, never sent on somewhere else.
+		o.HTTPClient = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	}
+	metrics.RegisterNotify()
+	return &Notifier{o: o, wake: make(chan struct{}, 1), config: map[string]resolved{}}
+}
+
+// Enqueue queues e for delivery and returns at once. Nothing is queued for a
+// namespace known to have no webhook.
+func (n *Notifier) Enqueue(e Event) {
+	body, err := json.Marshal(cloudEvent{
+		SpecVersion: "1.0", ID: e.ID, Source: e.Source, Type: e.Type, Subject: e.Subject,
+		Time: e.Time.UTC(), DataContentType: "application/json", Data: e.Data,
+	})
+	if err != nil {
+		// Data is a struct of strings and numbers; this cannot happen, and
+		// must not fail the reconcile that enqueued it if it did.
+		metrics.NotifyDropped.WithLabelValues("invalid").Inc()
+		return
+	}
+	now := time.Now()
+	n.mu.Lock()
+	if c, known := n.config[e.Namespace]; known && !c.ok && c.err == nil && now.Sub(c.at) < n.o.ConfigTTL {
+		n.mu.Unlock()
+		return
+	}
+	if len(n.queue) >= n.o.QueueSize {
+		n.dropOldestLocked()
+	}
+	if len(n.queue) < n.o.QueueSize {
+		n.queue = append(n.queue, &entry{ns: e.Namespace, id: e.ID, body: body, enqueued: now})
+	} else {
+		// Every entry is in flight (a queue smaller than the workers).
+		metrics.NotifyDropped.WithLabelValues("queue_full").Inc()
+	}
+	metrics.NotifyQueueDepth.Set(float64(len(n.queue)))
+	n.mu.Unlock()
+	n.signal()
+}
+
+// dropOldestLocked drops the oldest entry that is not in flight.
+func (n *Notifier) dropOldestLocked() {
+	for i, e := range n.queue {
+		if !e.inFlight {
+			n.queue = append(n.queue[:i], n.queue[i+1:]...)
+			metrics.NotifyDropped.WithLabelValues("queue_full").Inc()
+			return
+		}
+	}
+}
+
+func (n *Notifier) signal() {
+	select {
+	case n.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Len is the number of messages waiting or in flight.
+func (n *Notifier) Len() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.queue)
+}
+
+// Start runs the workers until ctx ends (manager.Runnable).
+func (n *Notifier) Start(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for range n.o.Workers {
+		wg.Go(func() { n.work(ctx) })
+	}
+	wg.Wait()
+	return nil
+}
+
+func (n *Notifier) work(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		e, wait := n.next(time.Now())
+		if e != nil {
+			// Another worker may find the next namespace's message.
+			n.signal()
+			n.deliver(ctx, e)
+			n.signal()
+			continue
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.wake:
+		case <-timer.C:
+		}
+	}
+}
+
+// next takes the first message that can go now: the oldest of its namespace,
+// with no message of that namespace in flight and its backoff passed. If there
+// is none it returns how long to wait for one.
+func (n *Notifier) next(now time.Time) (*entry, time.Duration) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	wait := time.Hour
+	head := map[string]bool{}
+	for _, e := range n.queue {
+		if head[e.ns] {
+			continue
+		}
+		head[e.ns] = true
+		switch {
+		case e.inFlight:
+		case e.notBefore.After(now):
+			wait = min(wait, e.notBefore.Sub(now))
+		default:
+			e.inFlight = true
+			return e, 0
+		}
+	}
+	return nil, wait
+}
+
+// deliver makes one attempt and removes the message on success, when its
+// namespace has no webhook, or when it is too old; otherwise schedules the
+// next attempt.
+func (n *Notifier) deliver(ctx context.Context, e *entry) {
+	ep, ok, err := n.endpoint(ctx, e.ns)
+	switch {
+	case err == nil && !ok:
+		n.finish(e, false)
+		return
+	case err == nil:
+		err = n.post(ctx, ep, e)
+		if err == nil {
+			metrics.NotifySent.WithLabelValues(e.ns).Inc()
+			n.finish(e, false)
+			return
+		}
+	default:
+		metrics.NotifyFailed.WithLabelValues(e.ns, "config").Inc()
+	}
+	if ctx.Err() != nil {
+		// Shutting down: the message is lost with the queue.
+		return
+	}
+	now := time.Now()
+	if now.Sub(e.enqueued) >= n.o.MaxAge {
+		log.FromContext(ctx).Error(err, "Dropped a notification retried past its maximum age", "namespace", e.ns, "id", e.id, "attempts", e.attempts+1)
+		metrics.NotifyDropped.WithLabelValues("expired").Inc()
+		n.finish(e, false)
+		return
+	}
+	log.FromContext(ctx).V(1).Info("Failed to deliver a notification; retrying", "namespace", e.ns, "id", e.id, "attempt", e.attempts+1, "error", err.Error())
+	n.finish(e, true)
+}
+
+// finish removes e from the queue, or with retry keeps it for its next attempt.
+func (n *Notifier) finish(e *entry, retry bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	e.inFlight = false
+	if retry {
+		e.attempts++
+		e.notBefore = time.Now().Add(n.backoff(e.attempts))
+		return
+	}
+	for i, q := range n.queue {
+		if q == e {
+			n.queue = append(n.queue[:i], n.queue[i+1:]...)
+			break
+		}
+	}
+	metrics.NotifyQueueDepth.Set(float64(len(n.queue)))
+}
+
+// backoff is the delay before attempt number attempts+1.
+func (n *Notifier) backoff(attempts int) time.Duration {
+	d := n.o.MinBackoff
+	for i := 1; i < attempts && d < n.o.MaxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, n.o.MaxBackoff)
+}
+
+// endpoint resolves a namespace's webhook, reusing an answer for ConfigTTL.
+func (n *Notifier) endpoint(ctx context.Context, ns string) (Endpoint, bool, error) {
+	now := time.Now()
+	n.mu.Lock()
+	c, known := n.config[ns]
+	n.mu.Unlock()
+	if known && c.err == nil && now.Sub(c.at) < n.o.ConfigTTL {
+		return c.ep, c.ok, nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, n.o.Timeout)
+	defer cancel()
+	ep, ok, err := n.o.Resolve(rctx, ns)
+	n.mu.Lock()
+	n.config[ns] = resolved{ep: ep, ok: ok, at: now, err: err}
+	n.mu.Unlock()
+	return ep, ok, err
+}
+
+// post sends one attempt, bounded by the request timeout.
+func (n *Notifier) post(ctx context.Context, ep Endpoint, e *entry) error {
+	ctx, cancel := context.WithTimeout(ctx, n.o.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ep.URL, bytes.NewReader(e.body))
+	if err != nil {
+		metrics.NotifyFailed.WithLabelValues(e.ns, "config").Inc()
+		return fmt.Errorf("build request: %w", err)
+	}
+	ts := strconv.FormatInt(time.Now().Unix(), 10)
+	req.Header.Set("Content-Type", ContentType)
+	req.Header.Set(HeaderTimestamp, ts)
+	req.Header.Set(HeaderSignature, Sign(ep.Key, ts, e.body))
+	resp, err := n.o.HTTPClient.Do(req)
+	if err != nil {
+		reason := "connection"
+		var ne net.Error
+		if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+			reason = "timeout"
+		}
+		metrics.NotifyFailed.WithLabelValues(e.ns, reason).Inc()
+		// The URL may carry a token in its query: report only the kind of error.
+		return fmt.Errorf("post notification: %s", reason)
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	_ = resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		metrics.NotifyFailed.WithLabelValues(e.ns, "status").Inc()
+		return fmt.Errorf("post notification: receiver answered %d", resp.StatusCode)
+	}
+	return nil
+}
