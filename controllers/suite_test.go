@@ -55,6 +55,10 @@ var (
 	kubeconfigPath string
 	repoRoot       string
 
+	// clusterID is the suite's cluster id, derived as the manager derives
+	// it by default.
+	clusterID string
+
 	mgrMu     sync.Mutex
 	mgrCancel context.CancelFunc
 	mgrDone   chan struct{}
@@ -103,6 +107,9 @@ var _ = BeforeSuite(func() {
 
 	vc, err = vercel.New(stack.Vercel(recorder.URL()))
 	Expect(err).NotTo(HaveOccurred())
+	clusterID, err = controllers.ClusterIDFromKubeSystem(context.Background(), k8sClient)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(controllers.ValidateClusterID(clusterID)).To(Succeed())
 	startManager(scheme)
 	DeferCleanup(stopManager)
 })
@@ -141,6 +148,7 @@ func startManager(scheme *runtime.Scheme) {
 		Recorder:                mgr.GetEventRecorder("sandbox-controller"),
 		PollInterval:            pollInterval,
 		MaxConcurrentReconciles: 4,
+		ClusterID:               clusterID,
 	}).SetupWithManager(mgr)
 	Expect(err).NotTo(HaveOccurred())
 	err = (&controllers.SandboxSnapshotReconciler{
@@ -150,6 +158,7 @@ func startManager(scheme *runtime.Scheme) {
 		Recorder:                mgr.GetEventRecorder("sandboxsnapshot-controller"),
 		PollInterval:            pollInterval,
 		MaxConcurrentReconciles: 4,
+		ClusterID:               clusterID,
 	}).SetupWithManager(mgr)
 	Expect(err).NotTo(HaveOccurred())
 	err = (&controllers.SandboxForkReconciler{

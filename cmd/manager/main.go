@@ -48,6 +48,7 @@ func main() {
 		shutdownWarning        time.Duration
 		kubeQPS                float64
 		kubeBurst              int
+		clusterID              string
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "Address the Prometheus metrics endpoint binds to (HTTPS unless --metrics-secure=false); 0 disables it.")
 	flag.BoolVar(&metrics.secure, "metrics-secure", true, "Serve metrics over HTTPS, only to callers whose token the API server authenticates and authorizes for GET /metrics. --metrics-secure=false serves plain HTTP to anyone who can connect.")
@@ -80,6 +81,7 @@ func main() {
 	flag.DurationVar(&shutdownWarning, "shutdown-warning", controllers.DefaultShutdownWarning, "How long before a Sandbox's spec.shutdownTime the ShutdownWarning event is emitted.")
 	flag.Float64Var(&kubeQPS, "kube-api-qps", 0, "Client-side limit of Kubernetes API requests per second; 0 keeps controller-runtime's default of none (the API server's priority and fairness applies), a negative value also disables it.")
 	flag.IntVar(&kubeBurst, "kube-api-burst", 0, "Burst allowed above --kube-api-qps when that is positive (default twice the QPS).")
+	flag.StringVar(&clusterID, "cluster-id", "", "Names this cluster in the owner tags of every Vercel sandbox the manager creates or adopts, and in recipe builder names, so that clusters sharing one Vercel project never touch each other's sandboxes (1-63 characters of [A-Za-z0-9._-]). Default: the UID of the kube-system namespace. Keep it stable: sandboxes tagged with another id are not deleted.")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -99,6 +101,12 @@ func main() {
 	if vercelReserved < 0 {
 		fmt.Fprintln(os.Stderr, "error: --vercel-reserved-in-flight must not be negative")
 		os.Exit(2)
+	}
+	if clusterID != "" {
+		if err := controllers.ValidateClusterID(clusterID); err != nil {
+			fmt.Fprintln(os.Stderr, "error: --cluster-id:", err)
+			os.Exit(2)
+		}
 	}
 	if gracefulShutdown < 0 {
 		fmt.Fprintln(os.Stderr, "error: --graceful-shutdown-timeout must not be negative")
@@ -183,6 +191,7 @@ func main() {
 		BackoffCap:              backoffCap,
 		MaxSessionLength:        maxSessionLength,
 		ShutdownWarning:         shutdownWarning,
+		ClusterID:               clusterID,
 	}); err != nil {
 		log.Error(err, "Failed to set up the controllers")
 		os.Exit(1)
