@@ -199,8 +199,15 @@ func (r *SandboxSnapshotReconciler) snapshotIsOurs(ctx context.Context, snap *sa
 	switch {
 	case src.Recipe != nil:
 		pattern = builderNamePattern(r.ClusterID, snap.Namespace)
-		if st.Build != nil {
-			candidates = append(candidates, st.Build.BuilderName)
+		if b := st.Build; b != nil {
+			candidates = append(candidates, b.BuilderName)
+			if b.Replaces == id {
+				candidates = append(candidates, b.ReplacesSourceVercelName)
+			}
+		}
+		// A hash's first build runs in a builder named for it alone.
+		if st.ContentHash != "" {
+			candidates = append(candidates, builderName(r.ClusterID, snap.Namespace, st.ContentHash, ""))
 		}
 	case src.SandboxRef != nil:
 		pattern = capturePattern(snap.Namespace, src.SandboxRef.Name)

@@ -190,6 +190,9 @@ func (r *SandboxSnapshotReconciler) reconcileRecipe(ctx context.Context, snap *s
 			r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Shared", "Observe",
 				"Uses Vercel snapshot %s built for SandboxSnapshot %s (same content hash)", remote.ID, p.Name)
 			st.SnapshotID = remote.ID
+			// Its provenance is the builder's that made it, for the check
+			// before the last user deletes it.
+			st.Provenance = p.Status.Provenance.DeepCopy()
 			current = remote
 			r.markReady(snap, remote)
 		} else if err != nil && !vercel.IsNotFound(err) && !vercel.IsGone(err) {
@@ -231,7 +234,16 @@ func (r *SandboxSnapshotReconciler) setReplaces(snap *sandboxv1.SandboxSnapshot,
 	if snap.Status.Build == nil {
 		snap.Status.Build = &sandboxv1.SnapshotBuildStatus{}
 	}
-	snap.Status.Build.Replaces = id
+	snap.Status.Build.Replaces, snap.Status.Build.ReplacesSourceVercelName = id, replacedSource(snap, id)
+}
+
+// replacedSource is the builder the served snapshot id was taken of, as its
+// provenance says, for the ownership check before it is retired.
+func replacedSource(snap *sandboxv1.SandboxSnapshot, id string) string {
+	if p := snap.Status.Provenance; p != nil && snap.Status.SnapshotID == id {
+		return p.SourceVercelName
+	}
+	return ""
 }
 
 // vercelDefaultSnapshotExpiration is how long Vercel keeps a snapshot after
@@ -708,7 +720,7 @@ func (r *SandboxSnapshotReconciler) built(ctx context.Context, snap *sandboxv1.S
 	st := &snap.Status
 	b := st.Build
 	if st.SnapshotID != "" && st.SnapshotID != s.ID {
-		b.Replaces = st.SnapshotID
+		b.Replaces, b.ReplacesSourceVercelName = st.SnapshotID, replacedSource(snap, st.SnapshotID)
 	}
 	st.SnapshotID = s.ID
 	r.markReady(snap, s)
