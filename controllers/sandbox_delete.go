@@ -53,6 +53,11 @@ func (r *SandboxReconciler) finalize(ctx context.Context, sbx *sandboxv1.Sandbox
 		if sbx.Spec.DeletionPolicy == sandboxv1.DeletionPolicyRetain || (sbx.Spec.Source.Adopt != nil && st.SessionID == "") {
 			return true, ctrl.Result{}, nil
 		}
+		// A 404 counts only once Vercel knows the project (with a wrong
+		// project id every read answers 404): the client's delete checks.
+		if _, err := r.Vercel.DeleteSandbox(ctx, name, false); err != nil && !vercel.IsNotFound(err) {
+			return deleting(fmt.Errorf("delete sandbox %s: %w", name, err))
+		}
 		if err := r.deleteAutomaticSnapshots(ctx, sbx, name); err != nil {
 			return deleting(err)
 		}

@@ -491,6 +491,11 @@ func (r *SandboxSnapshotReconciler) deleteBuilder(ctx context.Context, snap *san
 	resp, err := r.Vercel.GetSandbox(ctx, name, false)
 	switch {
 	case vercel.IsNotFound(err):
+		// A 404 counts only once Vercel knows the project (with a wrong
+		// project id every read answers 404): the client's delete checks.
+		if _, err := r.Vercel.DeleteSandbox(ctx, name, false); err != nil && !vercel.IsNotFound(err) {
+			return false, fmt.Errorf("delete builder sandbox %s: %w", name, err)
+		}
 		return false, nil
 	case err != nil:
 		return false, fmt.Errorf("get builder sandbox %s: %w", name, err)

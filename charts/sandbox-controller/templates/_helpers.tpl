@@ -121,6 +121,7 @@ manager's default applies; 0 and false are passed.
   (list "backoff-cap" $v.controller.backoffCap)
   (list "reconcile-timeout" $v.controller.reconcileTimeout)
   (list "shutdown-warning" $v.controller.shutdownWarning)
+  (list "cluster-id" $v.controller.clusterID)
   (list "kube-api-qps" $v.kubeAPI.qps)
   (list "kube-api-burst" $v.kubeAPI.burst)
   (list "zap-log-level" $v.logging.level)
