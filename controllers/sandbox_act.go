@@ -82,6 +82,9 @@ func (r *SandboxReconciler) act(ctx context.Context, sbx *sandboxv1.Sandbox, l l
 // answer left under this object's name.
 func (r *SandboxReconciler) create(ctx context.Context, sbx *sandboxv1.Sandbox) (ctrl.Result, *observation, error) {
 	st := &sbx.Status
+	if sbx.Spec.Source.Adopt != nil {
+		return r.adoptExisting(ctx, sbx)
+	}
 	source, retry, ok, err := r.resolveSource(ctx, sbx)
 	if err != nil {
 		return ctrl.Result{}, nil, err
@@ -102,7 +105,7 @@ func (r *SandboxReconciler) create(ctx context.Context, sbx *sandboxv1.Sandbox) 
 		Env:           cfg.env,
 		Persistent:    sbx.Spec.Persistent,
 		NetworkPolicy: cfg.networkPolicy,
-		Tags:          map[string]string{tagManagedBy: tagManagedByValue, tagOwnerUID: string(sbx.UID)},
+		Tags:          ownerTags(r.ClusterID, sbx.UID),
 	}
 	if err := buildSource(ctx, secrets, &source, &req); err != nil {
 		return ctrl.Result{RequeueAfter: snapshotRefPoll}, nil, err
@@ -135,6 +138,60 @@ func (r *SandboxReconciler) adopt(ctx context.Context, sbx *sandboxv1.Sandbox) (
 	}
 	o := r.observe(sbx, resp)
 	return ctrl.Result{}, &o, nil
+}
+
+// adoptExisting takes over the Vercel sandbox spec.source.adopt names: one
+// without owner tags (made outside the operator) is tagged as this object's,
+// one already this object's (an adoption whose answer was lost) is kept, and
+// one tagged by another object or cluster is refused and left alone. The
+// sandbox is taken as it is: its session keeps running, and the spec is
+// applied to it from the next spec change on.
+func (r *SandboxReconciler) adoptExisting(ctx context.Context, sbx *sandboxv1.Sandbox) (ctrl.Result, *observation, error) {
+	st := &sbx.Status
+	name := sbx.Spec.Source.Adopt.Name
+	resp, err := r.Vercel.GetSandbox(ctx, name, false)
+	switch {
+	case vercel.IsNotFound(err):
+		msg := fmt.Sprintf("Vercel sandbox %s, named by spec.source.adopt, does not exist", name)
+		if !hasCondition(st.Conditions, sandboxv1.ConditionReady, sandboxv1.ReasonNotFound) {
+			r.Recorder.Eventf(sbx, nil, corev1.EventTypeWarning, sandboxv1.ReasonNotFound, "Adopt", "%s", msg)
+		}
+		setReady(sbx, readiness{sandboxv1.SandboxPending, metav1.ConditionFalse, sandboxv1.ReasonNotFound, msg})
+		return ctrl.Result{RequeueAfter: snapshotRefPoll}, nil, nil
+	case err != nil:
+		return ctrl.Result{}, nil, fmt.Errorf("get sandbox %s to adopt: %w", name, err)
+	}
+	tags := resp.Sandbox.Tags
+	switch ownerOf(tags, r.ClusterID, sbx.UID) {
+	case ownedBySelf:
+	case unowned:
+		want, err := adoptionTags(tags, r.ClusterID, sbx.UID)
+		if err != nil {
+			return r.refuseAdoption(sbx, fmt.Sprintf("Cannot adopt Vercel sandbox %s: %v", name, err))
+		}
+		patched, err := r.Vercel.UpdateSandbox(ctx, name, vercel.UpdateSandboxRequest{Tags: want}, false)
+		if err != nil {
+			return ctrl.Result{}, nil, fmt.Errorf("tag sandbox %s on adoption: %w", name, err)
+		}
+		resp.Sandbox = patched.Sandbox
+		logf.FromContext(ctx).Info("Adopted Vercel sandbox", "vercelName", name, "session", sessionID(resp))
+		r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Adopted", "Adopt", "Adopted Vercel sandbox %s (session %s) and tagged it as this object's", name, sessionID(resp))
+	default:
+		return r.refuseAdoption(sbx, fmt.Sprintf("Vercel sandbox %s is %s; it is left alone", name, describeOwner(tags, r.ClusterID)))
+	}
+	st.ObservedGeneration = sbx.Generation
+	o := record(sbx, resp)
+	return ctrl.Result{}, &o, nil
+}
+
+// refuseAdoption reports a sandbox that cannot be adopted; it is looked at
+// again now and then, in case its owner releases it.
+func (r *SandboxReconciler) refuseAdoption(sbx *sandboxv1.Sandbox, msg string) (ctrl.Result, *observation, error) {
+	if !hasCondition(sbx.Status.Conditions, sandboxv1.ConditionReady, sandboxv1.ReasonOwnedElsewhere) {
+		r.Recorder.Eventf(sbx, nil, corev1.EventTypeWarning, sandboxv1.ReasonOwnedElsewhere, "Adopt", "%s", msg)
+	}
+	setReady(sbx, readiness{sandboxv1.SandboxFailed, metav1.ConditionFalse, sandboxv1.ReasonOwnedElsewhere, msg})
+	return ctrl.Result{RequeueAfter: snapshotRefPoll}, nil, nil
 }
 
 // update applies a changed spec to the Vercel sandbox: PATCH changes the

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
@@ -60,6 +61,10 @@ type SandboxReconciler struct {
 	// SandboxSnapshot is waited for before the Sandbox is Failed (default
 	// DefaultReferenceDeadline).
 	ReferenceDeadline time.Duration
+
+	// ClusterID names this cluster in the owner tags of the Vercel sandboxes
+	// it creates (the manager's --cluster-id).
+	ClusterID string
 
 	// Now is the clock of every lifecycle decision; time.Now when nil. Tests
 	// that simulate hours share the emulator's fake clock through it.
@@ -136,11 +141,17 @@ func (r *SandboxReconciler) reconcileSandbox(ctx context.Context, sbx *sandboxv1
 		// the create call finds (and adopts) the sandbox instead of making a
 		// second one, and a delete always knows what to delete.
 		before := sbx.DeepCopy()
-		st.VercelName = vercelName(sbx.Namespace, sbx.Name, sbx.UID)
+		st.VercelName = remoteName(sbx)
 		setReady(sbx, readiness{sandboxv1.SandboxCreating, metav1.ConditionFalse, sandboxv1.ReasonCreating, "Creating the Vercel sandbox"})
 		if err := r.Status().Patch(ctx, sbx, client.MergeFrom(before)); err != nil {
 			return ctrl.Result{}, err
 		}
+	} else if name := remoteName(sbx); st.VercelName != name {
+		// Status records the name; it does not choose it. Whoever may patch
+		// status must not aim this object at another Vercel sandbox.
+		r.statusNameIgnored(ctx, sbx, name)
+		st.VercelName = name
+		r.forgetPoll(client.ObjectKeyFromObject(sbx))
 	}
 
 	if err := r.markSnapshotOutdated(ctx, sbx); err != nil {
@@ -204,6 +215,10 @@ func (r *SandboxReconciler) fromStatus(sbx *sandboxv1.Sandbox, now time.Time) (o
 // created for this object, or one whose state it records in status.
 func (r *SandboxReconciler) observe(sbx *sandboxv1.Sandbox, resp *vercel.SandboxResponse) observation {
 	if !r.ownedBy(&resp.Sandbox, sbx) {
+		if sbx.Spec.Source.Adopt != nil && sbx.Status.SessionID == "" {
+			// Not adopted yet: the adoption decides whether it can be.
+			return observation{state: remoteMissing, fromVercel: true}
+		}
 		return observation{state: remoteForeign, fromVercel: true}
 	}
 	return record(sbx, resp)
@@ -310,9 +325,18 @@ func bootedFrom(sbx *sandboxv1.Sandbox, snapshotID string) *sandboxv1.BootedFrom
 	return nil
 }
 
-// ownedBy reports whether a Vercel sandbox was created for this object.
+// ownedBy reports whether a Vercel sandbox was created or adopted for this
+// object by this cluster.
 func (r *SandboxReconciler) ownedBy(remote *vercel.Sandbox, sbx *sandboxv1.Sandbox) bool {
-	return remote.Tags[tagOwnerUID] == string(sbx.UID)
+	return ownerOf(remote.Tags, r.ClusterID, sbx.UID) == ownedBySelf
+}
+
+// statusNameIgnored reports a status.vercelName that is not the name this
+// object stands for: someone wrote it there.
+func (r *SandboxReconciler) statusNameIgnored(ctx context.Context, sbx *sandboxv1.Sandbox, name string) {
+	logf.FromContext(ctx).Info("Ignored a status.vercelName this object does not derive", "recorded", sbx.Status.VercelName, "vercelName", name)
+	r.Recorder.Eventf(sbx, nil, corev1.EventTypeWarning, "StatusNameIgnored", "Observe",
+		"status.vercelName named Vercel sandbox %q, which this object does not stand for; it is left alone and %s is used", sbx.Status.VercelName, name)
 }
 
 // errNeverCreated stands for the read skipped on a Sandbox's first

@@ -170,8 +170,12 @@ func decide(l lifecycle) decision {
 	o := l.obs
 	switch o.state {
 	case remoteForeign:
-		return decision{ready: &readiness{sandboxv1.SandboxFailed, metav1.ConditionFalse, sandboxv1.ReasonNameConflict,
-			fmt.Sprintf("A Vercel sandbox named %s exists but was not created for this object; it is left alone", l.name)}}
+		msg := fmt.Sprintf("A Vercel sandbox named %s exists but was not created for this object; it is left alone", l.name)
+		d := decision{ready: &readiness{sandboxv1.SandboxFailed, metav1.ConditionFalse, sandboxv1.ReasonNameConflict, msg}}
+		if l.ready != sandboxv1.ReasonNameConflict {
+			d.event = &event{corev1.EventTypeWarning, sandboxv1.ReasonNameConflict, msg}
+		}
+		return d
 	case remoteMissing:
 		if !l.hadSession {
 			return decideFirstCreate(l)

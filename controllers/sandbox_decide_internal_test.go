@@ -60,8 +60,13 @@ func TestDecide(t *testing.T) {
 		want decision
 	}{
 		// What a look at Vercel found besides a session.
-		{"a sandbox with the name exists but is not ours: NameConflict",
+		{"a sandbox with the name exists but is not ours: NameConflict, reported once",
 			with(observation{state: remoteForeign, fromVercel: true}, nil),
+			decision{ready: &readiness{sandboxv1.SandboxFailed, metav1.ConditionFalse, sandboxv1.ReasonNameConflict,
+				"A Vercel sandbox named ns-box-1234 exists but was not created for this object; it is left alone"},
+				event: &event{corev1.EventTypeWarning, sandboxv1.ReasonNameConflict, "A Vercel sandbox named ns-box-1234 exists but was not created for this object; it is left alone"}}},
+		{"the name conflict already reported: no second event",
+			with(observation{state: remoteForeign, fromVercel: true}, func(l *lifecycle) { l.ready = sandboxv1.ReasonNameConflict }),
 			decision{ready: &readiness{sandboxv1.SandboxFailed, metav1.ConditionFalse, sandboxv1.ReasonNameConflict,
 				"A Vercel sandbox named ns-box-1234 exists but was not created for this object; it is left alone"}}},
 		{"no sandbox and none recorded: create it",

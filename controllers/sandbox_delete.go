@@ -18,35 +18,76 @@ import (
 )
 
 // finalize deletes the Vercel sandbox and the automatic snapshots of its
-// pauses, or, with deletionPolicy Retain, leaves the sandbox in place.
+// pauses, or, with deletionPolicy Retain, leaves the sandbox in place. The
+// sandbox is the one this object stands for (remoteName), whatever status
+// says, and it is read first: one whose owner tags are not this object's is
+// left alone and reported.
 func (r *SandboxReconciler) finalize(ctx context.Context, sbx *sandboxv1.Sandbox) (bool, ctrl.Result, error) {
 	st := &sbx.Status
 	if st.VercelName == "" {
 		return true, ctrl.Result{}, nil
 	}
+	name := remoteName(sbx)
+	if st.VercelName != name {
+		r.statusNameIgnored(ctx, sbx, name)
+		st.VercelName = name
+	}
 	if sbx.Annotations[sandboxv1.AnnotationAbandonRemote] == "true" {
 		// An operator released the object by hand: Vercel is unreachable for
 		// good. Admission let only those allowed to leak a sandbox set it.
-		logf.FromContext(ctx).Info("Abandoned the Vercel sandbox", "vercelName", st.VercelName)
+		logf.FromContext(ctx).Info("Abandoned the Vercel sandbox", "vercelName", name)
 		r.Recorder.Eventf(sbx, nil, corev1.EventTypeWarning, "AbandonedRemote", "Delete",
-			"Released without deleting Vercel sandbox %s (annotation %s): it and its snapshots are left in Vercel, billed until deleted there", st.VercelName, sandboxv1.AnnotationAbandonRemote)
+			"Released without deleting Vercel sandbox %s (annotation %s): it and its snapshots are left in Vercel, billed until deleted there", name, sandboxv1.AnnotationAbandonRemote)
+		return true, ctrl.Result{}, nil
+	}
+	deleting := func(err error) (bool, ctrl.Result, error) {
+		setReady(sbx, readiness{sandboxv1.SandboxDeleting, metav1.ConditionFalse, sandboxv1.ReasonDeleting, "Deleting the Vercel sandbox"})
+		return false, ctrl.Result{}, err
+	}
+	resp, err := r.Vercel.GetSandbox(ctx, name, false)
+	switch {
+	case vercel.IsNotFound(err):
+		// Deleted already (a delete whose answer was lost before a restart),
+		// or never created: only its automatic snapshots may be left. An
+		// adoption that never happened left none of this object's.
+		if sbx.Spec.DeletionPolicy == sandboxv1.DeletionPolicyRetain || (sbx.Spec.Source.Adopt != nil && st.SessionID == "") {
+			return true, ctrl.Result{}, nil
+		}
+		// A 404 counts only once Vercel knows the project (with a wrong
+		// project id every read answers 404): the client's delete checks.
+		if _, err := r.Vercel.DeleteSandbox(ctx, name, false); err != nil && !vercel.IsNotFound(err) {
+			return deleting(fmt.Errorf("delete sandbox %s: %w", name, err))
+		}
+		if err := r.deleteAutomaticSnapshots(ctx, sbx, name); err != nil {
+			return deleting(err)
+		}
+		return true, ctrl.Result{}, nil
+	case err != nil:
+		return deleting(fmt.Errorf("get sandbox %s: %w", name, err))
+	}
+	if !r.ownedBy(&resp.Sandbox, sbx) {
+		logf.FromContext(ctx).Info("Left a Vercel sandbox that is not this object's", "vercelName", name)
+		r.Recorder.Eventf(sbx, nil, corev1.EventTypeWarning, sandboxv1.ReasonOwnedElsewhere, "Delete",
+			"Left Vercel sandbox %s alone: it is %s, not this object's", name, describeOwner(resp.Sandbox.Tags, r.ClusterID))
 		return true, ctrl.Result{}, nil
 	}
 	if sbx.Spec.DeletionPolicy == sandboxv1.DeletionPolicyRetain {
-		r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Retained", "Delete", "Left Vercel sandbox %s in place (deletionPolicy Retain)", st.VercelName)
+		// Released, not only left: without owner tags it can be adopted
+		// again, by a new Sandbox or from another cluster.
+		if _, err := r.Vercel.UpdateSandbox(ctx, name, vercel.UpdateSandboxRequest{Tags: releasedTags(resp.Sandbox.Tags)}, false); err != nil && !vercel.IsNotFound(err) {
+			return deleting(fmt.Errorf("remove the owner tags of sandbox %s: %w", name, err))
+		}
+		r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Retained", "Delete", "Left Vercel sandbox %s in place without owner tags (deletionPolicy Retain)", name)
 		return true, ctrl.Result{}, nil
 	}
-	// A 404 confirms the deletion as much as a 200: a delete whose answer
-	// was lost before a restart finds the sandbox already gone.
-	if _, err := r.Vercel.DeleteSandbox(ctx, st.VercelName, false); err != nil && !vercel.IsNotFound(err) {
-		setReady(sbx, readiness{sandboxv1.SandboxDeleting, metav1.ConditionFalse, sandboxv1.ReasonDeleting, "Deleting the Vercel sandbox"})
-		return false, ctrl.Result{}, fmt.Errorf("delete sandbox %s: %w", st.VercelName, err)
+	if _, err := r.Vercel.DeleteSandbox(ctx, name, false); err != nil && !vercel.IsNotFound(err) {
+		return deleting(fmt.Errorf("delete sandbox %s: %w", name, err))
 	}
-	if err := r.deleteAutomaticSnapshots(ctx, sbx); err != nil {
-		return false, ctrl.Result{}, err
+	if err := r.deleteAutomaticSnapshots(ctx, sbx, name); err != nil {
+		return deleting(err)
 	}
-	logf.FromContext(ctx).Info("Deleted Vercel sandbox", "vercelName", st.VercelName)
-	r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Deleted", "Delete", "Deleted Vercel sandbox %s", st.VercelName)
+	logf.FromContext(ctx).Info("Deleted Vercel sandbox", "vercelName", name)
+	r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Deleted", "Delete", "Deleted Vercel sandbox %s", name)
 	return true, ctrl.Result{}, nil
 }
 
@@ -57,10 +98,10 @@ func (r *SandboxReconciler) finalize(ctx context.Context, sbx *sandboxv1.Sandbox
 // also take manual snapshots that SandboxSnapshots captured from the sandbox.
 // A snapshot that any SandboxSnapshot or Sandbox in the namespace names is
 // kept all the same.
-func (r *SandboxReconciler) deleteAutomaticSnapshots(ctx context.Context, sbx *sandboxv1.Sandbox) error {
-	snaps, err := r.Vercel.ListAllSnapshots(ctx, vercel.ListSnapshotsOptions{Name: sbx.Status.VercelName})
+func (r *SandboxReconciler) deleteAutomaticSnapshots(ctx context.Context, sbx *sandboxv1.Sandbox, name string) error {
+	snaps, err := r.Vercel.ListAllSnapshots(ctx, vercel.ListSnapshotsOptions{Name: name})
 	if err != nil {
-		return fmt.Errorf("list snapshots of %s: %w", sbx.Status.VercelName, err)
+		return fmt.Errorf("list snapshots of %s: %w", name, err)
 	}
 	var inUse map[string]bool
 	for _, s := range snaps {
@@ -76,7 +117,7 @@ func (r *SandboxReconciler) deleteAutomaticSnapshots(ctx context.Context, sbx *s
 			continue
 		}
 		if _, err := r.Vercel.DeleteSnapshot(ctx, s.ID); err != nil && !vercel.IsNotFound(err) && !vercel.IsGone(err) {
-			return fmt.Errorf("delete automatic snapshot %s of %s: %w", s.ID, sbx.Status.VercelName, err)
+			return fmt.Errorf("delete automatic snapshot %s of %s: %w", s.ID, name, err)
 		}
 	}
 	return nil

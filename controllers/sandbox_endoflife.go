@@ -204,7 +204,7 @@ func (r *SandboxReconciler) recreate(ctx context.Context, sbx *sandboxv1.Sandbox
 	}
 	before := sbx.DeepCopy()
 	st.Recreations++
-	st.VercelName = recreatedName(vercelName(sbx.Namespace, sbx.Name, sbx.UID), st.Recreations)
+	st.VercelName = remoteName(sbx)
 	// Nothing of the old sandbox carries over: a new filesystem runs setup again.
 	st.SessionID, st.Routes, st.StartedAt, st.ExpiresAt, st.StoppedAt = "", nil, nil, nil, nil
 	st.CurrentSnapshotID, st.BootedFrom, st.Setup = "", nil, nil
@@ -227,7 +227,7 @@ func (r *SandboxReconciler) recreate(ctx context.Context, sbx *sandboxv1.Sandbox
 // automatic snapshots of its pauses, after checking that it was created for
 // this object. One that is already gone is fine.
 func (r *SandboxReconciler) deleteReplaced(ctx context.Context, sbx *sandboxv1.Sandbox) error {
-	name := sbx.Status.VercelName
+	name := remoteName(sbx) // derived, never taken from status alone
 	resp, err := r.Vercel.GetSandbox(ctx, name, false)
 	switch {
 	case vercel.IsNotFound(err):
@@ -240,7 +240,7 @@ func (r *SandboxReconciler) deleteReplaced(ctx context.Context, sbx *sandboxv1.S
 	if _, err := r.Vercel.DeleteSandbox(ctx, name, false); err != nil && !vercel.IsNotFound(err) {
 		return fmt.Errorf("delete replaced sandbox %s: %w", name, err)
 	}
-	if err := r.deleteAutomaticSnapshots(ctx, sbx); err != nil {
+	if err := r.deleteAutomaticSnapshots(ctx, sbx, name); err != nil {
 		return err
 	}
 	r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Deleted", "Delete", "Deleted Vercel sandbox %s, which a new one replaces", name)

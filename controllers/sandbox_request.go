@@ -13,15 +13,6 @@ import (
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
 
-// Tags the controller puts on every Vercel sandbox it creates, so that a
-// sandbox found under a derived name can be adopted only by the object that
-// created it.
-const (
-	tagManagedBy      = "managed-by"
-	tagManagedByValue = "sandbox-controller"
-	tagOwnerUID       = "k8s-uid"
-)
-
 // sandboxConfig is a Sandbox's spec translated to Vercel's terms, with Secret
 // values resolved. secrets lists those values so they can be scrubbed from
 // anything the controller reports.

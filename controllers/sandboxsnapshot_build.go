@@ -60,22 +60,30 @@ func buildSteps(r *sandboxv1.SnapshotRecipe) []buildStep {
 }
 
 // builderName is the Vercel sandbox a build runs in: derived from the
-// namespace, the content hash and the snapshot the build replaces, so every
-// user of the hash (and a restarted controller) finds the same builder.
-func builderName(ns, hash, replaces string) string {
+// cluster, the namespace, the content hash and the snapshot the build
+// replaces, so every user of the hash in the namespace (and a restarted
+// controller) finds the same builder, and no other cluster sharing the Vercel
+// project ever does. It holds no object UID because users of a hash hand the
+// builder over when its driver is deleted; the k8s-uid tag names the driver.
+func builderName(cluster, ns, hash, replaces string) string {
 	gen := "0"
 	if replaces != "" {
 		sum := sha256.Sum256([]byte(replaces))
 		gen = hex.EncodeToString(sum[:])[:8]
 	}
-	if len(ns) > 63 {
-		ns = ns[:63]
-	}
 	h := hash
 	if len(h) > 16 {
 		h = h[:16]
 	}
-	return sanitizeName(ns + "-build-" + h + "-" + gen)
+	return sanitizeName(truncateNS(ns) + "-build-" + clusterShort(cluster) + "-" + h + "-" + gen)
+}
+
+// truncateNS keeps builder names within Vercel's 128 characters.
+func truncateNS(ns string) string {
+	if len(ns) > 63 {
+		return ns[:63]
+	}
+	return ns
 }
 
 // contentHash computes the recipe's content hash. It returns a message
@@ -259,6 +267,9 @@ func (r *SandboxSnapshotReconciler) reconcileRecipe(ctx context.Context, snap *s
 			r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Shared", "Observe",
 				"Uses Vercel snapshot %s built for SandboxSnapshot %s (same content hash)", remote.ID, p.Name)
 			st.SnapshotID = remote.ID
+			// Its provenance is the builder's that made it, for the check
+			// before the last user deletes it.
+			st.Provenance = p.Status.Provenance.DeepCopy()
 			current = remote
 			r.markReady(snap, remote)
 		} else if err != nil && !vercel.IsNotFound(err) && !vercel.IsGone(err) {
@@ -300,7 +311,16 @@ func (r *SandboxSnapshotReconciler) setReplaces(snap *sandboxv1.SandboxSnapshot,
 	if snap.Status.Build == nil {
 		snap.Status.Build = &sandboxv1.SnapshotBuildStatus{}
 	}
-	snap.Status.Build.Replaces = id
+	snap.Status.Build.Replaces, snap.Status.Build.ReplacesSourceVercelName = id, replacedSource(snap, id)
+}
+
+// replacedSource is the builder the served snapshot id was taken of, as its
+// provenance says, for the ownership check before it is retired.
+func replacedSource(snap *sandboxv1.SandboxSnapshot, id string) string {
+	if p := snap.Status.Provenance; p != nil && snap.Status.SnapshotID == id {
+		return p.SourceVercelName
+	}
+	return ""
 }
 
 // vercelDefaultSnapshotExpiration is how long Vercel keeps a snapshot after
@@ -415,7 +435,7 @@ func (r *SandboxSnapshotReconciler) drive(ctx context.Context, snap *sandboxv1.S
 	st := &snap.Status
 	rcp := snap.Spec.Source.Recipe
 	steps := buildSteps(rcp)
-	name := builderName(snap.Namespace, hash, replaces)
+	name := builderName(r.ClusterID, snap.Namespace, hash, replaces)
 	if st.Build == nil {
 		st.Build = &sandboxv1.SnapshotBuildStatus{}
 	}
@@ -430,17 +450,23 @@ func (r *SandboxSnapshotReconciler) drive(ctx context.Context, snap *sandboxv1.S
 	}
 	if err == nil {
 		tags := resp.Sandbox.Tags
-		if tags[tagManagedBy] != tagManagedByValue || tags[tagContentHash] != recipe.Short(hash) {
-			b.BuilderName = name
-			return r.buildFailed(ctx, snap, serving, fmt.Sprintf("A Vercel sandbox named %s exists but was not created for this build; it is left alone", name))
+		o := ownerOf(tags, r.ClusterID, snap.UID)
+		if (o != ownedBySelf && o != ownedByPeer) || tags[tagContentHash] != recipe.Short(hash) {
+			return r.builderNameTaken(snap, serving, name, tags), nil
 		}
 		// Vercel's unique names make the builder a lock: whoever created it
 		// drives the build while it exists, so two users of a hash that both
 		// thought themselves first still never run a step twice.
-		if owner := tags[tagOwnerUID]; owner != string(snap.UID) {
-			if p := liveOwner(owner, peers); p != nil {
+		if o == ownedByPeer {
+			if p := liveOwner(tags[tagOwnerUID], peers); p != nil {
 				return r.follow(snap, p, serving), nil
 			}
+			// Its driver is gone: this object takes the build over, and the
+			// owner tag says so, for the checks before a delete.
+			if _, err := r.Vercel.UpdateSandbox(ctx, name, vercel.UpdateSandboxRequest{Tags: builderTags(r.ClusterID, snap.UID, hash)}, false); err != nil {
+				return ctrl.Result{}, fmt.Errorf("take over builder sandbox %s: %w", name, err)
+			}
+			r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "BuildTakenOver", "Build", "Took over builder sandbox %s, whose SandboxSnapshot is gone", name)
 		}
 	}
 	b.SharedWith = ""
@@ -508,13 +534,72 @@ func (r *SandboxSnapshotReconciler) drive(ctx context.Context, snap *sandboxv1.S
 	return r.advance(ctx, snap, steps, s.ID, sharedExpiration(snap, peers), serving)
 }
 
+// builderTags are the tags of a builder: its owner's and the content hash.
+func builderTags(cluster string, uid types.UID, hash string) map[string]string {
+	tags := ownerTags(cluster, uid)
+	tags[tagContentHash] = recipe.Short(hash)
+	return tags
+}
+
+// builderNameTaken reports a builder name held by a Vercel sandbox that is
+// not a builder of this hash in this cluster: it is left alone, and the
+// build waits for the name to be free.
+func (r *SandboxSnapshotReconciler) builderNameTaken(snap *sandboxv1.SandboxSnapshot, serving bool, name string, tags map[string]string) ctrl.Result {
+	st := &snap.Status
+	msg := fmt.Sprintf("A Vercel sandbox named %s exists but was not created for this build (%s); it is left alone", name, describeOwner(tags, r.ClusterID))
+	if !hasCondition(st.Conditions, sandboxv1.ConditionReady, sandboxv1.ReasonNameConflict) {
+		r.Recorder.Eventf(snap, nil, corev1.EventTypeWarning, sandboxv1.ReasonNameConflict, "Build", "%s", msg)
+	}
+	status := metav1.ConditionFalse
+	if serving {
+		status, msg = metav1.ConditionTrue, fmt.Sprintf("Serving %s; its rebuild cannot start: %s", st.SnapshotID, msg)
+	} else {
+		st.Phase, st.ReadyToUse = sandboxv1.SnapshotFailed, false
+	}
+	setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, status, sandboxv1.ReasonNameConflict, msg)
+	return ctrl.Result{RequeueAfter: snapshotRefPoll}
+}
+
+// deleteBuilder deletes the builder sandbox name after reading it: only a
+// builder of this cluster, in this namespace, tagged as this object's. It
+// reports whether it deleted one. Anything else is left alone, and a
+// sandbox that is not the operator's at all is reported.
+func (r *SandboxSnapshotReconciler) deleteBuilder(ctx context.Context, snap *sandboxv1.SandboxSnapshot, name, why string) (bool, error) {
+	resp, err := r.Vercel.GetSandbox(ctx, name, false)
+	switch {
+	case vercel.IsNotFound(err):
+		// A 404 counts only once Vercel knows the project (with a wrong
+		// project id every read answers 404): the client's delete checks.
+		if _, err := r.Vercel.DeleteSandbox(ctx, name, false); err != nil && !vercel.IsNotFound(err) {
+			return false, fmt.Errorf("delete builder sandbox %s: %w", name, err)
+		}
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("get builder sandbox %s: %w", name, err)
+	}
+	tags := resp.Sandbox.Tags
+	switch o := ownerOf(tags, r.ClusterID, snap.UID); {
+	case o == ownedByPeer:
+		return false, nil
+	case o != ownedBySelf || !builderNamePattern(r.ClusterID, snap.Namespace).MatchString(name):
+		r.Recorder.Eventf(snap, nil, corev1.EventTypeWarning, sandboxv1.ReasonNameConflict, "Delete",
+			"Left Vercel sandbox %s alone: it is not this object's builder (%s)", name, describeOwner(tags, r.ClusterID))
+		return false, nil
+	}
+	if _, err := r.Vercel.DeleteSandbox(ctx, name, false); err != nil && !vercel.IsNotFound(err) {
+		return false, fmt.Errorf("delete builder sandbox %s: %w", name, err)
+	}
+	r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Deleted", why, "Deleted builder sandbox %s", name)
+	return true, nil
+}
+
 func (r *SandboxSnapshotReconciler) createBuilder(ctx context.Context, snap *sandboxv1.SandboxSnapshot, name, hash string, budget time.Duration, serving bool) (ctrl.Result, error) {
 	rcp := snap.Spec.Source.Recipe
 	req := vercel.CreateSandboxRequest{
 		Name:       name,
 		Timeout:    budget.Milliseconds(),
 		Persistent: new(bool),
-		Tags:       map[string]string{tagManagedBy: tagManagedByValue, tagContentHash: recipe.Short(hash), tagOwnerUID: string(snap.UID)},
+		Tags:       builderTags(r.ClusterID, snap.UID, hash),
 	}
 	if rcp.Resources != nil && rcp.Resources.VCPUs != nil {
 		v := int64(*rcp.Resources.VCPUs)
@@ -694,8 +779,8 @@ const exitKilledByTimeout = 137
 func (r *SandboxSnapshotReconciler) buildFailed(ctx context.Context, snap *sandboxv1.SandboxSnapshot, serving bool, msg string) (ctrl.Result, error) {
 	st := &snap.Status
 	b := st.Build
-	if _, err := r.Vercel.DeleteSandbox(ctx, b.BuilderName, false); err != nil && !vercel.IsNotFound(err) {
-		return ctrl.Result{}, fmt.Errorf("delete builder sandbox %s: %w", b.BuilderName, err)
+	if _, err := r.deleteBuilder(ctx, snap, b.BuilderName, "Build"); err != nil {
+		return ctrl.Result{}, err
 	}
 	b.Failed, b.CommandID = true, ""
 	if b.StartedAt != nil {
@@ -717,7 +802,7 @@ func (r *SandboxSnapshotReconciler) built(ctx context.Context, snap *sandboxv1.S
 	st := &snap.Status
 	b := st.Build
 	if st.SnapshotID != "" && st.SnapshotID != s.ID {
-		b.Replaces = st.SnapshotID
+		b.Replaces, b.ReplacesSourceVercelName = st.SnapshotID, replacedSource(snap, st.SnapshotID)
 	}
 	st.SnapshotID = s.ID
 	r.markReady(snap, s)
@@ -746,10 +831,9 @@ func (r *SandboxSnapshotReconciler) cleanupBuilder(ctx context.Context, snap *sa
 	if b == nil || b.BuilderName == "" || b.Failed {
 		return nil
 	}
-	if _, err := r.Vercel.DeleteSandbox(ctx, b.BuilderName, false); err != nil && !vercel.IsNotFound(err) {
-		return fmt.Errorf("delete builder sandbox %s: %w", b.BuilderName, err)
+	if _, err := r.deleteBuilder(ctx, snap, b.BuilderName, "Build"); err != nil {
+		return err
 	}
-	r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Deleted", "Build", "Deleted builder sandbox %s", b.BuilderName)
 	b.BuilderName, b.SessionID = "", ""
 	return nil
 }
@@ -768,6 +852,14 @@ func (r *SandboxSnapshotReconciler) retire(ctx context.Context, snap *sandboxv1.
 		// Another user still serves it; it switches on its next reconcile.
 		return ctrl.Result{RequeueAfter: snapshotWaitPoll}, nil
 	default:
+		ours, err := r.snapshotIsOurs(ctx, snap, old)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if !ours {
+			r.foreignSnapshotKept(snap, old)
+			break
+		}
 		if _, err := r.Vercel.DeleteSnapshot(ctx, old); err != nil && !vercel.IsNotFound(err) && !vercel.IsGone(err) {
 			return ctrl.Result{}, fmt.Errorf("retire snapshot %s: %w", old, err)
 		}

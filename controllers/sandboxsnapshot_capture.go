@@ -74,7 +74,31 @@ func (r *SandboxSnapshotReconciler) reconcileCapture(ctx context.Context, snap *
 	case sbx.Status.Phase != sandboxv1.SandboxRunning || sbx.Status.SessionID == "" || sbx.Status.VercelName == "":
 		return r.waitForSource(snap, sbx), nil
 	}
-	return r.capture(ctx, snap, sbx, sbx.Status.VercelName, sbx.Status.SessionID)
+	// The Sandbox's status names the session; Vercel confirms that it is a
+	// session of the sandbox this Sandbox stands for, so that a written
+	// status cannot have another team's sandbox captured.
+	name := remoteName(sbx)
+	resp, err := r.Vercel.GetSandbox(ctx, name, false)
+	switch {
+	case vercel.IsNotFound(err):
+		return r.waitForSource(snap, sbx), nil
+	case err != nil:
+		return ctrl.Result{}, fmt.Errorf("get sandbox %s: %w", name, err)
+	}
+	if o := ownerOf(resp.Sandbox.Tags, r.ClusterID, sbx.UID); o != ownedBySelf {
+		msg := fmt.Sprintf("Vercel sandbox %s is not Sandbox %q's (%s); it is not captured", name, sbx.Name, describeOwner(resp.Sandbox.Tags, r.ClusterID))
+		if !hasCondition(st.Conditions, sandboxv1.ConditionReady, sandboxv1.ReasonOwnedElsewhere) {
+			r.Recorder.Eventf(snap, nil, corev1.EventTypeWarning, sandboxv1.ReasonOwnedElsewhere, "Capture", "%s", msg)
+		}
+		st.Phase = sandboxv1.SnapshotPending
+		setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonOwnedElsewhere, msg)
+		return ctrl.Result{RequeueAfter: snapshotWaitPoll}, nil
+	}
+	s := resp.Session
+	if s == nil || s.Status != vercel.SessionRunning {
+		return r.waitForSource(snap, sbx), nil
+	}
+	return r.capture(ctx, snap, sbx, name, s.ID)
 }
 
 // waitForSource reports why the Sandbox to capture does not run, so a capture

@@ -55,6 +55,9 @@ type SandboxSnapshotReconciler struct {
 	ReferenceDeadline time.Duration
 	// Now is the clock (tests); time.Now when nil.
 	Now func() time.Time
+	// ClusterID names this cluster in the owner tags and builder names
+	// (the manager's --cluster-id).
+	ClusterID string
 
 	// sentSecrets remembers the clone credentials sent to Vercel, to scrub
 	// them from a step's output after a rotation.
@@ -277,17 +280,14 @@ func (r *SandboxSnapshotReconciler) finalize(ctx context.Context, snap *sandboxv
 			return fail(err)
 		}
 		ids = append(ids, left...)
-		_, err = r.Vercel.DeleteSandbox(ctx, b.BuilderName, false)
-		switch {
-		case vercel.IsNotFound(err):
-			// Never created, or deleted by an earlier try of this finalizer.
-		case err != nil:
-			return fail(fmt.Errorf("delete builder sandbox %s: %w", b.BuilderName, err))
-		default:
-			r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Deleted", "Delete", "Deleted builder sandbox %s", b.BuilderName)
-			if !b.Failed && b.StartedAt != nil {
-				metrics.ObserveSnapshotBuild(metrics.BuildAbandoned, r.now().Sub(b.StartedAt.Time))
-			}
+		// Never created, or deleted by an earlier try of this finalizer,
+		// or not this object's: nothing to delete.
+		deleted, err := r.deleteBuilder(ctx, snap, b.BuilderName, "Delete")
+		if err != nil {
+			return fail(err)
+		}
+		if deleted && !b.Failed && b.StartedAt != nil {
+			metrics.ObserveSnapshotBuild(metrics.BuildAbandoned, r.now().Sub(b.StartedAt.Time))
 		}
 	}
 	if st.Build != nil && st.Build.Replaces != "" {
@@ -317,6 +317,14 @@ func (r *SandboxSnapshotReconciler) finalize(ctx context.Context, snap *sandboxv
 					return r.waitToDelete(ctx, orig, snap, wait)
 				}
 			}
+			ours, err := r.snapshotIsOurs(ctx, snap, id)
+			if err != nil {
+				return fail(err)
+			}
+			if !ours {
+				r.foreignSnapshotKept(snap, id)
+				continue
+			}
 			if _, err := r.Vercel.DeleteSnapshot(ctx, id); err != nil && !vercel.IsNotFound(err) && !vercel.IsGone(err) {
 				return fail(fmt.Errorf("delete snapshot %s: %w", id, err))
 			}
@@ -325,6 +333,15 @@ func (r *SandboxSnapshotReconciler) finalize(ctx context.Context, snap *sandboxv
 		}
 	}
 	return true, ctrl.Result{}, nil
+}
+
+// foreignSnapshotKept reports a snapshot recorded in status that a read
+// did not show to be the operator's: it is left in Vercel.
+func (r *SandboxSnapshotReconciler) foreignSnapshotKept(snap *sandboxv1.SandboxSnapshot, id string) {
+	msg := fmt.Sprintf("Left Vercel snapshot %s alone: Vercel does not show it as taken of a sandbox this operator made for this object", id)
+	logf.Log.Info("Left a Vercel snapshot not verified as ours", "namespace", snap.Namespace, "name", snap.Name, "snapshot", id)
+	r.Recorder.Eventf(snap, nil, corev1.EventTypeWarning, sandboxv1.ReasonOwnedElsewhere, "Delete", "%s", msg)
+	setCondition(&snap.Status.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonOwnedElsewhere, msg)
 }
 
 // waitToDelete keeps the finalizer while something must happen first, and

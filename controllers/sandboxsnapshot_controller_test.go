@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+	"github.com/getsentry/sandbox-controller/controllers"
 	"github.com/getsentry/sandbox-controller/internal/emulator"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
@@ -610,7 +611,7 @@ var _ = Describe("SandboxSnapshot recipes", func() {
 		Expect(layerSt.SnapshotID).NotTo(Equal(baseSt.SnapshotID))
 		var sent vercel.CreateSandboxRequest
 		for _, r := range recorder.requests("POST", "/sandboxes") {
-			if strings.Contains(string(r.Body), `"name":"`+ns+`-build-`+layerSt.ContentHash[:16]) {
+			if strings.Contains(string(r.Body), `"name":"`+controllers.BuilderName(clusterID, ns, layerSt.ContentHash, "")) {
 				Expect(json.Unmarshal(r.Body, &sent)).To(Succeed())
 			}
 		}

@@ -16,23 +16,46 @@ import (
 func TestBuilderName(t *testing.T) {
 	hash := strings.Repeat("ab12", 16)
 	valid := regexp.MustCompile(`^[a-zA-Z0-9_-]{1,128}$`)
-	first := builderName("team-a", hash, "")
-	if first != "team-a-build-ab12ab12ab12ab12-0" {
+	first := builderName("c1", "team-a", hash, "")
+	if first != "team-a-build-"+clusterShort("c1")+"-ab12ab12ab12ab12-0" {
 		t.Fatalf("first build %q", first)
 	}
-	if builderName("team-a", hash, "") != first {
+	if builderName("c1", "team-a", hash, "") != first {
 		t.Fatal("not deterministic")
 	}
-	rebuild := builderName("team-a", hash, "snap_x")
-	if rebuild == first || builderName("team-a", hash, "snap_y") == rebuild {
+	rebuild := builderName("c1", "team-a", hash, "snap_x")
+	if rebuild == first || builderName("c1", "team-a", hash, "snap_y") == rebuild {
 		t.Fatal("a rebuild (replacing a snapshot) must get its own builder")
 	}
-	if builderName("team-b", hash, "") == first {
+	if builderName("c1", "team-b", hash, "") == first {
 		t.Fatal("namespaces must not share builders")
 	}
-	for _, n := range []string{first, rebuild, builderName(strings.Repeat("n", 63), hash, "snap_x"), builderName("a.b", "short", "")} {
+	if builderName("c2", "team-a", hash, "") == first {
+		t.Fatal("clusters sharing a Vercel project must not share builders")
+	}
+	long := builderName(strings.Repeat("x", 300), strings.Repeat("n", 63), hash, "snap_x")
+	for _, n := range []string{first, rebuild, long, builderName("c1", "a.b", "short", "")} {
 		if !valid.MatchString(n) {
 			t.Errorf("invalid Vercel name %q", n)
+		}
+	}
+	// Only this cluster's builders of this namespace pass as builders.
+	for _, tc := range []struct {
+		cluster, ns, name string
+		want              bool
+	}{
+		{"c1", "team-a", first, true},
+		{"c1", "team-a", rebuild, true},
+		{strings.Repeat("y", 300), strings.Repeat("n", 63), long, false},
+		{strings.Repeat("x", 300), strings.Repeat("n", 63), long, true},
+		{"c2", "team-a", first, false},
+		{"c1", "team", first, false},
+		{"c1", "team-a-build-" + clusterShort("c1"), builderName("c1", "team-a-build-"+clusterShort("c1"), hash, ""), true},
+		{"c1", "team-a", "team-a-build-" + clusterShort("c1") + "-x", false},
+		{"c1", "team-a", "team-a-build-" + clusterShort("c1") + "-ab12-0-other", false},
+	} {
+		if got := builderNamePattern(tc.cluster, tc.ns).MatchString(tc.name); got != tc.want {
+			t.Errorf("builderNamePattern(%q, %q).MatchString(%q) = %v, want %v", tc.cluster[:min(len(tc.cluster), 8)], tc.ns, tc.name, got, tc.want)
 		}
 	}
 }

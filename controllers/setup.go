@@ -1,9 +1,16 @@
 package controllers
 
 import (
+	"context"
 	"fmt"
 	"net/http"
+	"regexp"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -40,7 +47,35 @@ type Options struct {
 	// queue size, request timeout); its Resolve is set here, to the
 	// namespaces' sandbox-notifications ConfigMaps.
 	Notify notify.Options
+	// ClusterID names this cluster in the owner tags of every Vercel
+	// sandbox and in builder names, so that clusters sharing a Vercel
+	// project never touch each other's. Empty: the UID of the kube-system
+	// namespace (ClusterIDFromKubeSystem).
+	ClusterID string
 }
+
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
+
+// ClusterIDFromKubeSystem is the default cluster id: the UID of the
+// kube-system namespace, which every cluster has and which stays the same
+// for the cluster's life.
+func ClusterIDFromKubeSystem(ctx context.Context, c client.Reader) (string, error) {
+	ns := &corev1.Namespace{}
+	if err := c.Get(ctx, types.NamespacedName{Name: metav1.NamespaceSystem}, ns); err != nil {
+		return "", fmt.Errorf("derive the cluster id from the kube-system namespace's UID (or set --cluster-id): %w", err)
+	}
+	return string(ns.UID), nil
+}
+
+// ValidateClusterID refuses cluster ids that cannot be a Vercel tag value.
+func ValidateClusterID(id string) error {
+	if !clusterIDPattern.MatchString(id) {
+		return fmt.Errorf("cluster id %q: use 1 to 63 characters of [A-Za-z0-9._-]", id)
+	}
+	return nil
+}
+
+var clusterIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,63}$`)
 
 // DefaultReconcileTimeout bounds a reconcile: a few Vercel calls of at most
 // vercel.DefaultCallTimeout each, and Kubernetes writes.
@@ -106,6 +141,16 @@ func SetupWithManager(mgr ctrl.Manager, vc vercel.Config, o Options) error {
 	if err := mgr.Add(notifier); err != nil {
 		return fmt.Errorf("add the notifier: %w", err)
 	}
+	if o.ClusterID == "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if o.ClusterID, err = ClusterIDFromKubeSystem(ctx, mgr.GetAPIReader()); err != nil {
+			return err
+		}
+	}
+	if err := ValidateClusterID(o.ClusterID); err != nil {
+		return err
+	}
 	if err := (&SandboxReconciler{
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
@@ -119,6 +164,7 @@ func SetupWithManager(mgr ctrl.Manager, vc vercel.Config, o Options) error {
 		ShutdownWarning:         o.ShutdownWarning,
 		ReferenceDeadline:       o.ReferenceDeadline,
 		VercelHealth:            health,
+		ClusterID:               o.ClusterID,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the Sandbox controller: %w", err)
 	}
@@ -132,6 +178,7 @@ func SetupWithManager(mgr ctrl.Manager, vc vercel.Config, o Options) error {
 		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 		BackoffCap:              o.BackoffCap,
 		ReferenceDeadline:       o.ReferenceDeadline,
+		ClusterID:               o.ClusterID,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the SandboxSnapshot controller: %w", err)
 	}

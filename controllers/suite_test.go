@@ -56,6 +56,10 @@ var (
 	kubeconfigPath string
 	repoRoot       string
 
+	// clusterID is the suite's cluster id, derived as the manager derives
+	// it by default.
+	clusterID string
+
 	mgrMu     sync.Mutex
 	mgrCancel context.CancelFunc
 	mgrDone   chan struct{}
@@ -122,6 +126,9 @@ var _ = BeforeSuite(func() {
 
 	vc, err = vercel.New(stack.Vercel(recorder.URL()))
 	Expect(err).NotTo(HaveOccurred())
+	clusterID, err = controllers.ClusterIDFromKubeSystem(context.Background(), k8sClient)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(controllers.ValidateClusterID(clusterID)).To(Succeed())
 	startManager(scheme)
 	DeferCleanup(stopManager)
 })
@@ -166,6 +173,7 @@ func startManager(scheme *runtime.Scheme) {
 		PollInterval:            pollInterval,
 		MaxConcurrentReconciles: 4,
 		ReferenceDeadline:       referenceDeadline,
+		ClusterID:               clusterID,
 	}).SetupWithManager(mgr)
 	Expect(err).NotTo(HaveOccurred())
 	err = (&controllers.SandboxSnapshotReconciler{
@@ -178,6 +186,7 @@ func startManager(scheme *runtime.Scheme) {
 		MaxConcurrentReconciles: 4,
 		ReferenceDeadline:       referenceDeadline,
 		Now:                     snapshotClock.Now,
+		ClusterID:               clusterID,
 	}).SetupWithManager(mgr)
 	Expect(err).NotTo(HaveOccurred())
 	err = (&controllers.SandboxForkReconciler{

@@ -29,4 +29,8 @@ type SandboxAPI interface {
 	GetSnapshot(ctx context.Context, id string) (*vercel.Snapshot, error)
 	DeleteSnapshot(ctx context.Context, id string) (*vercel.Snapshot, error)
 	ListAllSnapshots(ctx context.Context, opts vercel.ListSnapshotsOptions) ([]vercel.Snapshot, error)
+
+	// GetSession finds the sandbox a snapshot's session belonged to
+	// (ownership checks before a snapshot is deleted).
+	GetSession(ctx context.Context, id string) (*vercel.SessionResponse, error)
 }

@@ -38,6 +38,12 @@ const (
 	// ReasonNameConflict is set on Ready=False when a Vercel sandbox with the
 	// derived name exists but was not created for this object.
 	ReasonNameConflict = "NameConflict"
+	// ReasonOwnedElsewhere is set on Ready=False when a Vercel object this
+	// object names is not verified as its own, and is left alone: the sandbox
+	// spec.source.adopt names carries the owner tags of another object or
+	// cluster, or a SandboxSnapshot's snapshot was not taken of a sandbox the
+	// operator made for it (docs/security.md).
+	ReasonOwnedElsewhere = "OwnedElsewhere"
 	// ReasonSnapshotMissing is set on Ready=False when the snapshot a session
 	// should start from is gone.
 	ReasonSnapshotMissing = "SnapshotMissing"
@@ -263,7 +269,7 @@ const (
 
 // SandboxSource is where a new sandbox's filesystem comes from. Exactly one
 // field is set.
-// +kubebuilder:validation:XValidation:rule="[has(self.runtime), has(self.git), has(self.tarball), has(self.snapshotRef), has(self.snapshotID)].filter(x, x).size() == 1",message="spec.source: exactly one of runtime, git, tarball, snapshotRef or snapshotID must be set"
+// +kubebuilder:validation:XValidation:rule="[has(self.runtime), has(self.git), has(self.tarball), has(self.snapshotRef), has(self.snapshotID), has(self.adopt)].filter(x, x).size() == 1",message="spec.source: exactly one of runtime, git, tarball, snapshotRef, snapshotID or adopt must be set"
 type SandboxSource struct {
 	// runtime starts from a Vercel-managed image: node22, node24, node26 or python3.13.
 	// +optional
@@ -285,6 +291,26 @@ type SandboxSource struct {
 	// +kubebuilder:validation:Pattern=`^(snap_[A-Za-z0-9]{28}|vhs_[a-z0-9]{28})$`
 	// +kubebuilder:validation:MaxLength=33
 	SnapshotID *string `json:"snapshotID,omitempty"`
+	// adopt takes over an existing Vercel sandbox by name instead of creating
+	// one: a sandbox made outside the operator (Box, Junior) moves under it
+	// without a restart. The sandbox is tagged as this object's on adoption;
+	// one tagged by another owner is refused (Ready=False, reason
+	// OwnedElsewhere). Setting it needs the RBAC verb use on
+	// vercelsandboxes.sandbox.sentry.io in the namespace, optionally limited
+	// to names (docs/security.md). spec.deletionPolicy applies to it as to
+	// any other.
+	// +optional
+	Adopt *AdoptSource `json:"adopt,omitempty"`
+}
+
+// AdoptSource names the Vercel sandbox a Sandbox adopts.
+type AdoptSource struct {
+	// name of the Vercel sandbox in the manager's project.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9_-]+$`
+	Name string `json:"name"`
 }
 
 // GitSource is a repository to clone.
@@ -531,7 +557,7 @@ type ExecProbe struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.readinessProbe) || !has(self.readinessProbe.httpGet) || (has(self.ports) && self.ports.exists(p, p == self.readinessProbe.httpGet.port))",message="spec.readinessProbe.httpGet.port must be one of spec.ports",fieldPath=".readinessProbe.httpGet.port"
 type SandboxSpec struct {
 	// source of the sandbox's filesystem: exactly one of runtime, git, tarball,
-	// snapshotRef or snapshotID. Immutable.
+	// snapshotRef, snapshotID or adopt (an existing Vercel sandbox). Immutable.
 	// +required
 	Source SandboxSource `json:"source"`
 	// resources of each session.

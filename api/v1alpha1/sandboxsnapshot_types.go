@@ -364,6 +364,11 @@ type SnapshotBuildStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	Replaces string `json:"replaces,omitempty"`
+	// replacesSourceVercelName is the builder the replaced snapshot was taken
+	// of, which the check before retiring it needs once that builder is gone.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	ReplacesSourceVercelName string `json:"replacesSourceVercelName,omitempty"`
 	// sharedWith names the SandboxSnapshot that runs the build this object waits for.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253

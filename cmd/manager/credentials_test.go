@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+	"github.com/getsentry/sandbox-controller/controllers"
 	"github.com/getsentry/sandbox-controller/internal/emulator"
 	"github.com/getsentry/sandbox-controller/internal/localstack"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
@@ -142,12 +143,19 @@ func TestStartUpVerifiesCredentialsAndProject(t *testing.T) {
 	waitFor(t, 30*time.Second, "the Sandbox's Vercel name", func() bool {
 		return stack.Client.Get(ctx, key, sbx) == nil && sbx.Status.VercelName != ""
 	})
-	// As if a manager with the right project had created it before.
+	// As if a manager with the right project had created it before, with
+	// the owner tags it puts on every sandbox (the cluster id defaults to
+	// kube-system's UID).
 	vc, err := vercel.New(stack.Vercel(""))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := vc.CreateSandbox(ctx, vercel.CreateSandboxRequest{Name: sbx.Status.VercelName}); err != nil {
+	cluster, err := controllers.ClusterIDFromKubeSystem(ctx, stack.Client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tags := map[string]string{"managed-by": "sandbox-controller", "k8s-cluster": cluster, "k8s-uid": string(sbx.UID)}
+	if _, err := vc.CreateSandbox(ctx, vercel.CreateSandboxRequest{Name: sbx.Status.VercelName, Tags: tags}); err != nil {
 		t.Fatal(err)
 	}
 	if err := stack.Client.Delete(ctx, sbx); err != nil {

@@ -50,6 +50,7 @@ func main() {
 		referenceDeadline      time.Duration
 		kubeQPS                float64
 		kubeBurst              int
+		clusterID              string
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "Address the Prometheus metrics endpoint binds to (HTTPS unless --metrics-secure=false); 0 disables it.")
 	flag.BoolVar(&metrics.secure, "metrics-secure", true, "Serve metrics over HTTPS, only to callers whose token the API server authenticates and authorizes for GET /metrics. --metrics-secure=false serves plain HTTP to anyone who can connect.")
@@ -88,6 +89,7 @@ func main() {
 	flag.IntVar(&notifyOpts.QueueSize, "notify-queue-size", 1000, "Webhook notifications waiting for delivery at most; when full, the oldest waiting one is dropped.")
 	flag.DurationVar(&notifyOpts.Timeout, "notify-timeout", 5*time.Second, "Deadline of each webhook delivery attempt.")
 	flag.DurationVar(&notifyOpts.MaxAge, "notify-max-age", 15*time.Minute, "How long a webhook notification is retried before it is dropped.")
+	flag.StringVar(&clusterID, "cluster-id", "", "Names this cluster in the owner tags of every Vercel sandbox the manager creates or adopts, and in recipe builder names, so that clusters sharing one Vercel project never touch each other's sandboxes (1-63 characters of [A-Za-z0-9._-]). Default: the UID of the kube-system namespace. Keep it stable: sandboxes tagged with another id are not deleted.")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -107,6 +109,12 @@ func main() {
 	if vercelReserved < 0 {
 		fmt.Fprintln(os.Stderr, "error: --vercel-reserved-in-flight must not be negative")
 		os.Exit(2)
+	}
+	if clusterID != "" {
+		if err := controllers.ValidateClusterID(clusterID); err != nil {
+			fmt.Fprintln(os.Stderr, "error: --cluster-id:", err)
+			os.Exit(2)
+		}
 	}
 	if gracefulShutdown < 0 {
 		fmt.Fprintln(os.Stderr, "error: --graceful-shutdown-timeout must not be negative")
@@ -193,6 +201,7 @@ func main() {
 		ShutdownWarning:         shutdownWarning,
 		ReferenceDeadline:       referenceDeadline,
 		Notify:                  notifyOpts,
+		ClusterID:               clusterID,
 	}); err != nil {
 		log.Error(err, "Failed to set up the controllers")
 		os.Exit(1)

@@ -80,7 +80,7 @@ func Install(ctx context.Context, cfg *rest.Config, dir, namespace string) error
 }
 
 // probeValidating waits until a user who may create Sandboxes, but neither
-// read Secrets nor use snapshot ids, is refused both.
+// read Secrets, use snapshot ids nor adopt Vercel sandboxes, is refused each.
 func probeValidating(ctx context.Context, cfg *rest.Config, admin client.Client, probe *sandboxv1.Sandbox) (err error) {
 	ns := probe.Namespace
 	role := &rbacv1.Role{
@@ -125,8 +125,13 @@ func probeValidating(ctx context.Context, cfg *rest.Config, admin client.Client,
 	}); err != nil {
 		return err
 	}
-	return refused("the snapshot-ids policy", "may not use Vercel snapshot id", func(s *sandboxv1.Sandbox) {
+	if err := refused("the snapshot-ids policy", "may not use Vercel snapshot id", func(s *sandboxv1.Sandbox) {
 		s.Spec.Source = sandboxv1.SandboxSource{SnapshotID: new("snap_" + strings.Repeat("0", 28))}
+	}); err != nil {
+		return err
+	}
+	return refused("the adopt policy", "may not adopt Vercel sandbox", func(s *sandboxv1.Sandbox) {
+		s.Spec.Source = sandboxv1.SandboxSource{Adopt: &sandboxv1.AdoptSource{Name: "admission-probe"}}
 	})
 }
 

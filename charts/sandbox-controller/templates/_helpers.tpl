@@ -122,6 +122,7 @@ manager's default applies; 0 and false are passed.
   (list "reconcile-timeout" $v.controller.reconcileTimeout)
   (list "reference-deadline" $v.controller.referenceDeadline)
   (list "shutdown-warning" $v.controller.shutdownWarning)
+  (list "cluster-id" $v.controller.clusterID)
   (list "kube-api-qps" $v.kubeAPI.qps)
   (list "kube-api-burst" $v.kubeAPI.burst)
   (list "notify-workers" $v.notifications.workers)

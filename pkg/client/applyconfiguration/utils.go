@@ -22,6 +22,8 @@ import (
 func ForKind(kind schema.GroupVersionKind) interface{} {
 	switch kind {
 	// Group=sandbox.sentry.io, Version=v1alpha1
+	case v1alpha1.SchemeGroupVersion.WithKind("AdoptSource"):
+		return &apiv1alpha1.AdoptSourceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("BootedFrom"):
 		return &apiv1alpha1.BootedFromApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("EnvVar"):

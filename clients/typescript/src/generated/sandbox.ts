@@ -413,11 +413,31 @@ export interface SandboxSpec {
   shutdownTime?: string;
   /**
    * source of the sandbox's filesystem: exactly one of runtime, git, tarball,
-   * snapshotRef or snapshotID. Immutable.
+   * snapshotRef, snapshotID or adopt (an existing Vercel sandbox). Immutable.
    *
-   * Validated: spec.source: exactly one of runtime, git, tarball, snapshotRef or snapshotID must be set
+   * Validated: spec.source: exactly one of runtime, git, tarball, snapshotRef, snapshotID or adopt must be set
    */
   source: {
+    /**
+     * adopt takes over an existing Vercel sandbox by name instead of creating
+     * one: a sandbox made outside the operator (Box, Junior) moves under it
+     * without a restart. The sandbox is tagged as this object's on adoption;
+     * one tagged by another owner is refused (Ready=False, reason
+     * OwnedElsewhere). Setting it needs the RBAC verb use on
+     * vercelsandboxes.sandbox.sentry.io in the namespace, optionally limited
+     * to names (docs/security.md). spec.deletionPolicy applies to it as to
+     * any other.
+     */
+    adopt?: {
+      /**
+       * name of the Vercel sandbox in the manager's project.
+       *
+       * minLength: 1
+       * maxLength: 128
+       * pattern: ^[a-zA-Z0-9_-]+$
+       */
+      name: string;
+    };
     /**
      * git clones a repository into /vercel/sandbox.
      */

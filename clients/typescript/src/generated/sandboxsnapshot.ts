@@ -375,6 +375,13 @@ export interface SandboxSnapshotStatus {
      */
     replaces?: string;
     /**
+     * replacesSourceVercelName is the builder the replaced snapshot was taken
+     * of, which the check before retiring it needs once that builder is gone.
+     *
+     * maxLength: 128
+     */
+    replacesSourceVercelName?: string;
+    /**
      * sessionID of the builder.
      *
      * maxLength: 64

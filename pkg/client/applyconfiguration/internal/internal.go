@@ -29,6 +29,12 @@ func Parser() *typed.Parser {
 var parserOnce sync.Once
 var parser *typed.Parser
 var schemaYAML = typed.YAMLObject(`types:
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.AdoptSource
+  map:
+    fields:
+    - name: name
+      type:
+        scalar: string
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.BootedFrom
   map:
     fields:
@@ -572,6 +578,9 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxSource
   map:
     fields:
+    - name: adopt
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.AdoptSource
     - name: git
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.GitSource
@@ -795,6 +804,9 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         scalar: boolean
     - name: replaces
+      type:
+        scalar: string
+    - name: replacesSourceVercelName
       type:
         scalar: string
     - name: sessionID

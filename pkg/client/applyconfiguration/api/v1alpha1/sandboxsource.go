@@ -31,6 +31,15 @@ type SandboxSourceApplyConfiguration struct {
 	// the RBAC verb use on vercelsnapshots.sandbox.sentry.io in the namespace
 	// (docs/security.md); snapshotRef needs no such permission.
 	SnapshotID *string `json:"snapshotID,omitempty"`
+	// adopt takes over an existing Vercel sandbox by name instead of creating
+	// one: a sandbox made outside the operator (Box, Junior) moves under it
+	// without a restart. The sandbox is tagged as this object's on adoption;
+	// one tagged by another owner is refused (Ready=False, reason
+	// OwnedElsewhere). Setting it needs the RBAC verb use on
+	// vercelsandboxes.sandbox.sentry.io in the namespace, optionally limited
+	// to names (docs/security.md). spec.deletionPolicy applies to it as to
+	// any other.
+	Adopt *AdoptSourceApplyConfiguration `json:"adopt,omitempty"`
 }
 
 // SandboxSourceApplyConfiguration constructs a declarative configuration of the SandboxSource type for use with
@@ -76,5 +85,13 @@ func (b *SandboxSourceApplyConfiguration) WithSnapshotRef(value *LocalObjectRefe
 // If called multiple times, the SnapshotID field is set to the value of the last call.
 func (b *SandboxSourceApplyConfiguration) WithSnapshotID(value string) *SandboxSourceApplyConfiguration {
 	b.SnapshotID = &value
+	return b
+}
+
+// WithAdopt sets the Adopt field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Adopt field is set to the value of the last call.
+func (b *SandboxSourceApplyConfiguration) WithAdopt(value *AdoptSourceApplyConfiguration) *SandboxSourceApplyConfiguration {
+	b.Adopt = value
 	return b
 }

@@ -19,7 +19,7 @@ import (
 // SandboxSpec is the desired state of a Sandbox.
 type SandboxSpecApplyConfiguration struct {
 	// source of the sandbox's filesystem: exactly one of runtime, git, tarball,
-	// snapshotRef or snapshotID. Immutable.
+	// snapshotRef, snapshotID or adopt (an existing Vercel sandbox). Immutable.
 	Source *SandboxSourceApplyConfiguration `json:"source,omitempty"`
 	// resources of each session.
 	Resources *SandboxResourcesApplyConfiguration `json:"resources,omitempty"`

@@ -37,6 +37,9 @@ type SnapshotBuildStatusApplyConfiguration struct {
 	Attempts *int32 `json:"attempts,omitempty"`
 	// replaces is the snapshot id a rebuild replaces (expired or older than maxAgeSeconds).
 	Replaces *string `json:"replaces,omitempty"`
+	// replacesSourceVercelName is the builder the replaced snapshot was taken
+	// of, which the check before retiring it needs once that builder is gone.
+	ReplacesSourceVercelName *string `json:"replacesSourceVercelName,omitempty"`
 	// sharedWith names the SandboxSnapshot that runs the build this object waits for.
 	SharedWith *string `json:"sharedWith,omitempty"`
 	// failed is true when the build in builderName failed; it is not retried
@@ -131,6 +134,14 @@ func (b *SnapshotBuildStatusApplyConfiguration) WithAttempts(value int32) *Snaps
 // If called multiple times, the Replaces field is set to the value of the last call.
 func (b *SnapshotBuildStatusApplyConfiguration) WithReplaces(value string) *SnapshotBuildStatusApplyConfiguration {
 	b.Replaces = &value
+	return b
+}
+
+// WithReplacesSourceVercelName sets the ReplacesSourceVercelName field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ReplacesSourceVercelName field is set to the value of the last call.
+func (b *SnapshotBuildStatusApplyConfiguration) WithReplacesSourceVercelName(value string) *SnapshotBuildStatusApplyConfiguration {
+	b.ReplacesSourceVercelName = &value
 	return b
 }
 

@@ -1,0 +1,240 @@
+package controllers
+
+// Who owns a remote object. Every Vercel sandbox the operator creates or
+// adopts carries owner tags: the manager, the cluster (--cluster-id) and the
+// UID of the object it belongs to. Before deleting or adopting a sandbox the
+// controllers read it and check those tags; names come from the object
+// (derived, or spec.source.adopt), never from status alone, because whoever
+// may patch status could otherwise aim a finalizer at any sandbox of the
+// Vercel project. Vercel snapshots take no tags: one is deleted only when a
+// read shows it was taken of a sandbox the operator owns (snapshotIsOurs).
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+	"github.com/getsentry/sandbox-controller/internal/vercel"
+)
+
+// Owner tags. Vercel allows 5 tags per sandbox (values up to 256
+// characters): a Sandbox's sandbox uses 3, a builder 4 (tagContentHash), and
+// an adopted sandbox keeps at most 2 tags of its own.
+const (
+	tagManagedBy      = "managed-by"
+	tagManagedByValue = "sandbox-controller"
+	tagOwnerUID       = "k8s-uid"
+	tagClusterID      = "k8s-cluster"
+)
+
+// maxVercelTags is Vercel's limit on tags per sandbox.
+const maxVercelTags = 5
+
+// ownerTags are the tags naming the object uid of cluster as a sandbox's owner.
+func ownerTags(cluster string, uid types.UID) map[string]string {
+	return map[string]string{tagManagedBy: tagManagedByValue, tagClusterID: cluster, tagOwnerUID: string(uid)}
+}
+
+// ownership is what a remote sandbox's tags say about who owns it, seen from
+// one object of one cluster.
+type ownership int
+
+const (
+	// unowned: no owner tags at all (made outside the operator).
+	unowned ownership = iota
+	// ownedBySelf: created or adopted for this object by this cluster.
+	ownedBySelf
+	// ownedByPeer: another object of this cluster owns it.
+	ownedByPeer
+	// ownedElsewhere: another cluster, or another manager, owns it.
+	ownedElsewhere
+)
+
+// ownerOf classifies tags for object uid of cluster. A sandbox tagged before
+// clusters were tagged (no cluster tag) counts as this cluster's when its
+// UID is this object's: UIDs are unique across clusters.
+func ownerOf(tags map[string]string, cluster string, uid types.UID) ownership {
+	managed, hasUID, hasCluster := tags[tagManagedBy], tags[tagOwnerUID], tags[tagClusterID]
+	switch {
+	case managed == "" && hasUID == "" && hasCluster == "":
+		return unowned
+	case managed != tagManagedByValue:
+		return ownedElsewhere
+	case hasCluster == "" && hasUID == string(uid) && uid != "":
+		return ownedBySelf
+	case hasCluster != cluster:
+		return ownedElsewhere
+	case hasUID == string(uid) && uid != "":
+		return ownedBySelf
+	}
+	return ownedByPeer
+}
+
+// describeOwner says in words who owns a sandbox with tags, for messages.
+func describeOwner(tags map[string]string, cluster string) string {
+	switch {
+	case tags[tagManagedBy] != tagManagedByValue:
+		return fmt.Sprintf("managed by %q", tags[tagManagedBy])
+	case tags[tagClusterID] != cluster:
+		return fmt.Sprintf("owned by cluster %q", tags[tagClusterID])
+	}
+	return fmt.Sprintf("owned by the object with UID %s", tags[tagOwnerUID])
+}
+
+// adoptionTags are the tags of an adopted sandbox: its own tags, less any
+// stale owner tags, plus ours. It fails when they would exceed Vercel's limit.
+func adoptionTags(existing map[string]string, cluster string, uid types.UID) (map[string]string, error) {
+	tags := maps.Clone(existing)
+	if tags == nil {
+		tags = map[string]string{}
+	}
+	maps.Copy(tags, ownerTags(cluster, uid))
+	if len(tags) > maxVercelTags {
+		own := slices.Sorted(maps.Keys(existing))
+		return nil, fmt.Errorf("it has %d tags (%v) and adoption adds 3 owner tags, above Vercel's limit of %d: remove some of its tags first", len(existing), own, maxVercelTags)
+	}
+	return tags, nil
+}
+
+// releasedTags are the tags of a sandbox left in Vercel (deletionPolicy
+// Retain): without the owner tags, so that it can be adopted again.
+func releasedTags(tags map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range tags {
+		switch k {
+		case tagManagedBy, tagOwnerUID, tagClusterID, tagContentHash:
+		default:
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// remoteName is the Vercel sandbox a Sandbox stands for: the one it adopts,
+// else the name derived from its namespace, name and UID; after recreations
+// (status.recreations, recorded before each create) that name with "-r<n>".
+// status.vercelName only records it.
+func remoteName(sbx *sandboxv1.Sandbox) string {
+	base := vercelName(sbx.Namespace, sbx.Name, sbx.UID)
+	if a := sbx.Spec.Source.Adopt; a != nil {
+		base = a.Name
+	}
+	return recreatedName(base, sbx.Status.Recreations)
+}
+
+// clusterShort is the cluster id as it appears in builder names: a hash, so
+// that any id fits the name's character set and length.
+func clusterShort(cluster string) string {
+	sum := sha256.Sum256([]byte(cluster))
+	return hex.EncodeToString(sum[:])[:8]
+}
+
+// builderNamePattern matches the names builderName gives the builders of one
+// cluster in one namespace.
+func builderNamePattern(cluster, ns string) *regexp.Regexp {
+	return regexp.MustCompile("^" + regexp.QuoteMeta(sanitizeName(truncateNS(ns))+"-build-"+clusterShort(cluster)+"-") + "[0-9a-f]{1,16}-[0-9a-f]+$")
+}
+
+// capturePattern matches the names vercelName gives the Vercel sandboxes of
+// Sandbox name in ns, whatever their UID.
+func capturePattern(ns, name string) *regexp.Regexp {
+	full := sanitizeName(ns + "-" + name + "-")
+	if len(full)+8 > maxVercelNameLength {
+		return nil
+	}
+	return regexp.MustCompile("^" + regexp.QuoteMeta(full) + "[a-zA-Z0-9_-]{1,8}$")
+}
+
+// snapshotIsOurs reports whether Vercel snapshot id was taken by this
+// operator for snap, so that snap may delete it. Snapshots carry no tags, so
+// the proof is the Vercel sandbox it was taken of, read in Vercel:
+//
+//   - never for an imported snapshot (spec.source.snapshotID);
+//   - a snapshot whose source session belongs to a live sandbox tagged by
+//     this cluster is ours;
+//   - once that sandbox is gone (builders are deleted after each build), the
+//     snapshot must be listed in Vercel under a name this object derives:
+//     a builder of this cluster in its namespace for a recipe, the Vercel
+//     sandbox of the Sandbox it captures for a capture.
+//
+// Names recorded in status are only candidates: each must pass the check.
+// A snapshot that Vercel no longer has counts as ours (nothing to delete).
+func (r *SandboxSnapshotReconciler) snapshotIsOurs(ctx context.Context, snap *sandboxv1.SandboxSnapshot, id string) (bool, error) {
+	src := snap.Spec.Source
+	if src.SnapshotID != nil {
+		return false, nil
+	}
+	remote, err := r.Vercel.GetSnapshot(ctx, id)
+	switch {
+	case vercel.IsNotFound(err) || vercel.IsGone(err):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("get snapshot %s: %w", id, err)
+	}
+	if s := remote.SourceSessionID; s != "" {
+		sess, err := r.Vercel.GetSession(ctx, s)
+		switch {
+		case err == nil && sess.Session.SourceSandboxName != "":
+			resp, err := r.Vercel.GetSandbox(ctx, sess.Session.SourceSandboxName, false)
+			switch {
+			case err == nil:
+				o := ownerOf(resp.Sandbox.Tags, r.ClusterID, snap.UID)
+				return o == ownedBySelf || o == ownedByPeer, nil
+			case !vercel.IsNotFound(err):
+				return false, fmt.Errorf("get sandbox %s: %w", sess.Session.SourceSandboxName, err)
+			}
+		case err != nil && !vercel.IsNotFound(err) && !vercel.IsGone(err):
+			return false, fmt.Errorf("get session %s: %w", s, err)
+		}
+	}
+	// The source sandbox is gone: a name this object derives must list it.
+	var candidates []string
+	var pattern *regexp.Regexp
+	st := &snap.Status
+	switch {
+	case src.Recipe != nil:
+		pattern = builderNamePattern(r.ClusterID, snap.Namespace)
+		if b := st.Build; b != nil {
+			candidates = append(candidates, b.BuilderName)
+			if b.Replaces == id {
+				candidates = append(candidates, b.ReplacesSourceVercelName)
+			}
+		}
+		// A hash's first build runs in a builder named for it alone.
+		if st.ContentHash != "" {
+			candidates = append(candidates, builderName(r.ClusterID, snap.Namespace, st.ContentHash, ""))
+		}
+	case src.SandboxRef != nil:
+		pattern = capturePattern(snap.Namespace, src.SandboxRef.Name)
+		if st.Capture != nil {
+			candidates = append(candidates, st.Capture.VercelName)
+		}
+	}
+	if p := st.Provenance; p != nil {
+		candidates = append(candidates, p.SourceVercelName)
+	}
+	seen := map[string]bool{}
+	for _, n := range candidates {
+		if n == "" || seen[n] || pattern == nil || !pattern.MatchString(n) {
+			continue
+		}
+		seen[n] = true
+		snaps, err := r.Vercel.ListAllSnapshots(ctx, vercel.ListSnapshotsOptions{Name: n})
+		if err != nil {
+			return false, fmt.Errorf("list snapshots of %s: %w", n, err)
+		}
+		for _, s := range snaps {
+			if s.ID == id {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
+}
