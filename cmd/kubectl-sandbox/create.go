@@ -255,14 +255,7 @@ heartbeat (which wakes an Idle Sandbox), and waits until it is Ready.`
 				sbx, err = c.WaitReady(ctx, ns, name)
 			}
 		}
-		if err != nil {
-			return err
-		}
-		p, err := pf.ToPrinter()
-		if err != nil {
-			return err
-		}
-		return p.PrintObj(sbx, o.Out)
+		return printResult(pf, sbx, err, o.Out)
 	}
 	return cmd
 }

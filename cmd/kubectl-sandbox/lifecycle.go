@@ -244,14 +244,7 @@ current spec, a snapshot ready to use, a fork with all its children Ready.`,
 			fmt.Fprintln(o.Out, qualified(kind, name)+" deleted")
 			return nil
 		}
-		if err != nil {
-			return err
-		}
-		p, err := pf.ToPrinter()
-		if err != nil {
-			return err
-		}
-		return p.PrintObj(obj, o.Out)
+		return printResult(pf, obj, err, o.Out)
 	}
 	return cmd
 }
@@ -325,14 +318,7 @@ func newStateCommand(o *options, verb string) *cobra.Command {
 				sbx, err = c.WaitReady(ctx, ns, name)
 			}
 		}
-		if err != nil {
-			return err
-		}
-		p, err := pf.ToPrinter()
-		if err != nil {
-			return err
-		}
-		return p.PrintObj(sbx, o.Out)
+		return printResult(pf, sbx, err, o.Out)
 	}
 	return cmd
 }

@@ -76,14 +76,7 @@ Boot from it with 'kubectl sandbox create NEW --snapshot SNAPSHOT' or fork it.`,
 			pf.NamePrintFlags.Operation = "ready"
 			snap, err = c.WaitSnapshotReady(ctx, ns, snapName)
 		}
-		if err != nil {
-			return err
-		}
-		p, err := pf.ToPrinter()
-		if err != nil {
-			return err
-		}
-		return p.PrintObj(snap, o.Out)
+		return printResult(pf, snap, err, o.Out)
 	}
 	return cmd
 }
@@ -147,14 +140,7 @@ waits until every child is Ready. 'kubectl sandbox ls -l sandbox.sentry.io/fork=
 			pf.NamePrintFlags.Operation = "ready"
 			fork, err = c.WaitForkReady(ctx, ns, forkName)
 		}
-		if err != nil {
-			return err
-		}
-		p, err := pf.ToPrinter()
-		if err != nil {
-			return err
-		}
-		return p.PrintObj(fork, o.Out)
+		return printResult(pf, fork, err, o.Out)
 	}
 	return cmd
 }
@@ -197,14 +183,7 @@ highest-indexed ones. Unless --wait=false it waits until all of them are Ready.`
 		if err == nil && wait {
 			fork, err = c.WaitForkReady(ctx, ns, name)
 		}
-		if err != nil {
-			return err
-		}
-		p, err := pf.ToPrinter()
-		if err != nil {
-			return err
-		}
-		return p.PrintObj(fork, o.Out)
+		return printResult(pf, fork, err, o.Out)
 	}
 	return cmd
 }

@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
@@ -91,6 +93,18 @@ func printFlags(cmd *cobra.Command, operation string) *genericclioptions.PrintFl
 	pf := genericclioptions.NewPrintFlags(operation).WithTypeSetter(scheme.Scheme)
 	pf.AddFlags(cmd)
 	return pf
+}
+
+// printResult prints obj as -o asks, unless the verb that produced it failed.
+func printResult(pf *genericclioptions.PrintFlags, obj runtime.Object, err error, out io.Writer) error {
+	if err != nil {
+		return err
+	}
+	p, err := pf.ToPrinter()
+	if err != nil {
+		return err
+	}
+	return p.PrintObj(obj, out)
 }
 
 // outputFormat is the -o value ("" when unset).
