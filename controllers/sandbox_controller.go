@@ -65,6 +65,11 @@ type SandboxReconciler struct {
 	// ClusterID names this cluster in the owner tags of the Vercel sandboxes
 	// it creates (the manager's --cluster-id).
 	ClusterID string
+	// RouteBase is the Vercel API base URL: besides https://*.vercel.run,
+	// readinessProbe httpGet requests only go to route URLs under
+	// RouteBase + "/_routes/" (where the emulator serves routes), never to a
+	// URL someone wrote into status.routes.
+	RouteBase string
 
 	// Now is the clock of every lifecycle decision; time.Now when nil. Tests
 	// that simulate hours share the emulator's fake clock through it.

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -147,7 +148,7 @@ func probeVerdict(sbx *sandboxv1.Sandbox, ps probeState, threshold int32, rd rea
 func (r *SandboxReconciler) probe(ctx context.Context, sbx *sandboxv1.Sandbox, id string, p *sandboxv1.ReadinessProbe) (string, error) {
 	timeout := probeTimeout(p)
 	if p.HTTPGet != nil {
-		return httpProbe(ctx, sbx.Status.Routes, p.HTTPGet, timeout), nil
+		return httpProbe(ctx, sbx.Status.Routes, r.RouteBase, p.HTTPGet, timeout), nil
 	}
 	return r.execProbe(ctx, sbx, id, p.Exec, timeout)
 }
@@ -165,7 +166,7 @@ var probeHTTPClient = &http.Client{
 }
 
 // httpProbe sends GET path to the route of the probe's port.
-func httpProbe(ctx context.Context, routes []sandboxv1.SandboxRoute, g *sandboxv1.HTTPGetProbe, timeout time.Duration) string {
+func httpProbe(ctx context.Context, routes []sandboxv1.SandboxRoute, routeBase string, g *sandboxv1.HTTPGetProbe, timeout time.Duration) string {
 	base := ""
 	for _, rt := range routes {
 		if rt.Port == g.Port {
@@ -174,6 +175,11 @@ func httpProbe(ctx context.Context, routes []sandboxv1.SandboxRoute, g *sandboxv
 	}
 	if base == "" {
 		return fmt.Sprintf("port %d has no route in status.routes", g.Port)
+	}
+	if !isRouteURL(base, routeBase) {
+		// status can be written by others than the manager: never let it aim
+		// the manager's requests at an address of their choosing.
+		return fmt.Sprintf("the route of port %d in status.routes is not a Vercel route; it is not requested", g.Port)
 	}
 	path := g.Path
 	if path == "" {
@@ -275,4 +281,22 @@ func probeThreshold(p *sandboxv1.ReadinessProbe) int32 {
 		return *p.FailureThreshold
 	}
 	return defaultProbeThreshold
+}
+
+// isRouteURL reports whether raw can be a sandbox route: https on a
+// subdomain of vercel.run (Vercel's route domain), or under
+// routeBase + "/_routes/" (the emulator's), with no user info, query or
+// dot segments.
+func isRouteURL(raw, routeBase string) bool {
+	u, err := url.Parse(raw)
+	if err != nil || u.User != nil || u.RawQuery != "" || u.Fragment != "" || strings.Contains(u.Path, "..") {
+		return false
+	}
+	if u.Scheme == "https" && u.Port() == "" && strings.HasSuffix(u.Hostname(), ".vercel.run") {
+		return true
+	}
+	if routeBase == "" {
+		return false
+	}
+	return strings.HasPrefix(raw, strings.TrimSuffix(routeBase, "/")+"/_routes/")
 }

@@ -46,3 +46,33 @@ func TestProbeVerdict(t *testing.T) {
 		})
 	}
 }
+
+// A status.routes entry written by someone else must not aim the manager's
+// probe requests at an address of their choosing.
+func TestIsRouteURL(t *testing.T) {
+	const base = "http://127.0.0.1:4000"
+	for _, tc := range []struct {
+		url  string
+		want bool
+	}{
+		{"https://sb-abc123.vercel.run", true},
+		{"https://sb-abc123.vercel.run/", true},
+		{"http://127.0.0.1:4000/_routes/sb-abc123", true},
+		{"http://sb-abc123.vercel.run", false},             // not https
+		{"https://sb-abc123.vercel.run:8443", false},       // another port
+		{"https://vercel.run.attacker.example", false},     // suffix trick
+		{"https://user:pw@sb-abc123.vercel.run", false},    // user info
+		{"http://169.254.169.254/latest/meta-data", false}, // metadata service
+		{"http://127.0.0.1:4000/v2/sandboxes", false},      // the API, not a route
+		{"http://127.0.0.1:4000/_routes/../v2/sandboxes", false},
+		{"http://127.0.0.1:40000/_routes/sb-abc123", false},
+		{"https://sb-abc123.vercel.run/?x=1", false},
+	} {
+		if got := isRouteURL(tc.url, base); got != tc.want {
+			t.Errorf("isRouteURL(%q) = %v, want %v", tc.url, got, tc.want)
+		}
+	}
+	if isRouteURL("http://127.0.0.1:4000/_routes/sb-abc123", "") {
+		t.Error("with no route base only vercel.run routes are allowed")
+	}
+}

@@ -165,6 +165,7 @@ func SetupWithManager(mgr ctrl.Manager, vc vercel.Config, o Options) error {
 		ReferenceDeadline:       o.ReferenceDeadline,
 		VercelHealth:            health,
 		ClusterID:               o.ClusterID,
+		RouteBase:               vc.BaseURL,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the Sandbox controller: %w", err)
 	}

@@ -174,6 +174,7 @@ func startManager(scheme *runtime.Scheme) {
 		MaxConcurrentReconciles: 4,
 		ReferenceDeadline:       referenceDeadline,
 		ClusterID:               clusterID,
+		RouteBase:               emu.URL(),
 	}).SetupWithManager(mgr)
 	Expect(err).NotTo(HaveOccurred())
 	err = (&controllers.SandboxSnapshotReconciler{
