@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -274,9 +273,8 @@ var _ = Describe("Ownership: the operator deletes and adopts only what is its ow
 
 // annotateSnapshot sets one annotation of a SandboxSnapshot.
 func annotateSnapshot(key types.NamespacedName, k, v string) {
-	s := &sandboxv1.SandboxSnapshot{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
-	body := `{"metadata":{"annotations":{"` + k + `":"` + strings.ReplaceAll(v, `"`, ``) + `"}}}`
-	Expect(k8sClient.Patch(context.Background(), s, client.RawPatch(types.MergePatchType, []byte(body)))).To(Succeed())
+	GinkgoHelper()
+	annotateObj(&sandboxv1.SandboxSnapshot{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}, k, v)
 }
 
 // Two clusters sharing one Vercel project: a second control plane with its

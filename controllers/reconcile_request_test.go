@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 )
@@ -91,17 +90,6 @@ var _ = Describe("The reconcile-requested-at annotation", func() {
 		Eventually(handled("sbxfork/idle", ns)).Should(Equal(v2))
 	})
 })
-
-// annotateObj sets (or, with an empty value, removes) one annotation with a
-// merge patch.
-func annotateObj(o client.Object, k, v string) {
-	GinkgoHelper()
-	body := `{"metadata":{"annotations":{"` + k + `":null}}}`
-	if v != "" {
-		body = `{"metadata":{"annotations":{"` + k + `":"` + v + `"}}}`
-	}
-	Expect(k8sClient.Patch(context.Background(), o, client.RawPatch(types.MergePatchType, []byte(body)))).To(Succeed())
-}
 
 func hasPaused(conds []metav1.Condition) bool {
 	for _, c := range conds {

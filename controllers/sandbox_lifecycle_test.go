@@ -357,17 +357,23 @@ func heartbeat(key types.NamespacedName, t time.Time) {
 	annotate(key, sandboxv1.AnnotationLastActivity, t.UTC().Format(time.RFC3339Nano))
 }
 
-// annotate sets (or, with an empty value, removes) one annotation with a merge
-// patch, which does not conflict with the controller's writes.
+// annotate sets (or, with an empty value, removes) one annotation of a
+// Sandbox with a merge patch, which does not conflict with the controller's
+// writes.
 func annotate(key types.NamespacedName, k, v string) {
-	sbx := &sandboxv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
-	var body string
-	if v == "" {
-		body = fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, k)
-	} else {
+	GinkgoHelper()
+	annotateObj(&sandboxv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}, k, v)
+}
+
+// annotateObj sets (or, with an empty value, removes) one annotation of any
+// object with a merge patch.
+func annotateObj(o client.Object, k, v string) {
+	GinkgoHelper()
+	body := fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, k)
+	if v != "" {
 		body = fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, k, v)
 	}
-	Expect(k8sClient.Patch(context.Background(), sbx, client.RawPatch(types.MergePatchType, []byte(body)))).To(Succeed())
+	Expect(k8sClient.Patch(context.Background(), o, client.RawPatch(types.MergePatchType, []byte(body)))).To(Succeed())
 }
 
 // sessionsOf counts the sessions a Vercel sandbox has had.
