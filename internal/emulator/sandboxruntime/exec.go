@@ -302,7 +302,11 @@ func (p *Process) signalGroup(sig syscall.Signal) error {
 // executed is not an error: the command exits with 127 or 126 and a message on
 // stderr, as in a shell. In mode none nothing runs (see SetScriptedExit) and
 // spec.FS may be nil: a session that only runs commands needs no directory.
-func (r *Runner) Start(spec Command) (*Process, error) {
+func (r *Runner) Start(spec Command) (*Process, error) { return r.start(spec, nil) }
+
+// start starts a command; tty, when set, is the slave side of the terminal
+// the command gets as stdin, stdout and stderr (StartTerminal).
+func (r *Runner) start(spec Command, tty *os.File) (*Process, error) {
 	if spec.Name == "" {
 		return nil, requestErrorf(nil, "command is required")
 	}
@@ -322,7 +326,7 @@ func (r *Runner) Start(spec Command) (*Process, error) {
 	}
 	cwd := sandboxAbs(".", spec.Cwd)
 
-	l := &procLaunch{spec: spec, cwd: cwd, ns: r.m == ModeNamespace, userns: r.userns}
+	l := &procLaunch{spec: spec, cwd: cwd, ns: r.m == ModeNamespace, userns: r.userns, tty: tty}
 	home := sandboxUserHome
 	if spec.Sudo {
 		home = "/root"
@@ -390,6 +394,7 @@ type procLaunch struct {
 	env     []string
 	pathEnv string
 	cred    *syscall.Credential
+	tty     *os.File // StartTerminal: the terminal's slave side
 }
 
 // spawn starts the process for p on the current (locked) thread. It returns a nil
@@ -401,21 +406,24 @@ func (l *procLaunch) spawn(p *Process) (*os.Process, error) {
 		return nil, err
 	}
 	defer devNull.Close()
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		outR.Close()
-		outW.Close()
-		return nil, err
-	}
+	var outR, outW, errR, errW *os.File
 	closeAll := func() {
-		outR.Close()
-		outW.Close()
-		errR.Close()
-		errW.Close()
+		for _, f := range []*os.File{outR, outW, errR, errW} {
+			if f != nil {
+				f.Close()
+			}
+		}
+	}
+	files := []*os.File{l.tty, l.tty, l.tty}
+	if l.tty == nil {
+		if outR, outW, err = os.Pipe(); err != nil {
+			return nil, err
+		}
+		if errR, errW, err = os.Pipe(); err != nil {
+			closeAll()
+			return nil, err
+		}
+		files = []*os.File{devNull, outW, errW}
 	}
 
 	dir := l.hostCwd // cwd for relative lookups, as seen from this thread
@@ -435,18 +443,25 @@ func (l *procLaunch) spawn(p *Process) (*os.Process, error) {
 	}
 	attr := &os.ProcAttr{
 		Env:   l.env,
-		Files: []*os.File{devNull, outW, errW},
+		Files: files,
 		Sys:   newSysProcAttr(l.cred, l.userns),
+	}
+	if l.tty != nil {
+		setTerminalAttr(attr.Sys)
 	}
 	if !l.ns {
 		attr.Dir = l.hostCwd
 	}
 	proc, err := os.StartProcess(prog, append([]string{l.spec.Name}, l.spec.Args...), attr)
-	outW.Close()
-	errW.Close()
+	if outW != nil {
+		outW.Close()
+		errW.Close()
+	}
 	if err != nil {
-		outR.Close()
-		errR.Close()
+		if outR != nil {
+			outR.Close()
+			errR.Close()
+		}
 		var errno syscall.Errno
 		switch {
 		case errors.As(err, &errno) && (errno == syscall.ENOENT || errno == syscall.ENOTDIR):
@@ -467,10 +482,12 @@ func (l *procLaunch) spawn(p *Process) (*os.Process, error) {
 	p.mu.Lock()
 	p.pid = proc.Pid
 	p.mu.Unlock()
-	p.pipes = []*os.File{outR, errR}
-	p.readers.Add(2)
-	go p.read("stdout", outR)
-	go p.read("stderr", errR)
+	if outR != nil {
+		p.pipes = []*os.File{outR, errR}
+		p.readers.Add(2)
+		go p.read("stdout", outR)
+		go p.read("stderr", errR)
+	}
 	return proc, nil
 }
 
