@@ -258,6 +258,8 @@ type Emulator struct {
 	oidc    *oidcVerifier // nil: OIDC tokens are refused
 	faults  *Faults
 	handler http.Handler
+	// interactive holds the tokens of interactive sessions (interactive.go).
+	interactive interactiveGrants
 
 	counters map[string]*atomic.Int64
 	total    atomic.Int64

@@ -169,6 +169,9 @@ func (e *Emulator) handleListCommands(rc *reqCtx) {
 	serve(e, rc, e.liveSessionLocked, func(s *sessionRec) (any, *apiError) {
 		out := vercel.ListCommandsResponse{Commands: make([]vercel.Command, 0, len(s.commands))}
 		for i := len(s.commands) - 1; i >= 0; i-- {
+			if s.commands[i].interactive {
+				continue
+			}
 			out.Commands = append(out.Commands, e.renderCommand(s.commands[i]))
 		}
 		return out, nil

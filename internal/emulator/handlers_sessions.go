@@ -1,8 +1,6 @@
 package emulator
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net/http"
 
@@ -168,23 +166,3 @@ func (e *Emulator) handleNetworkPolicy(rc *reqCtx) {
 	})
 }
 
-func (e *Emulator) handleInteractive(rc *reqCtx) {
-	if err := rc.decode(&struct{}{}, true); err != nil {
-		rc.fail(err)
-		return
-	}
-	serve(e, rc, e.liveSessionLocked, func(s *sessionRec) (any, *apiError) {
-		b := make([]byte, 16)
-		_, _ = rand.Read(b)
-		host := rc.r.Host
-		if host == "" {
-			host = "127.0.0.1"
-		}
-		// The emulator has no interactive shell; the URL is a placeholder (as in
-		// Vercel's own mock).
-		return map[string]string{
-			"url":   "ws://" + host + "/_emulator/interactive/" + s.id,
-			"token": hex.EncodeToString(b),
-		}, nil
-	})
-}

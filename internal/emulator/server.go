@@ -118,6 +118,9 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		e.serveRoute(w, r)
 		return
 	}
+	if e.serveInteractive(w, r) {
+		return
+	}
 	path = strings.TrimPrefix(path, "/api")
 	path = strings.TrimSuffix(strings.TrimPrefix(path, "/"), "/")
 	parts := strings.Split(path, "/")

@@ -45,6 +45,9 @@ type createBody struct {
 	Image        *string     `json:"image"`
 	Architecture *string     `json:"architecture"`
 	NetworkID    *string     `json:"networkId"`
+	// Interactive is the SDK's private parameter `__interactive` (the CLI sets
+	// it): the sandbox's sessions serve interactive shells (interactive.go).
+	Interactive *bool `json:"__interactive"`
 	sandboxSettings
 }
 
@@ -289,6 +292,7 @@ func (e *Emulator) configFromBody(sb *sandboxRec, b *createBody, kind routeKind)
 	if b.NetworkID != nil {
 		sb.networkID = *b.NetworkID
 	}
+	sb.interactive = b.Interactive != nil && *b.Interactive
 	// /v4 create and /v3 fork: snapshots expire after 7 days and persistent
 	// sandboxes keep only their latest snapshot unless told otherwise.
 	if kind == routeCreateV4 || kind == routeForkV3 {

@@ -82,6 +82,7 @@ type sandboxRec struct {
 
 	current           *sessionRec
 	sessions          []*sessionRec
+	interactive       bool // created or forked with "__interactive": sessions report interactivePort
 	snaps             []*snapshotRec // created snapshots of this sandbox, oldest first
 	currentSnapshotID string
 
@@ -164,6 +165,7 @@ type commandRec struct {
 	exitCode    int
 	attachStdin bool
 	proc        *sandboxruntime.Process
+	interactive bool // a terminal of an interactive session: not listed
 }
 
 // snapshotRec is one snapshot.
@@ -346,6 +348,9 @@ func (e *Emulator) renderSession(s *sessionRec) vercel.Session {
 		NetworkPolicy:     s.policy.response(),
 		ProjectID:         s.sb.scope.project,
 		SourceSandboxName: s.sb.name,
+	}
+	if s.sb.interactive {
+		out.InteractivePort = interactivePort
 	}
 	if s.stoppedInfo {
 		out.ActiveCPUDurationMs = s.activeCPU

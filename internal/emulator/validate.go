@@ -65,7 +65,8 @@ const (
 
 // decodeBody decodes a JSON request body strictly (unknown properties are
 // rejected with a message naming them). Top-level "__*" properties — private
-// parameters the SDKs forward verbatim — are ignored. An empty body decodes
+// parameters the SDKs forward verbatim — are ignored, except those the
+// emulator implements (knownPrivateParams). An empty body decodes
 // as {} when allowEmpty.
 func decodeBody(body []byte, dst any, allowEmpty bool) *apiError {
 	body = bytes.TrimSpace(body)
@@ -85,7 +86,7 @@ func decodeBody(body []byte, dst any, allowEmpty bool) *apiError {
 		}
 		changed := false
 		for k := range m {
-			if strings.HasPrefix(k, "__") {
+			if strings.HasPrefix(k, "__") && !knownPrivateParams[k] {
 				delete(m, k)
 				changed = true
 			}
@@ -104,6 +105,10 @@ func decodeBody(body []byte, dst any, allowEmpty bool) *apiError {
 	}
 	return nil
 }
+
+// knownPrivateParams are the "__*" body properties the emulator implements;
+// request bodies declare them like any other field.
+var knownPrivateParams = map[string]bool{"__interactive": true}
 
 func jsonError(err error) *apiError {
 	var se *json.SyntaxError
