@@ -165,4 +165,3 @@ func (e *Emulator) handleNetworkPolicy(rc *reqCtx) {
 		return sessionOnly{e.renderSession(s)}, nil
 	})
 }
-

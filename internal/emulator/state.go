@@ -82,7 +82,7 @@ type sandboxRec struct {
 
 	current           *sessionRec
 	sessions          []*sessionRec
-	interactive       bool // created or forked with "__interactive": sessions report interactivePort
+	interactive       bool           // created or forked with "__interactive": sessions report interactivePort
 	snaps             []*snapshotRec // created snapshots of this sandbox, oldest first
 	currentSnapshotID string
 
