@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -44,6 +45,7 @@ type target struct {
 	nodeEnv              []string // environment for node programs
 	cliBin, nodeModules  string
 	createdNames         sync.Map
+	reportMu             sync.Mutex
 	snapshots            sync.Map
 }
 
@@ -85,6 +87,27 @@ func newTarget(t *testing.T) *target {
 		tg.nodeEnv = append(tg.nodeEnv, "SANDBOX_EMULATOR_URL="+tg.apiURL, "NODE_OPTIONS=--import="+shim)
 	}
 	return tg
+}
+
+// observe records what the target answered to one check in the
+// conformance report: bin/conformance/<emulator|vercel>.txt, one
+// "check: value" line each, so that `diff` of the two files lists every
+// difference (docs/dev/conformance.md). Values must not vary between runs.
+func (tg *target) observe(t *testing.T, check, value string) {
+	t.Helper()
+	which := "emulator"
+	if tg.real {
+		which = "vercel"
+	}
+	dir := filepath.Join(repoRoot, "bin", "conformance")
+	must(t, os.MkdirAll(dir, 0o755))
+	tg.reportMu.Lock()
+	defer tg.reportMu.Unlock()
+	f, err := os.OpenFile(filepath.Join(dir, which+".txt"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	must(t, err)
+	defer f.Close()
+	_, err = fmt.Fprintf(f, "%s %s: %s\n", t.Name(), check, strings.ReplaceAll(strings.TrimSpace(value), "\n", `\n`))
+	must(t, err)
 }
 
 // name returns a unique sandbox name for this run and remembers it for cleanup.
@@ -297,6 +320,8 @@ func TestOfficialCLI(t *testing.T) {
 
 	// exec: output, exit code, user and home; --sudo is root.
 	out, code := tg.cli(ctx, t, "exec", name, "--", "sh", "-c", `echo "hello $(id -un) $HOME $(pwd)"; exit 3`)
+	tg.observe(t, "exec user, home, cwd", regexp.MustCompile(`(?m)^hello .*$`).FindString(out))
+	tg.observe(t, "exec exit code", fmt.Sprint(code))
 	if code != 3 || !strings.Contains(out, "hello ") || !strings.Contains(out, " /home/vercel-sandbox /vercel/sandbox") {
 		t.Errorf("exec: exit %d, output %q; want exit 3 and `hello <user> /home/vercel-sandbox /vercel/sandbox`", code, out)
 	}
@@ -333,6 +358,7 @@ func TestOfficialCLI(t *testing.T) {
 	// run: create and run one command.
 	ran := tg.name("run")
 	out, code = tg.cli(ctx, t, "run", "--name", ran, tag, "--", "sh", "-c", "echo ran; exit 2")
+	tg.observe(t, "run exit code", fmt.Sprint(code))
 	if code != 2 || !strings.Contains(out, "ran") {
 		t.Errorf("run: exit %d, output %q; want exit 2 and `ran`", code, out)
 	}
@@ -345,8 +371,11 @@ func TestOfficialCLI(t *testing.T) {
 	term.expect(`▲ `)
 	term.typeIn("echo answer=$((6*7)) tty=$(tty | cut -c1-8) cols=$(tput cols 2>/dev/null || stty size)\r")
 	term.expect(`answer=42 tty=/dev/pts`)
+	tg.observe(t, "connect output", regexp.MustCompile(`answer=42 tty=\S+`).FindString(term.output()))
 	term.typeIn("exit 4\r")
-	if code := term.wait(); code != 4 {
+	code = term.wait()
+	tg.observe(t, "connect exit code", fmt.Sprint(code))
+	if code != 4 {
 		t.Errorf("connect: exit %d after `exit 4`; terminal:\n%s", code, term.output())
 	}
 
@@ -381,6 +410,7 @@ func TestOfficialSDKInteractive(t *testing.T) {
 	cmd.Dir = filepath.Dir(tg.nodeModules)
 	out, err := cmd.CombinedOutput()
 	t.Logf("open-interactive.mjs:\n%s", out)
+	tg.observe(t, "open-interactive.mjs output", string(out))
 	if err != nil {
 		t.Fatalf("open-interactive.mjs: %v", err)
 	}
