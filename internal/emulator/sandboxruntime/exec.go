@@ -138,6 +138,21 @@ func NewRunner(mode Mode, opts RunnerOptions) (*Runner, error) {
 	return r, nil
 }
 
+// SandboxUserID is the uid and gid of vercel-sandbox inside a command's user
+// namespace, where /etc/passwd names it (sandboxIdentityFiles). Vercel's value
+// is not published; one public third-party fixture of a Vercel-style image
+// uses 1001 (docs/dev/emulator-gaps.md).
+const SandboxUserID = 1001
+
+// sandboxUserNSID is the uid and gid of non-sudo commands inside their user
+// namespace (see idMappings).
+func sandboxUserNSID() uint32 {
+	if sandboxUser().uid <= 0 {
+		return 0
+	}
+	return SandboxUserID
+}
+
 // Mode returns the mode commands run in.
 func (r *Runner) Mode() Mode { return r.m }
 
@@ -149,6 +164,7 @@ func (r *Runner) Describe() string {
 	case !chownAllowed():
 		who = fmt.Sprintf("all commands run as the emulator's user (uid %d): not root, so no user switching", os.Geteuid())
 	case r.userns:
+		who = fmt.Sprintf("non-sudo commands run as vercel-sandbox (uid %d in their user namespace, host uid %d, %s)", SandboxUserID, u.uid, u.name)
 		who += fmt.Sprintf("; sudo is root in a user namespace, host uid %d (no host privilege)", sandboxIDBase)
 	case r.sudoHostRoot:
 		who += "; sudo commands run as HOST ROOT (--allow-host-root-sudo)"
@@ -356,8 +372,7 @@ func (r *Runner) start(spec Command, tty *os.File) (*Process, error) {
 		// same as on the host (see idMappings).
 		l.cred = &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}}
 		if !spec.Sudo {
-			u := sandboxUser()
-			l.cred.Uid, l.cred.Gid = uint32(u.uid), uint32(u.gid)
+			l.cred.Uid, l.cred.Gid = sandboxUserNSID(), sandboxUserNSID()
 		}
 	case !spec.Sudo && chownAllowed():
 		u := sandboxUser()

@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"unsafe"
@@ -89,26 +91,81 @@ func probeUserNamespace() error {
 	return nil
 }
 
+
 // idMappings maps the ids 0..65535 of a command's user namespace to the host
-// range starting at sandboxIDBase, except the sandbox user's own id, which
-// stays itself (so files it and the fs API own need no translation).
+// range starting at sandboxIDBase, except SandboxUserID, which maps to own,
+// the host id that plays the sandbox user (so files it and the fs API own
+// need no translation). own <= 0 (no such host user) maps nothing specially.
 func idMappings(own int) []syscall.SysProcIDMap {
 	const size = 1 << 16
-	if own <= 0 { // a sandbox "user" that is root gets no identity mapping
+	if own <= 0 {
 		return []syscall.SysProcIDMap{{ContainerID: 0, HostID: sandboxIDBase, Size: size}}
 	}
-	var m []syscall.SysProcIDMap
-	{
-		m = append(m, syscall.SysProcIDMap{ContainerID: 0, HostID: sandboxIDBase, Size: min(own, size)})
+	return []syscall.SysProcIDMap{
+		{ContainerID: 0, HostID: sandboxIDBase, Size: SandboxUserID},
+		{ContainerID: SandboxUserID, HostID: own, Size: 1},
+		{ContainerID: SandboxUserID + 1, HostID: sandboxIDBase + SandboxUserID + 1, Size: size - SandboxUserID - 1},
 	}
-	if own >= size {
-		return m
+}
+
+// sandboxIdentityFiles returns a directory holding passwd and group: the
+// host's, with vercel-sandbox as SandboxUserID (home /home/vercel-sandbox) in
+// place of any entry of that name or id. Namespace mode with user namespaces
+// mounts them over the sandbox's /etc/passwd and /etc/group, so that `id`,
+// `whoami` and `~` work as on Vercel. Written once per process.
+var sandboxIdentityFiles = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "sandbox-emulator-identity-")
+	if err != nil {
+		return "", err
 	}
-	m = append(m, syscall.SysProcIDMap{ContainerID: own, HostID: own, Size: 1})
-	if own+1 < size {
-		m = append(m, syscall.SysProcIDMap{ContainerID: own + 1, HostID: sandboxIDBase + own + 1, Size: size - own - 1})
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return "", err
 	}
-	return m
+	shell := "/bin/sh"
+	if _, err := os.Stat("/bin/bash"); err == nil {
+		shell = "/bin/bash"
+	}
+	id := strconv.Itoa(SandboxUserID)
+	for _, f := range []struct{ name, entry string }{
+		{"passwd", "vercel-sandbox:x:" + id + ":" + id + "::" + sandboxUserHome + ":" + shell},
+		{"group", "vercel-sandbox:x:" + id + ":"},
+	} {
+		host, _ := os.ReadFile("/etc/" + f.name)
+		var out []string
+		for _, line := range strings.Split(strings.TrimRight(string(host), "\n"), "\n") {
+			fields := strings.Split(line, ":")
+			if line == "" || fields[0] == "vercel-sandbox" || (len(fields) > 2 && fields[2] == id) {
+				continue
+			}
+			out = append(out, line)
+		}
+		out = append(out, f.entry)
+		if err := os.WriteFile(filepath.Join(dir, f.name), []byte(strings.Join(out, "\n")+"\n"), 0o644); err != nil {
+			return "", err
+		}
+	}
+	return dir, nil
+})
+
+// mountIdentityFiles mounts sandboxIdentityFiles over the sandbox's
+// /etc/passwd and /etc/group (root is the session directory, /etc already
+// the host's, mounted read-only).
+func mountIdentityFiles(root string) error {
+	dir, err := sandboxIdentityFiles()
+	if err != nil {
+		return fmt.Errorf("write the sandbox's passwd and group: %w", err)
+	}
+	for _, name := range []string{"passwd", "group"} {
+		target := filepath.Join(root, "etc", name)
+		if fi, err := os.Lstat(target); err != nil || !fi.Mode().IsRegular() {
+			continue // a host without the file: nothing to replace
+		}
+		if err := syscall.Mount(filepath.Join(dir, name), target, "", syscall.MS_BIND, ""); err != nil {
+			return fmt.Errorf("mount the sandbox's /etc/%s: %w", name, err)
+		}
+		_ = syscall.Mount("", target, "", syscall.MS_REMOUNT|syscall.MS_BIND|syscall.MS_RDONLY|syscall.MS_NOSUID, "")
+	}
+	return nil
 }
 
 // hostEntryKind says how a host top-level entry appears in a sandbox.
@@ -212,6 +269,11 @@ func enterSandbox(f *FS, cwd string, needProc bool) error {
 	}
 	if needProc && !procMounted {
 		return requestErrorf(nil, "the sandbox's /proc is not a directory: commands cannot start")
+	}
+	if needProc { // a user namespace: vercel-sandbox has its own uid there
+		if err := mountIdentityFiles(f.root); err != nil {
+			return err
+		}
 	}
 	if err := pivotInto(f.root); err != nil {
 		if needProc { // a user namespace: chroot would make the kernel refuse it

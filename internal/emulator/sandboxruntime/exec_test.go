@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -158,8 +157,23 @@ func TestExecUsers(t *testing.T) {
 	if res := rtRun(t, r, Command{FS: f, Name: "id", Args: []string{"-u"}, Sudo: true}); res.stdout != "0\n" {
 		t.Fatalf("sudo id -u = %+v, want 0", res)
 	}
-	if res := rtRun(t, r, Command{FS: f, Name: "id", Args: []string{"-u"}}); res.stdout != strconv.Itoa(u.uid)+"\n" {
-		t.Fatalf("id -u = %+v, want %d", res, u.uid)
+	// With a user namespace the user is vercel-sandbox, with Vercel's home, by
+	// name and id (its host uid is u's); without one it is u itself.
+	wantUser := fmt.Sprintf("%d %s\n", u.uid, u.name)
+	if r.userns {
+		wantUser = fmt.Sprintf("%d vercel-sandbox\n", SandboxUserID)
+	}
+	if res := rtSh(t, r, f, false, "echo $(id -u) $(id -un)"); res.stdout != wantUser {
+		t.Fatalf("id -u, id -un = %+v, want %q", res, wantUser)
+	}
+	if r.userns {
+		if res := rtSh(t, r, f, false, `getent passwd "$(id -u)" | cut -d: -f6; cd && pwd`); res.stdout != sandboxUserHome+"\n"+sandboxUserHome+"\n" {
+			t.Errorf("vercel-sandbox's home in passwd and cd: %+v, want %s", res, sandboxUserHome)
+		}
+		// What the fs API wrote belongs to vercel-sandbox inside.
+		if res := rtSh(t, r, f, false, "stat -c %U /vercel/sandbox"); res.stdout != "vercel-sandbox\n" {
+			t.Errorf("owner of /vercel/sandbox inside: %+v, want vercel-sandbox", res)
+		}
 	}
 	// The unprivileged user can use its areas and what the fs API wrote...
 	if err := f.ExtractTarGz("", bytes.NewReader(rtTarGz(t, rtTarEntry{name: "uploaded.txt", body: "v1"}))); err != nil {

@@ -183,10 +183,18 @@ func TestIDMappings(t *testing.T) {
 				covered[e.ContainerID+i] = e.HostID + i
 			}
 		}
-		if own > 0 && own < 1<<16 {
-			if covered[own] != own {
-				t.Errorf("own %d: maps to %d", own, covered[own])
+		if own > 0 && covered[SandboxUserID] != own {
+			t.Errorf("own %d: the sandbox user %d maps to %d", own, SandboxUserID, covered[SandboxUserID])
+		}
+		if len(covered) != 1<<16 {
+			t.Errorf("own %d: %d ids mapped, want 65536", own, len(covered))
+		}
+		hosts := map[int]bool{}
+		for _, host := range covered {
+			if hosts[host] {
+				t.Errorf("own %d: host id %d mapped twice", own, host)
 			}
+			hosts[host] = true
 		}
 		if h, ok := covered[0]; ok && own != 0 && h != sandboxIDBase {
 			t.Errorf("own %d: root maps to %d", own, h)
