@@ -91,7 +91,6 @@ func probeUserNamespace() error {
 	return nil
 }
 
-
 // idMappings maps the ids 0..65535 of a command's user namespace to the host
 // range starting at sandboxIDBase, except SandboxUserID, which maps to own,
 // the host id that plays the sandbox user (so files it and the fs API own
