@@ -204,16 +204,19 @@ func newShellCommand(o *options) *cobra.Command {
 	var flags sessionFlags
 	cmd := &cobra.Command{
 		Use:   "shell NAME",
-		Short: "A line-by-line shell in a Sandbox (each line runs with sh -c; the working directory carries over)",
-		Long: `shell reads lines from standard input and runs each one in the Sandbox's session with sh -c,
-printing its output, until end of input or 'exit [CODE]'. It exits with the last line's exit
-code (or CODE).
+		Short: "A shell in a Sandbox: on a terminal when run from one, else line by line",
+		Long: `shell opens a shell in the Sandbox's session.
 
-It is not a terminal: the Vercel Sandbox API runs commands without a PTY or standard input, so
-interactive programs (vim, top, a REPL, password prompts) do not work, and each line is its own
-shell process. The working directory carries over from line to line ('cd' works); shell
-variables, exports, aliases and background jobs do not ('export X=1; ...' on one line does).
-Ctrl-C interrupts the running line only. Use -e for variables every line sees.`,
+When standard input and output are a terminal, it is an interactive session on a terminal in the
+sandbox, as Vercel's 'sandbox connect' opens: sh runs on a pseudo-terminal, everything typed goes
+to it (Ctrl-C included), window resizes follow, and shell exits with the shell's exit code.
+Interactive programs (vim, top, a REPL) work.
+
+Otherwise (input from a pipe or file) it reads lines and runs each one with sh -c, printing its
+output, until end of input or 'exit [CODE]', and exits with the last line's exit code (or CODE).
+Each line is its own shell process without standard input: the working directory carries over
+from line to line ('cd' works); shell variables, exports, aliases and background jobs do not
+('export X=1; ...' on one line does). Use -e for variables every line sees.`,
 		Example: `  kubectl sandbox shell dev
   printf 'cd /tmp\nls\n' | kubectl sandbox shell dev`,
 		Args: cobra.ExactArgs(1),
@@ -226,7 +229,12 @@ Ctrl-C interrupts the running line only. Use -e for variables every line sees.`,
 			return err
 		}
 		defer s.close()
-		code, err := shellLoop(ctx, s, &flags, o.In, o.Out, o.ErrOut)
+		var code int
+		if in, out, ok := terminals(o.In, o.Out); ok {
+			code, err = terminalShell(ctx, s, &flags, in, out)
+		} else {
+			code, err = shellLoop(ctx, s, &flags, o.In, o.Out, o.ErrOut)
+		}
 		if err != nil {
 			return err
 		}

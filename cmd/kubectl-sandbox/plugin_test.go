@@ -10,11 +10,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +24,7 @@ import (
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 	"github.com/getsentry/sandbox-controller/internal/clienttest"
+	"github.com/getsentry/sandbox-controller/internal/pty"
 )
 
 // pluginDir holds the built kubectl-sandbox.
@@ -317,6 +320,61 @@ func TestSandboxLifecycle(t *testing.T) {
 		r = kubectlIn(t, "pwd\nsh -c 'exit 3'\n", sandbox(ns, "shell", "dev", "-w", "/vercel/sandbox/up")...)
 		if r.code != 3 || r.stdout != "/vercel/sandbox/up\n" {
 			t.Errorf("shell -w: want exit 3 and the directory; got %s", r)
+		}
+	})
+
+	t.Run("shell on a terminal", func(t *testing.T) {
+		// From a terminal, shell is an interactive session on a terminal in
+		// the sandbox: one shell process (variables and cd last), a real tty
+		// of the local window's size, and the shell's exit code.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "kubectl", sandbox(ns, "shell", "dev")...)
+		master, err := pty.Start(cmd, pty.Size{Cols: 111, Rows: 33})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer master.Close()
+		var mu sync.Mutex
+		var screen bytes.Buffer
+		go func() {
+			b := make([]byte, 4096)
+			for {
+				n, err := master.Read(b)
+				mu.Lock()
+				screen.Write(b[:n])
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		}()
+		expect := func(want string) {
+			t.Helper()
+			for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+				mu.Lock()
+				got := screen.String()
+				mu.Unlock()
+				if strings.Contains(got, want) {
+					return
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			t.Fatalf("the terminal never showed %q; it showed:\n%s", want, screen.String())
+		}
+		expect("dev:/vercel/sandbox$ ")
+		_, _ = master.WriteString("cd /tmp; X=kept\r")
+		_, _ = master.WriteString("echo \"where=$(pwd) x=$X size=$(stty size)\"; test -t 0 && echo on-a-tty\r")
+		expect("where=/tmp x=kept size=33 111")
+		expect("on-a-tty")
+		_, _ = master.WriteString("exit 6\r")
+		err = cmd.Wait()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 6 {
+			mu.Lock()
+			defer mu.Unlock()
+			t.Errorf("shell on a terminal: %v after `exit 6`, want exit code 6; terminal:\n%s", err, screen.String())
 		}
 	})
 
