@@ -1,7 +1,9 @@
 package vercel_test
 
 // Contract tests: every endpoint through the real client against the emulator
-// over loopback. They assert what docs/dev/vercel-sandbox-api.md promises. The
+// over loopback; those built with newPortableContractEnv run against real
+// Vercel instead when VERCEL_TOKEN, VERCEL_TEAM_ID and VERCEL_PROJECT_ID are
+// set (`make conformance`, docs/dev/conformance.md). They assert what docs/dev/vercel-sandbox-api.md promises. The
 // emulator's known deviations from the real API are listed in
 // docs/dev/emulator-gaps.md; a test that fails because the emulator deviates is
 // fixed in the emulator or recorded there, never weakened.
@@ -9,10 +11,14 @@ package vercel_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -67,13 +73,75 @@ func (b *bodyRecorder) all() string {
 }
 
 type contractEnv struct {
-	emu    *emulator.Emulator
+	emu    *emulator.Emulator // nil against real Vercel
 	c      *vercel.Client
 	clock  *emulator.FakeClock // nil with the real clock
 	bodies *bodyRecorder
+	// team and project the client acts in; prefix starts every sandbox name
+	// (empty on the emulator, unique per run on real Vercel).
+	team, project, prefix string
 }
 
+// n is the sandbox name for name in this run.
+func (env *contractEnv) n(name string) string { return env.prefix + name }
+
+// remoteTarget reports the real Vercel credentials when the contract tests
+// are to run against Vercel: VERCEL_TOKEN, VERCEL_TEAM_ID and
+// VERCEL_PROJECT_ID all set, and no VERCEL_API_URL (which `make dev` sets
+// for its emulator). See docs/dev/conformance.md.
+func remoteTarget() (token, team, project string, ok bool) {
+	token, team, project = os.Getenv("VERCEL_TOKEN"), os.Getenv("VERCEL_TEAM_ID"), os.Getenv("VERCEL_PROJECT_ID")
+	return token, team, project, token != "" && team != "" && project != "" && os.Getenv("VERCEL_API_URL") == ""
+}
+
+// newPortableContractEnv is the target of a contract test that holds for
+// Vercel and the emulator alike: real Vercel when remoteTarget says so,
+// else an emulator with default options. Against Vercel every sandbox name
+// gets a run-unique prefix, creates are tagged, and everything the run
+// created is deleted when the test ends, also after a failure.
+func newPortableContractEnv(t *testing.T) *contractEnv {
+	t.Helper()
+	token, team, project, ok := remoteTarget()
+	if !ok {
+		return newEmulatorContractEnv(t, emulator.Options{})
+	}
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	env := &contractEnv{team: team, project: project, prefix: "conf-" + hex.EncodeToString(b) + "-"}
+	c, err := vercel.New(vercel.Config{Token: token, TeamID: team, ProjectID: project, UserAgent: "vercel-contract-test"})
+	if err != nil {
+		t.Fatalf("vercel.New: %v", err)
+	}
+	env.c = c
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		left, err := c.ListAllSandboxes(ctx, vercel.ListSandboxesOptions{SortBy: "name", NamePrefix: env.prefix})
+		if err != nil {
+			t.Errorf("cleanup: list %s*: %v", env.prefix, err)
+		}
+		for _, sb := range left {
+			if _, err := c.DeleteSandbox(ctx, sb.Name, true); err != nil && !vercel.IsNotFound(err) {
+				t.Errorf("cleanup: delete %s: %v", sb.Name, err)
+			}
+		}
+	})
+	return env
+}
+
+// newContractEnv is an emulator with opts: for contract tests that need the
+// emulator's faults, counters, clock or plan. Against real Vercel
+// (remoteTarget) they are skipped: they test the client's handling of what
+// only the emulator can stage.
 func newContractEnv(t *testing.T, opts emulator.Options) *contractEnv {
+	t.Helper()
+	if _, _, _, ok := remoteTarget(); ok {
+		t.Skip("needs the emulator (fault injection, counters, clock or plan); the target is real Vercel")
+	}
+	return newEmulatorContractEnv(t, opts)
+}
+
+func newEmulatorContractEnv(t *testing.T, opts emulator.Options) *contractEnv {
 	t.Helper()
 	opts.TeamID, opts.ProjectID = contractTeam, contractProject
 	e, err := emulator.New(opts)
@@ -97,7 +165,7 @@ func newContractEnv(t *testing.T, opts emulator.Options) *contractEnv {
 	if err != nil {
 		t.Fatalf("vercel.New: %v", err)
 	}
-	env := &contractEnv{emu: e, c: c, bodies: rec}
+	env := &contractEnv{emu: e, c: c, bodies: rec, team: contractTeam, project: contractProject}
 	if fc, ok := opts.Clock.(*emulator.FakeClock); ok {
 		env.clock = fc
 	}
@@ -112,6 +180,11 @@ func testCtx(t *testing.T) context.Context {
 
 func mustCreate(t *testing.T, env *contractEnv, req vercel.CreateSandboxRequest) *vercel.SandboxResponse {
 	t.Helper()
+	if env.prefix != "" { // real Vercel: tag what the run creates
+		tags := map[string]string{"sandbox-controller-conformance": strings.TrimSuffix(env.prefix, "-")}
+		maps.Copy(tags, req.Tags)
+		req.Tags = tags
+	}
 	resp, err := env.c.CreateSandbox(testCtx(t), req)
 	if err != nil {
 		t.Fatalf("CreateSandbox(%s): %v", req.Name, err)
@@ -166,15 +239,15 @@ func checkCommand(t *testing.T, c *vercel.Command) {
 }
 
 func TestContractSandboxLifecycle(t *testing.T) {
-	env := newContractEnv(t, emulator.Options{})
+	env := newPortableContractEnv(t)
 	ctx := testCtx(t)
 
-	created := mustCreate(t, env, vercel.CreateSandboxRequest{Name: "life", Tags: map[string]string{"owner": "contract"}, Ports: []int64{3000}})
+	created := mustCreate(t, env, vercel.CreateSandboxRequest{Name: env.n("life"), Tags: map[string]string{"owner": "contract"}, Ports: []int64{3000}})
 	s := created.Session
-	if created.Sandbox.Name != "life" || !created.Sandbox.Persistent || created.Sandbox.CurrentSessionID != s.ID {
+	if created.Sandbox.Name != env.n("life") || !created.Sandbox.Persistent || created.Sandbox.CurrentSessionID != s.ID {
 		t.Errorf("created sandbox %+v", created.Sandbox)
 	}
-	if s.Status != vercel.SessionRunning || s.ProjectID != contractProject || s.SourceSandboxName != "life" ||
+	if s.Status != vercel.SessionRunning || s.ProjectID != env.project || s.SourceSandboxName != env.n("life") ||
 		!strings.HasPrefix(s.ID, "sbx_") || s.Cwd != vercel.DefaultCwd {
 		t.Errorf("created session %+v", s)
 	}
@@ -188,12 +261,12 @@ func TestContractSandboxLifecycle(t *testing.T) {
 	}
 
 	// /v2 with a runtime: /v3 would refuse the runtime field.
-	v2 := mustCreate(t, env, vercel.CreateSandboxRequest{Name: "life-v2", Runtime: "node24"})
+	v2 := mustCreate(t, env, vercel.CreateSandboxRequest{Name: env.n("life-v2"), Runtime: "node24"})
 	if v2.Sandbox.Runtime != "node24" && v2.Session.Runtime != "node24" {
 		t.Errorf("runtime not applied: sandbox %q session %q", v2.Sandbox.Runtime, v2.Session.Runtime)
 	}
 
-	got, err := env.c.GetSandbox(ctx, "life", false)
+	got, err := env.c.GetSandbox(ctx, env.n("life"), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +274,7 @@ func TestContractSandboxLifecycle(t *testing.T) {
 		t.Errorf("get %+v", got)
 	}
 
-	patched, err := env.c.UpdateSandbox(ctx, "life", vercel.UpdateSandboxRequest{Timeout: 600000, Tags: map[string]string{"owner": "contract", "tier": "gold"}}, false)
+	patched, err := env.c.UpdateSandbox(ctx, env.n("life"), vercel.UpdateSandboxRequest{Timeout: 600000, Tags: map[string]string{"owner": "contract", "tier": "gold"}}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +286,7 @@ func TestContractSandboxLifecycle(t *testing.T) {
 	if _, err := env.c.StopSession(ctx, s.ID); err != nil {
 		t.Fatal(err)
 	}
-	stopped, err := env.c.GetSandbox(ctx, "life", false)
+	stopped, err := env.c.GetSandbox(ctx, env.n("life"), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +295,7 @@ func TestContractSandboxLifecycle(t *testing.T) {
 	}
 	checkSandbox(t, &stopped.Sandbox)
 	checkSession(t, stopped.Session)
-	resumed, err := env.c.GetSandbox(ctx, "life", true)
+	resumed, err := env.c.GetSandbox(ctx, env.n("life"), true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,17 +303,17 @@ func TestContractSandboxLifecycle(t *testing.T) {
 		t.Errorf("resume %+v / %+v", resumed, resumed.Session)
 	}
 
-	deleted, err := env.c.DeleteSandbox(ctx, "life", false)
+	deleted, err := env.c.DeleteSandbox(ctx, env.n("life"), false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if deleted.Name != "life" {
+	if deleted.Name != env.n("life") {
 		t.Errorf("deleted %+v", deleted)
 	}
-	if _, err := env.c.GetSandbox(ctx, "life", false); !vercel.IsNotFound(err) {
+	if _, err := env.c.GetSandbox(ctx, env.n("life"), false); !vercel.IsNotFound(err) {
 		t.Errorf("get after delete: %v, want 404", err)
 	}
-	if _, err := env.c.DeleteSandbox(ctx, "life", false); !vercel.IsNotFound(err) {
+	if _, err := env.c.DeleteSandbox(ctx, env.n("life"), false); !vercel.IsNotFound(err) {
 		t.Errorf("second delete: %v, want 404", err)
 	}
 	if _, err := env.c.GetSession(ctx, s.ID); !vercel.IsNotFound(err) {
@@ -248,7 +321,7 @@ func TestContractSandboxLifecycle(t *testing.T) {
 	}
 
 	// A taken name on a first attempt is a conflict for the caller to judge.
-	if _, err := env.c.CreateSandbox(ctx, vercel.CreateSandboxRequest{Name: "life-v2"}); !vercel.IsConflict(err) || vercel.IsInvalid(err) {
+	if _, err := env.c.CreateSandbox(ctx, vercel.CreateSandboxRequest{Name: env.n("life-v2")}); !vercel.IsConflict(err) || vercel.IsInvalid(err) {
 		t.Errorf("duplicate name: %v, want IsConflict", err)
 	}
 }
@@ -375,9 +448,9 @@ func TestContractSessions(t *testing.T) {
 }
 
 func TestContractCommands(t *testing.T) {
-	env := newContractEnv(t, emulator.Options{})
+	env := newPortableContractEnv(t)
 	ctx := testCtx(t)
-	id := mustCreate(t, env, vercel.CreateSandboxRequest{Name: "cmds", Env: map[string]string{"FROM_SANDBOX": "sb"}}).Session.ID
+	id := mustCreate(t, env, vercel.CreateSandboxRequest{Name: env.n("cmds"), Env: map[string]string{"FROM_SANDBOX": "sb"}}).Session.ID
 
 	cmd, err := env.c.RunCommand(ctx, id, vercel.RunCommandRequest{
 		Command: "sh", Args: []string{"-c", `sleep 0.3; echo "out $FROM_SANDBOX $FROM_CMD"; echo err >&2; exit 7`},
@@ -440,9 +513,9 @@ func TestContractCommands(t *testing.T) {
 
 // A long command's output arrives while it runs, before the exit record.
 func TestContractCommandStream(t *testing.T) {
-	env := newContractEnv(t, emulator.Options{})
+	env := newPortableContractEnv(t)
 	ctx := testCtx(t)
-	id := mustCreate(t, env, vercel.CreateSandboxRequest{Name: "stream"}).Session.ID
+	id := mustCreate(t, env, vercel.CreateSandboxRequest{Name: env.n("stream")}).Session.ID
 
 	s, err := env.c.RunCommandStream(ctx, id, vercel.RunCommandRequest{
 		Command: "sh", Args: []string{"-c", `for i in 1 2 3 4 5; do echo "line $i"; sleep 0.25; done; exit 3`}, Logs: true,
@@ -514,9 +587,9 @@ func TestContractCommandStream(t *testing.T) {
 }
 
 func TestContractFilesSnapshotForkResume(t *testing.T) {
-	env := newContractEnv(t, emulator.Options{})
+	env := newPortableContractEnv(t)
 	ctx := testCtx(t)
-	id := mustCreate(t, env, vercel.CreateSandboxRequest{Name: "files"}).Session.ID
+	id := mustCreate(t, env, vercel.CreateSandboxRequest{Name: env.n("files")}).Session.ID
 
 	if err := env.c.Mkdir(ctx, id, "a/b/c", "", true); err != nil {
 		t.Fatal(err)
@@ -572,18 +645,18 @@ func TestContractFilesSnapshotForkResume(t *testing.T) {
 		t.Errorf("command on a snapshotted session: %v", err)
 	}
 
-	fork, err := env.c.ForkSandbox(ctx, "files", vercel.ForkSandboxRequest{Name: "files-fork"})
+	fork, err := env.c.ForkSandbox(ctx, env.n("files"), vercel.ForkSandboxRequest{Name: env.n("files-fork")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fork.Sandbox.Name != "files-fork" || fork.Session == nil || fork.Session.SourceSnapshotID != snap.Snapshot.ID {
+	if fork.Sandbox.Name != env.n("files-fork") || fork.Session == nil || fork.Session.SourceSnapshotID != snap.Snapshot.ID {
 		t.Errorf("fork %+v / %+v", fork.Sandbox, fork.Session)
 	}
 	if got, err := env.c.ReadFile(ctx, fork.Session.ID, "hello.txt", ""); err != nil || string(got) != "hello" {
 		t.Errorf("fork read back %q, %v", got, err)
 	}
 
-	resumed, err := env.c.GetSandbox(ctx, "files", true)
+	resumed, err := env.c.GetSandbox(ctx, env.n("files"), true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -847,9 +920,9 @@ func TestContractStreamsEndWhenTheSessionTimesOut(t *testing.T) {
 }
 
 func TestContractDeleteOrphanSnapshots(t *testing.T) {
-	env := newContractEnv(t, emulator.Options{})
+	env := newPortableContractEnv(t)
 	ctx := testCtx(t)
-	id := mustCreate(t, env, vercel.CreateSandboxRequest{Name: "orphans"}).Session.ID
+	id := mustCreate(t, env, vercel.CreateSandboxRequest{Name: env.n("orphans")}).Session.ID
 	snap, err := env.c.CreateSnapshot(ctx, id, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -862,7 +935,7 @@ func TestContractDeleteOrphanSnapshots(t *testing.T) {
 	if _, err := env.c.DeleteSandbox(ctx, "keeps", false); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := env.c.DeleteSandbox(ctx, "orphans", true); err != nil {
+	if _, err := env.c.DeleteSandbox(ctx, env.n("orphans"), true); err != nil {
 		t.Fatal(err)
 	}
 	// Orphan deletion is asynchronous on the real API.

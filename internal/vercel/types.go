@@ -243,6 +243,10 @@ type CreateSandboxRequest struct {
 	KeepLastSnapshots  *KeepLastSnapshots `json:"keepLastSnapshots,omitempty"`
 	Region             string             `json:"region,omitempty"`
 	FailoverRegions    []string           `json:"failoverRegions,omitempty"`
+	// Interactive is the SDK's private parameter __interactive, which Vercel's
+	// CLI always sends: the sessions serve interactive terminals and report
+	// interactivePort (docs/dev/interactive-sessions.md).
+	Interactive bool `json:"__interactive,omitempty"`
 }
 
 // ForkSandboxRequest is the body of POST /v2/sandboxes/{name}/fork
@@ -260,6 +264,10 @@ type ForkSandboxRequest struct {
 	SnapshotExpiration *int64             `json:"snapshotExpiration,omitempty"`
 	KeepLastSnapshots  *KeepLastSnapshots `json:"keepLastSnapshots,omitempty"`
 	Region             string             `json:"region,omitempty"`
+	// Interactive is the SDK's private parameter __interactive, which Vercel's
+	// CLI always sends: the sessions serve interactive terminals and report
+	// interactivePort (docs/dev/interactive-sessions.md).
+	Interactive bool `json:"__interactive,omitempty"`
 }
 
 // UpdateSandboxRequest is the body of PATCH /v2/sandboxes/{name}
