@@ -34,7 +34,8 @@ const (
 
 // target is the Vercel Sandbox API the official-client checks run against:
 // real Vercel when VERCEL_TOKEN, VERCEL_TEAM_ID and VERCEL_PROJECT_ID are
-// set, else an emulator started for the test.
+// set; the emulator at VERCEL_API_URL if that is set too; else an emulator
+// started for the test.
 type target struct {
 	real                 bool
 	apiURL               string // the emulator's base URL ("" for real Vercel)
@@ -55,9 +56,14 @@ func newTarget(t *testing.T) *target {
 	_, _ = rand.Read(b)
 	tg := &target{runID: "conf-" + hex.EncodeToString(b)}
 	token, team, project := os.Getenv("VERCEL_TOKEN"), os.Getenv("VERCEL_TEAM_ID"), os.Getenv("VERCEL_PROJECT_ID")
-	if token != "" && team != "" && project != "" {
+	apiURL := os.Getenv("VERCEL_API_URL")
+	switch {
+	case token != "" && team != "" && project != "" && apiURL == "":
 		tg.real, tg.token, tg.team, tg.project = true, token, team, project
-	} else {
+	case token != "" && team != "" && project != "":
+		// An emulator already running, e.g. `make dev`'s (source bin/dev/env).
+		tg.apiURL, tg.token, tg.team, tg.project = strings.TrimSuffix(apiURL, "/"), token, team, project
+	default:
 		e, err := emulator.New(emulator.Options{DataDir: t.TempDir()})
 		must(t, err)
 		u, err := e.Start("")
@@ -329,7 +335,7 @@ func TestOfficialCLI(t *testing.T) {
 	// Vercel runs commands as vercel-sandbox; so does the emulator where it
 	// can give them a user namespace (see docs/dev/emulator-gaps.md).
 	user := `\S+`
-	if tg.real || strings.Contains(tg.emu.ExecDescription(), "run as vercel-sandbox") {
+	if tg.real || (tg.emu != nil && strings.Contains(tg.emu.ExecDescription(), "run as vercel-sandbox")) {
 		user = "vercel-sandbox"
 	}
 	if want := regexp.MustCompile(`(?m)^hello ` + user + ` /home/vercel-sandbox /vercel/sandbox\r?$`); code != 3 || !want.MatchString(out) {
@@ -394,7 +400,7 @@ func TestOfficialCLI(t *testing.T) {
 	for _, n := range []string{name, fork, ran} {
 		tg.mustCLI(ctx, t, "rm", n)
 	}
-	if !tg.real {
+	if tg.emu != nil {
 		for _, sb := range tg.emu.LiveSandboxes() {
 			if strings.HasPrefix(sb.Name, tg.runID) {
 				t.Errorf("sandbox %s outlived `sandbox rm`", sb.Name)
