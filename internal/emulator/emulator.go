@@ -7,6 +7,9 @@
 // its commands run is package sandboxruntime; this package only calls its
 // exported names. See docs/dev/emulator-internals.md.
 //
+// Interactive sessions (interactive.go) follow Vercel's CLI and SDK as
+// docs/dev/interactive-sessions.md records them.
+//
 // The API it emulates is described in docs/dev/vercel-sandbox-api.md; where
 // the emulator knowingly differs is docs/dev/emulator-gaps.md. Choices where
 // the API document says [unknown] or [inferred]:

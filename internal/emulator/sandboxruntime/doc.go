@@ -23,6 +23,10 @@
 //	ErrSudoRefused                           // Start: sudo would be host root and was not allowed
 //	(*Runner).Mode(), Describe(), SetScriptedExit(name, code)
 //	(*Runner).Start(Command{FS, Name, Args, Cwd, Env, Sudo, Timeout}) (*Process, error)
+//	(*Runner).StartTerminal(Command, WindowSize{Cols, Rows}) (*Process, *Terminal, error) // on a pseudo-terminal (terminal.go)
+//	(*Terminal).Read(), Write(), Resize(WindowSize), Close(), File()
+//	ErrNoTerminal                            // StartTerminal in ModeNone
+//	SandboxUserID                            // vercel-sandbox's uid inside a command's user namespace
 //	(*Process).Done(), ExitCode(), Kill(signal), Terminate(), Output()
 //	(*Output).Follow(ctx, func(Record) error) error
 //
