@@ -176,6 +176,17 @@ var frameCodec = websocket.Codec{
 func (e *Emulator) runInteractive(ws *websocket.Conn, sid string) {
 	defer ws.Close()
 	ws.MaxPayloadBytes = maxInteractiveFrame
+	// Closing the emulator ends the connection (the HTTP server does not
+	// track hijacked ones).
+	handlerDone := make(chan struct{})
+	defer close(handlerDone)
+	go func() {
+		select {
+		case <-e.closing:
+			ws.Close()
+		case <-handlerDone:
+		}
+	}()
 	var out sync.Mutex // one writer at a time
 	send := func(f frame) error {
 		out.Lock()
