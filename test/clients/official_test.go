@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -64,7 +65,17 @@ func newTarget(t *testing.T) *target {
 		// An emulator already running, e.g. `make dev`'s (source bin/dev/env).
 		tg.apiURL, tg.token, tg.team, tg.project = strings.TrimSuffix(apiURL, "/"), token, team, project
 	default:
-		e, err := emulator.New(emulator.Options{DataDir: t.TempDir()})
+		// SANDBOX_EMULATOR_EXEC picks the exec mode (namespace, host);
+		// default: namespace where possible.
+		dataDir := t.TempDir()
+		// In exec mode host, a root emulator runs commands as nobody, who must
+		// be able to reach the session directories.
+		for d := dataDir; d != filepath.Dir(d) && strings.HasPrefix(d, os.TempDir()+"/"); d = filepath.Dir(d) {
+			must(t, os.Chmod(d, 0o755))
+		}
+		// AllowHostRootSudo: where no user namespace can contain `exec --sudo`
+		// (exec host as root), the test's own `id -u` may run as host root.
+		e, err := emulator.New(emulator.Options{DataDir: dataDir, Exec: os.Getenv("SANDBOX_EMULATOR_EXEC"), AllowHostRootSudo: true})
 		must(t, err)
 		u, err := e.Start("")
 		must(t, err)
@@ -334,17 +345,24 @@ func TestOfficialCLI(t *testing.T) {
 	tg.observe(t, "exec exit code", fmt.Sprint(code))
 	// Vercel runs commands as vercel-sandbox; so does the emulator where it
 	// can give them a user namespace (see docs/dev/emulator-gaps.md).
-	user := `\S+`
+	user, root := `\S+`, ""
 	if tg.real || (tg.emu != nil && strings.Contains(tg.emu.ExecDescription(), "run as vercel-sandbox")) {
 		user = "vercel-sandbox"
 	}
-	if want := regexp.MustCompile(`(?m)^hello ` + user + ` /home/vercel-sandbox /vercel/sandbox\r?$`); code != 3 || !want.MatchString(out) {
+	if tg.emu != nil && tg.emu.ExecMode() == "host" {
+		root = `\S*` // exec mode host maps HOME and the cwd into the session directory
+	}
+	if want := regexp.MustCompile(`(?m)^hello ` + user + " " + root + `/home/vercel-sandbox ` + root + `/vercel/sandbox\r?$`); code != 3 || !want.MatchString(out) {
 		t.Errorf("exec: exit %d, output %q; want exit 3 and %s", code, out, want)
 	}
 	// Vercel's uid for vercel-sandbox is unknown: recorded, not asserted.
 	tg.observe(t, "exec id -u", regexp.MustCompile(`(?m)^\d+\r?$`).FindString(tg.mustCLI(ctx, t, "exec", name, "--", "id", "-u")))
-	if out := tg.mustCLI(ctx, t, "exec", "--sudo", name, "--", "id", "-u"); !regexp.MustCompile(`(?m)^0\r?$`).MatchString(out) {
-		t.Errorf("exec --sudo id -u: %q, want 0", out)
+	wantRoot := "0"
+	if tg.emu != nil && os.Geteuid() != 0 { // an unprivileged emulator runs everything as itself
+		wantRoot = strconv.Itoa(os.Geteuid())
+	}
+	if out := tg.mustCLI(ctx, t, "exec", "--sudo", name, "--", "id", "-u"); !regexp.MustCompile(`(?m)^` + wantRoot + `\r?$`).MatchString(out) {
+		t.Errorf("exec --sudo id -u: %q, want %s", out, wantRoot)
 	}
 
 	// cp: up and down again.
