@@ -104,7 +104,12 @@ func DialTerminal(ctx context.Context, s *InteractiveSession, cmd TerminalStart)
 	}
 	ws, err := cfg.DialContext(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("connect to the interactive session: %w", err)
+		// A DialError names the URL, token included: keep only its cause.
+		var de *websocket.DialError
+		if errors.As(err, &de) {
+			err = de.Err
+		}
+		return nil, fmt.Errorf("connect to the interactive session at %s: %w", s.URL, err)
 	}
 	env := make([]string, 0, len(cmd.Env))
 	for k, v := range cmd.Env {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/getsentry/sandbox-controller/internal/emulator"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
 
@@ -90,5 +91,20 @@ func TestContractInteractive(t *testing.T) {
 	}
 	if _, err := env.c.DeleteSandbox(context.Background(), env.n("term"), true); err != nil {
 		t.Errorf("delete: %v", err)
+	}
+}
+
+// TestDialTerminalKeepsTheTokenOutOfErrors: a refused connection's error
+// names the session's URL but not the token.
+func TestDialTerminalKeepsTheTokenOutOfErrors(t *testing.T) {
+	env := newEmulatorContractEnv(t, emulator.Options{})
+	const token = "secret-token-must-not-leak"
+	_, err := vercel.DialTerminal(testCtx(t), &vercel.InteractiveSession{URL: "ws" + strings.TrimPrefix(env.emu.URL(), "http") + "/_interactive/sbx_none", Token: token},
+		vercel.TerminalStart{Command: "sh"})
+	if err == nil {
+		t.Fatal("a wrong token connected")
+	}
+	if strings.Contains(err.Error(), token) {
+		t.Errorf("the error shows the token: %v", err)
 	}
 }
