@@ -323,7 +323,7 @@ func (term *terminal) wait() int {
 // TestOfficialCLI drives Vercel's official `sandbox` CLI against the target
 // (the emulator unless VERCEL_TOKEN, VERCEL_TEAM_ID and VERCEL_PROJECT_ID
 // are set): create, exec (as vercel-sandbox and with --sudo), cp both ways,
-// snapshot, fork, run, and connect through a pseudo-terminal.
+// snapshot, fork, run, connect and sh through a pseudo-terminal, and rm.
 func TestOfficialCLI(t *testing.T) {
 	if testing.Short() {
 		t.Skip("installs and runs Vercel's CLI from npm")
@@ -415,7 +415,20 @@ func TestOfficialCLI(t *testing.T) {
 		t.Errorf("connect: exit %d after `exit 4`; terminal:\n%s", code, term.output())
 	}
 
-	for _, n := range []string{name, fork, ran} {
+	// sh: create and connect in one go (what create --connect does).
+	shName := tg.name("sh")
+	cmd = exec.CommandContext(ctx, tg.cliBin, "sh", "--scope", tg.team, "--project", tg.project, "--name", shName, tag)
+	cmd.Env = append(os.Environ(), tg.nodeEnv...)
+	term = startOnTerminal(t, cmd)
+	term.expect(`▲ `)
+	term.typeIn("echo in=$(pwd)\r")
+	term.expect(`in=\S*/vercel/sandbox`)
+	term.typeIn("exit\r")
+	if code := term.wait(); code != 0 {
+		t.Errorf("sh: exit %d after `exit`; terminal:\n%s", code, term.output())
+	}
+
+	for _, n := range []string{name, fork, ran, shName} {
 		tg.mustCLI(ctx, t, "rm", n)
 	}
 	if tg.emu != nil {
