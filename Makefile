@@ -90,6 +90,12 @@ chaos-short: envtest kustomize ## Only the short seeded chaos soak that make tes
 fuzz: ## Run every Go fuzz target for FUZZTIME each (default 15s; CI runs it), not only the seed corpora.
 	FUZZTIME=$(FUZZTIME) ./hack/fuzz.sh
 
+.PHONY: conformance
+conformance: ## Vercel's official CLI and SDK, and the Go client's contract tests, against real Vercel when VERCEL_TOKEN, VERCEL_TEAM_ID and VERCEL_PROJECT_ID are set, else the emulator; report in bin/conformance/ (docs/dev/conformance.md).
+	go test -count=1 -timeout 20m -run 'TestOfficial' -v ./test/clients/
+	go test -count=1 -timeout 20m -run 'Contract' -v ./internal/vercel/
+	@echo "Report: bin/conformance/ (diff bin/conformance/emulator.txt bin/conformance/vercel.txt)"
+
 .PHONY: bench
 bench: envtest kustomize ## Benchmark the operator against direct Vercel calls and a floor controller (report in bin/bench/; ARGS="-n 100,1000 -latency 0,50ms -outage 5m", see -h).
 	go build -o $(LOCALBIN)/bench/manager ./cmd/manager
