@@ -28,8 +28,12 @@ import (
 // nothing itself; the Sandbox and SandboxSnapshot reconcilers do.
 type SandboxQuotaReconciler struct {
 	client.Client
-	Recorder events.EventRecorder
-	Quota    *QuotaLedger
+	// APIReader reads the quota itself uncached: the ledger changes faster
+	// than the cache shows this reconciler's own status writes, and a status
+	// compared with a stale copy could be left unwritten.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	Quota     *QuotaLedger
 }
 
 // +kubebuilder:rbac:groups=sandbox.sentry.io,resources=sandboxquotas,verbs=get;list;watch
@@ -38,7 +42,7 @@ type SandboxQuotaReconciler struct {
 // Reconcile counts what the quota's namespace uses and records it.
 func (r *SandboxQuotaReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	q := &sandboxv1.SandboxQuota{}
-	if err := r.Get(ctx, req.NamespacedName, q); err != nil {
+	if err := r.APIReader.Get(ctx, req.NamespacedName, q); err != nil {
 		if apierrors.IsNotFound(err) {
 			metrics.ForgetQuota(req.Namespace, req.Name)
 			// Its limits no longer hold anyone back.

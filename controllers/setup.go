@@ -196,9 +196,10 @@ func SetupWithManager(mgr ctrl.Manager, vc vercel.Config, o Options) error {
 		return fmt.Errorf("set up the SandboxFork controller: %w", err)
 	}
 	if err := (&SandboxQuotaReconciler{
-		Client:   mgr.GetClient(),
-		Recorder: mgr.GetEventRecorder("sandboxquota-controller"),
-		Quota:    quota,
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Recorder:  mgr.GetEventRecorder("sandboxquota-controller"),
+		Quota:     quota,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the SandboxQuota controller: %w", err)
 	}

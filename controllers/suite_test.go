@@ -194,9 +194,10 @@ func startManager(scheme *runtime.Scheme) {
 	}).SetupWithManager(mgr)
 	Expect(err).NotTo(HaveOccurred())
 	err = (&controllers.SandboxQuotaReconciler{
-		Client:   mgr.GetClient(),
-		Recorder: mgr.GetEventRecorder("sandboxquota-controller"),
-		Quota:    quota,
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Recorder:  mgr.GetEventRecorder("sandboxquota-controller"),
+		Quota:     quota,
 	}).SetupWithManager(mgr)
 	Expect(err).NotTo(HaveOccurred())
 	err = (&controllers.SandboxForkReconciler{
