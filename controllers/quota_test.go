@@ -9,6 +9,8 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -177,6 +179,30 @@ var _ = Describe("SandboxQuota", Serial, func() {
 		Expect(k8sClient.Delete(ctx, &sandboxv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "r1"}})).To(Succeed())
 		waitReady(client.ObjectKeyFromObject(r0))
 		Expect(peakRunning(ns)).To(Equal(2))
+	})
+})
+
+// The built-in way to refuse Sandbox objects themselves, which a SandboxQuota
+// cannot do without a webhook: a ResourceQuota on the object count, enforced
+// by the API server's ResourceQuota admission with kube-controller-manager's
+// quota controller keeping its status (both run here, as on a cluster).
+var _ = Describe("ResourceQuota on count/sandboxes.sandbox.sentry.io", func() {
+	It("refuses Sandboxes beyond the count at admission", func() {
+		ctx := context.Background()
+		ns := newNamespace()
+		rq := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "sandbox-count"},
+			Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{"count/sandboxes.sandbox.sentry.io": resource.MustParse("1")}}}
+		Expect(k8sClient.Create(ctx, rq)).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(rq), rq)).To(Succeed())
+			g.Expect(rq.Status.Hard).To(HaveKey(corev1.ResourceName("count/sandboxes.sandbox.sentry.io")))
+		}).Should(Succeed())
+		newSandbox(ns, "first", sandboxv1.SandboxSpec{Source: runtimeSource("node24")})
+		second := &sandboxv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "second"},
+			Spec: sandboxv1.SandboxSpec{Source: runtimeSource("node24")}}
+		err := k8sClient.Create(ctx, second)
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(And(ContainSubstring("exceeded quota: sandbox-count"), ContainSubstring("count/sandboxes.sandbox.sentry.io")))
 	})
 })
 
