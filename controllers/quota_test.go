@@ -9,15 +9,17 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+	"github.com/getsentry/sandbox-controller/internal/metrics"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
 
@@ -96,6 +98,13 @@ var _ = Describe("SandboxQuota", Serial, func() {
 		waitReady(cKey)
 		Eventually(quotaUsed(ns, "vcpus")).Should(HaveField("RunningVCPUs", HaveValue(BeEquivalentTo(6))))
 		Expect(peakVCPUs(ns)).To(BeNumerically("<=", 8))
+
+		By("the quota metrics show used and hard per namespace, quota and resource")
+		Eventually(func() float64 {
+			return testutil.ToFloat64(metrics.QuotaUsed.WithLabelValues(ns, "vcpus", sandboxv1.QuotaRunningVCPUs))
+		}).Should(Equal(6.0))
+		Expect(testutil.ToFloat64(metrics.QuotaHard.WithLabelValues(ns, "vcpus", sandboxv1.QuotaRunningVCPUs))).To(Equal(8.0))
+		Expect(testutil.ToFloat64(metrics.QuotaHard.WithLabelValues(ns, "generous", sandboxv1.QuotaRunningSandboxes))).To(Equal(10.0))
 	})
 
 	It("refuses new snapshots once snapshotBytes is used up, and takes them once bytes are freed", func() {
