@@ -257,10 +257,11 @@ func before(created time.Time, name string, sbx *sandboxv1.Sandbox) bool {
 }
 
 // awaitsFirstStart reports whether a Sandbox has never had a session and is
-// on its way to its first one: not stopped, paused or being deleted, and not
-// held up by anything but its turn.
+// on its way to its first one: not paused, adopting or being deleted, and not
+// held up by anything but its turn. (A Sandbox created with spec.state
+// Stopped is created too, so it takes its turn.)
 func awaitsFirstStart(s *sandboxv1.Sandbox) bool {
-	if s.Status.SessionID != "" || !s.DeletionTimestamp.IsZero() || s.Spec.State == sandboxv1.SandboxStateStopped ||
+	if s.Status.SessionID != "" || !s.DeletionTimestamp.IsZero() ||
 		s.Annotations[sandboxv1.AnnotationPaused] == "true" || s.Spec.Source.Adopt != nil {
 		return false
 	}
@@ -328,13 +329,18 @@ func (l *QuotaLedger) Settle(ctx context.Context, key types.NamespacedName, sbx 
 	} else {
 		delete(n.holders, key.Name)
 	}
-	if sbx == nil || !isWaiting(sbx) {
+	_, waited := n.waiters[key.Name]
+	if waited && (sbx == nil || !isWaiting(sbx)) {
 		delete(n.waiters, key.Name)
+	} else {
+		waited = false
 	}
 	changed := had != holds || old != h
 	released := had && old.running && (!holds || !h.running) || had && old.remote && !holds
 	var wake []string
-	if released {
+	if released || waited {
+		// Freed capacity, or a waiter that no longer waits (started, gone,
+		// stopped): the capacity it was owed may go to a later one.
 		wake = waiterNames(n)
 	}
 	n.mu.Unlock()
@@ -370,7 +376,15 @@ func (l *QuotaLedger) Wake(ns string) {
 	l.wakeSandboxes(ns, names)
 }
 
-// waiterNames lists the waiters in creation order. Called with n.mu held.
+// wakeBatch bounds how many waiters one change wakes: the earliest, which
+// are served first. Each grant wakes the next ones, so a burst of freed
+// capacity is handed on down the line; a later, smaller waiter that could
+// pass the earlier ones waits at most quotaRecheck when it is beyond the
+// batch.
+const wakeBatch = 32
+
+// waiterNames lists the first wakeBatch waiters in creation order. Called
+// with n.mu held.
 func waiterNames(n *nsLedger) []string {
 	ws := make([]waiter, 0, len(n.waiters))
 	for _, w := range n.waiters {
@@ -382,9 +396,9 @@ func waiterNames(n *nsLedger) []string {
 		}
 		return ws[i].name < ws[j].name
 	})
-	names := make([]string, len(ws))
-	for i, w := range ws {
-		names[i] = w.name
+	names := make([]string, 0, min(len(ws), wakeBatch))
+	for _, w := range ws[:min(len(ws), wakeBatch)] {
+		names = append(names, w.name)
 	}
 	return names
 }
