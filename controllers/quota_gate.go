@@ -46,8 +46,13 @@ func (r *SandboxReconciler) waitForQuota(ctx context.Context, sbx *sandboxv1.San
 		r.Recorder.Eventf(sbx, nil, corev1.EventTypeWarning, sandboxv1.ReasonQuotaExceeded, "Start", "%s", msg)
 	}
 	phase := sbx.Status.Phase
-	if sbx.Status.SessionID == "" {
+	switch {
+	case sbx.Status.SessionID == "":
 		phase = sandboxv1.SandboxPending
+	case phase != sandboxv1.SandboxIdle:
+		// A resume is decided on a session seen stopped, whatever phase an
+		// earlier look recorded (Stopping); waitsToResume rests on it.
+		phase = sandboxv1.SandboxStopped
 	}
 	setReady(sbx, readiness{phase, metav1.ConditionFalse, sandboxv1.ReasonQuotaExceeded, msg})
 	return true, nil
