@@ -215,6 +215,24 @@ var _ = Describe("ResourceQuota on count/sandboxes.sandbox.sentry.io", func() {
 	})
 })
 
+var _ = Describe("SandboxQuota validation", func() {
+	It("refuses negative limits, naming the field", func() {
+		ns := newNamespace()
+		for field, hard := range map[string]sandboxv1.SandboxQuotaResources{
+			"sandboxes":        {Sandboxes: ptr.To[int64](-1)},
+			"runningSandboxes": {RunningSandboxes: ptr.To[int64](-1)},
+			"runningVCPUs":     {RunningVCPUs: ptr.To[int64](-2)},
+			"snapshotBytes":    {SnapshotBytes: ptr.To[int64](-1)},
+		} {
+			q := &sandboxv1.SandboxQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: strings.ToLower(field)}, Spec: sandboxv1.SandboxQuotaSpec{Hard: hard}}
+			err := k8sClient.Create(context.Background(), q)
+			Expect(err).To(HaveOccurred(), field)
+			Expect(err.Error()).To(ContainSubstring("spec.hard." + field + " must not be negative"))
+		}
+		newQuota(ns, "zero", sandboxv1.SandboxQuotaResources{RunningSandboxes: ptr.To[int64](0)})
+	})
+})
+
 func newQuota(ns, name string, hard sandboxv1.SandboxQuotaResources) *sandboxv1.SandboxQuota {
 	q := &sandboxv1.SandboxQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: sandboxv1.SandboxQuotaSpec{Hard: hard}}
 	Expect(k8sClient.Create(context.Background(), q)).To(Succeed())
