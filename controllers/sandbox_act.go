@@ -26,8 +26,6 @@ import (
 func (r *SandboxReconciler) act(ctx context.Context, sbx *sandboxv1.Sandbox, l lifecycle) (res ctrl.Result, next *observation, err error) {
 	d := decide(l)
 	switch d.action {
-	case actCreate:
-		return r.create(ctx, sbx)
 	case actShutdownDelete:
 		res, err = r.shutdownDelete(ctx, sbx)
 		return res, nil, err
@@ -50,7 +48,15 @@ func (r *SandboxReconciler) act(ctx context.Context, sbx *sandboxv1.Sandbox, l l
 	if e := d.event; e != nil {
 		r.Recorder.Eventf(sbx, nil, e.eventType, e.reason, "Observe", "%s", e.note)
 	}
+	if startsSession(d.action) {
+		// The one quota check before Vercel is asked to start a session.
+		if wait, err := r.waitForQuota(ctx, sbx); wait || err != nil {
+			return ctrl.Result{RequeueAfter: quotaRecheck}, nil, err
+		}
+	}
 	switch d.action {
+	case actCreate:
+		return r.create(ctx, sbx)
 	case actResume:
 		return r.resume(ctx, sbx)
 	case actRecreate:

@@ -51,6 +51,9 @@ type SandboxReconciler struct {
 	// VercelHealth, when set, requeues the Sandboxes that failed during a
 	// Vercel outage as soon as Vercel answers again.
 	VercelHealth *VercelHealth
+	// Quota, when set, enforces the namespaces' SandboxQuotas: it admits
+	// each session start (quota_gate.go).
+	Quota *QuotaLedger
 	// MaxSessionLength is the plan's maximum session length: sessions are
 	// never extended beyond it (default DefaultMaxSessionLength).
 	MaxSessionLength time.Duration
@@ -104,6 +107,8 @@ type SandboxReconciler struct {
 // Reconcile observes the Vercel sandbox of one Sandbox, decides the next step
 // for it and takes that step, and records what it saw in status.
 func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	sbx := &sandboxv1.Sandbox{}
+	defer r.settleQuota(ctx, req.NamespacedName, sbx)
 	return skeleton[*sandboxv1.Sandbox]{
 		client:    r.Client,
 		recorder:  r.Recorder,
@@ -114,7 +119,7 @@ func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		forget:    r.forget,
 		finalize:  r.finalize,
 		reconcile: r.reconcileSandbox,
-	}.run(ctx, req.NamespacedName, &sandboxv1.Sandbox{})
+	}.run(ctx, req.NamespacedName, sbx)
 }
 
 // clampHeartbeat rewrites a heartbeat annotation far in the future to the
@@ -165,7 +170,7 @@ func (r *SandboxReconciler) reconcileSandbox(ctx context.Context, sbx *sandboxv1
 	now := r.now()
 	o, ok := r.fromStatus(sbx, now)
 	if !ok {
-		resp, err := r.getSandbox(ctx, st.VercelName, fresh)
+		resp, err := r.getSandbox(ctx, st.VercelName, fresh || waitsToCreate(sbx))
 		if err == nil || vercel.IsNotFound(err) {
 			r.polled(sbx, now)
 			st.LastHandledReconcileAt = sbx.Annotations[sandboxv1.AnnotationReconcileRequestedAt]
@@ -210,7 +215,7 @@ func (r *SandboxReconciler) fromStatus(sbx *sandboxv1.Sandbox, now time.Time) (o
 			return observation{}, false
 		}
 		return observation{state: sessionRunning, sessionID: st.SessionID, sameSession: true, start: st.StartedAt.Time, deadline: st.ExpiresAt.Time}, true
-	case restingReasons[ready.Reason] != "" && st.Phase == restingReasons[ready.Reason]:
+	case restingReasons[ready.Reason] != "" && st.Phase == restingReasons[ready.Reason], waitsToResume(sbx):
 		return observation{state: sessionStopped, sessionID: st.SessionID, sameSession: true}, true
 	}
 	return observation{}, false
@@ -437,6 +442,7 @@ func (r *SandboxReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		))).
 		Watches(&sandboxv1.SandboxSnapshot{}, handler.EnqueueRequestsFromMapFunc(r.snapshotRefRequests)).
 		WatchesRawSource(r.VercelHealth.sandboxRetrySource(mgr.GetCache())).
+		WatchesRawSource(r.Quota.sandboxSource()).
 		WithOptions(controllerOptions(r.MaxConcurrentReconciles, r.BackoffCap)).
 		Named("sandbox").
 		Complete(r)

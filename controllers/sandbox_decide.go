@@ -277,10 +277,11 @@ func decideStopped(l lifecycle) decision {
 			reason = sandboxv1.ReasonStopped
 		case l.shutdown.due:
 			reason = sandboxv1.ReasonShutdownTime
-		case o.sameSession && restingReasons[l.ready] != "" && l.phase != sandboxv1.SandboxStopping:
+		case o.sameSession && (restingReasons[l.ready] != "" || l.ready == sandboxv1.ReasonQuotaExceeded) && l.phase != sandboxv1.SandboxStopping:
 			// Already classified, by the controller's own stop or an earlier
 			// look. A look while it was stopping recorded SessionStopped in
-			// phase Stopping, which says nothing about why it stopped.
+			// phase Stopping, which says nothing about why it stopped. A
+			// resume the quota refused (QuotaExceeded) still wants to resume.
 		default:
 			reason = stopCause(o.session, l.maxSession)
 			if reason == sandboxv1.ReasonIdleTimeout && l.refused {

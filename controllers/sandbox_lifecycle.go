@@ -234,7 +234,7 @@ func shouldResume(reason string, want bool, stoppedAt, activity time.Time) bool 
 		return false
 	}
 	switch reason {
-	case sandboxv1.ReasonStopped, sandboxv1.ReasonShutdownTime:
+	case sandboxv1.ReasonStopped, sandboxv1.ReasonShutdownTime, sandboxv1.ReasonQuotaExceeded:
 		return true
 	case sandboxv1.ReasonIdleTimeout, sandboxv1.ReasonMaxSessionLength, sandboxv1.ReasonSessionStopped, sandboxv1.ReasonSnapshotted:
 		// stoppedAt has second precision (status round-trips seconds) and a

@@ -594,6 +594,9 @@ func (r *SandboxSnapshotReconciler) deleteBuilder(ctx context.Context, snap *san
 }
 
 func (r *SandboxSnapshotReconciler) createBuilder(ctx context.Context, snap *sandboxv1.SandboxSnapshot, name, hash string, budget time.Duration, serving bool) (ctrl.Result, error) {
+	if wait, err := r.waitForSnapshotQuota(ctx, snap); wait || err != nil {
+		return ctrl.Result{RequeueAfter: quotaRecheck}, err
+	}
 	rcp := snap.Spec.Source.Recipe
 	req := vercel.CreateSandboxRequest{
 		Name:       name,

@@ -74,6 +74,9 @@ func (r *SandboxSnapshotReconciler) reconcileCapture(ctx context.Context, snap *
 	case sbx.Status.Phase != sandboxv1.SandboxRunning || sbx.Status.SessionID == "" || sbx.Status.VercelName == "":
 		return r.waitForSource(snap, sbx), nil
 	}
+	if wait, err := r.waitForSnapshotQuota(ctx, snap); wait || err != nil {
+		return ctrl.Result{RequeueAfter: quotaRecheck}, err
+	}
 	// The Sandbox's status names the session; Vercel confirms that it is a
 	// session of the sandbox this Sandbox stands for, so that a written
 	// status cannot have another team's sandbox captured.

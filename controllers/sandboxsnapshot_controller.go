@@ -40,6 +40,9 @@ type SandboxSnapshotReconciler struct {
 	APIReader client.Reader
 	Vercel    SandboxAPI
 	Recorder  events.EventRecorder
+	// Quota, when set, refuses new snapshots once a SandboxQuota's
+	// snapshotBytes is used up (quota_gate.go).
+	Quota *QuotaLedger
 	// Notifier, when set, announces Ready and Failed transitions to
 	// the namespace's webhook.
 	Notifier Notifier
@@ -449,6 +452,7 @@ func (r *SandboxSnapshotReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		))).
 		Watches(&sandboxv1.SandboxSnapshot{}, handler.EnqueueRequestsFromMapFunc(r.relatedSnapshots)).
 		Watches(&sandboxv1.Sandbox{}, handler.EnqueueRequestsFromMapFunc(r.capturesOf)).
+		Watches(&sandboxv1.SandboxQuota{}, handler.EnqueueRequestsFromMapFunc(r.quotaWaiters)).
 		WithOptions(controllerOptions(r.MaxConcurrentReconciles, r.BackoffCap)).
 		Named("sandboxsnapshot").
 		Complete(r)

@@ -98,7 +98,7 @@ func (m withReconcileTimeout) GetControllerOptions() config.Controller {
 
 // SetupWithManager builds the Vercel client from vc — bounded in flight with
 // deadlines, reporting to VercelHealth and the metrics — and registers the
-// Sandbox, SandboxSnapshot and SandboxFork controllers (each reconcile bounded
+// Sandbox, SandboxSnapshot, SandboxFork and SandboxQuota controllers (each reconcile bounded
 // by ReconcileTimeout), the metrics, and the stalled-slots health check with
 // mgr. It is what cmd/manager runs; `make dev` and the benchmark call it too,
 // so they run the same thing.
@@ -151,6 +151,7 @@ func SetupWithManager(mgr ctrl.Manager, vc vercel.Config, o Options) error {
 	if err := ValidateClusterID(o.ClusterID); err != nil {
 		return err
 	}
+	quota := NewQuotaLedger(mgr.GetCache())
 	if err := (&SandboxReconciler{
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
@@ -164,6 +165,7 @@ func SetupWithManager(mgr ctrl.Manager, vc vercel.Config, o Options) error {
 		ShutdownWarning:         o.ShutdownWarning,
 		ReferenceDeadline:       o.ReferenceDeadline,
 		VercelHealth:            health,
+		Quota:                   quota,
 		ClusterID:               o.ClusterID,
 		RouteBase:               vc.BaseURL,
 	}).SetupWithManager(mgr); err != nil {
@@ -174,6 +176,7 @@ func SetupWithManager(mgr ctrl.Manager, vc vercel.Config, o Options) error {
 		APIReader:               mgr.GetAPIReader(),
 		Vercel:                  api,
 		Recorder:                mgr.GetEventRecorder("sandboxsnapshot-controller"),
+		Quota:                   quota,
 		Notifier:                notifier,
 		PollInterval:            o.PollInterval,
 		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
@@ -191,6 +194,14 @@ func SetupWithManager(mgr ctrl.Manager, vc vercel.Config, o Options) error {
 		BackoffCap:              o.BackoffCap,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the SandboxFork controller: %w", err)
+	}
+	if err := (&SandboxQuotaReconciler{
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Recorder:  mgr.GetEventRecorder("sandboxquota-controller"),
+		Quota:     quota,
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up the SandboxQuota controller: %w", err)
 	}
 	if err := metrics.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the metrics: %w", err)

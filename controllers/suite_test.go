@@ -164,6 +164,7 @@ func startManager(scheme *runtime.Scheme) {
 	// timeout so that the spec of a hanging receiver sees retries.
 	notifier := notify.New(notify.Options{Resolve: notify.ConfigMapResolver(mgr.GetAPIReader()), Timeout: time.Second, MinBackoff: 200 * time.Millisecond})
 	Expect(mgr.Add(notifier)).To(Succeed())
+	quota := controllers.NewQuotaLedger(mgr.GetCache())
 	err = (&controllers.SandboxReconciler{
 		Client:                  countingClient{Client: mgr.GetClient(), w: writes},
 		APIReader:               mgr.GetAPIReader(),
@@ -171,10 +172,11 @@ func startManager(scheme *runtime.Scheme) {
 		Recorder:                mgr.GetEventRecorder("sandbox-controller"),
 		Notifier:                notifier,
 		PollInterval:            pollInterval,
-		MaxConcurrentReconciles: 4,
+		MaxConcurrentReconciles: 16,
 		ReferenceDeadline:       referenceDeadline,
 		ClusterID:               clusterID,
 		RouteBase:               emu.URL(),
+		Quota:                   quota,
 	}).SetupWithManager(mgr)
 	Expect(err).NotTo(HaveOccurred())
 	err = (&controllers.SandboxSnapshotReconciler{
@@ -188,6 +190,14 @@ func startManager(scheme *runtime.Scheme) {
 		ReferenceDeadline:       referenceDeadline,
 		Now:                     snapshotClock.Now,
 		ClusterID:               clusterID,
+		Quota:                   quota,
+	}).SetupWithManager(mgr)
+	Expect(err).NotTo(HaveOccurred())
+	err = (&controllers.SandboxQuotaReconciler{
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Recorder:  mgr.GetEventRecorder("sandboxquota-controller"),
+		Quota:     quota,
 	}).SetupWithManager(mgr)
 	Expect(err).NotTo(HaveOccurred())
 	err = (&controllers.SandboxForkReconciler{

@@ -126,6 +126,18 @@ func TestDev(t *testing.T) {
 		}
 	}
 
+	// The sample quota make dev created counts the samples' sessions.
+	var used string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		used = runCmd(t, root, kenv, "kubectl", "get", "sbxquota", "team-budget", "-o", "jsonpath={.status.used.runningSandboxes}")
+		if used != "" && used != "0" {
+			break
+		}
+	}
+	if used == "" || used == "0" {
+		t.Errorf("SandboxQuota team-budget counts %q running Sandboxes while the samples run", used)
+	}
+
 	// The printed URL and token reach the very backend the manager uses.
 	vc, err := vercel.New(vercel.Config{BaseURL: vercelEnv[1], Token: vercelEnv[2], TeamID: vercelEnv[3], ProjectID: vercelEnv[4]})
 	if err != nil {

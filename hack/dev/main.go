@@ -211,6 +211,10 @@ func run(c config) int {
 		}
 	})
 	fmt.Printf("Started the manager (logs: %s)\n", paths.managerLog)
+	if err := createSampleQuota(ctx, stack.Client); err != nil {
+		return fail("%v", err)
+	}
+	fmt.Printf("Created SandboxQuota %s/%s from %s (kubectl get sbxquota)\n", sampleQuotaNamespace, sampleQuotaName, sampleQuotaFile)
 	const teamID, projectID = localstack.TeamID, localstack.ProjectID
 
 	vercelEnv := fmt.Sprintf("VERCEL_API_URL=%s VERCEL_TOKEN=%s VERCEL_TEAM_ID=%s VERCEL_PROJECT_ID=%s",

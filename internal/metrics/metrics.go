@@ -97,7 +97,7 @@ func Register() {
 	registerOnce.Do(func() {
 		ctrlmetrics.Registry.MustRegister(
 			VercelRequests, VercelRequestDuration, VercelLimiterWait,
-			SandboxTimeToReady, SnapshotBuildDuration, sandboxes,
+			SandboxTimeToReady, SnapshotBuildDuration, sandboxes, QuotaUsed, QuotaHard,
 		)
 	})
 }

@@ -352,6 +352,9 @@ func checkLiveManagerRBAC(t *testing.T, e *env) {
 	canI(true, "get", "secrets", "-A")
 	canI(true, "list", "sandboxes.sandbox.sentry.io", "-A")
 	canI(true, "update", "sandboxforks.sandbox.sentry.io", "--subresource=status", "-A")
+	canI(true, "update", "sandboxquotas.sandbox.sentry.io", "--subresource=status", "-A")
+	// A budget is set by people, never by the manager it limits.
+	canI(false, "update", "sandboxquotas.sandbox.sentry.io", "-A")
 	canI(true, "create", "events.events.k8s.io", "-n", "default")
 	canI(true, "create", "leases.coordination.k8s.io", "-n", systemNamespace)
 	for _, verb := range []string{"list", "watch", "create", "update", "patch", "delete", "deletecollection"} {

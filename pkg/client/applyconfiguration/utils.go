@@ -76,6 +76,14 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apiv1alpha1.SandboxForkTemplateApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SandboxOverrides"):
 		return &apiv1alpha1.SandboxOverridesApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SandboxQuota"):
+		return &apiv1alpha1.SandboxQuotaApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SandboxQuotaResources"):
+		return &apiv1alpha1.SandboxQuotaResourcesApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SandboxQuotaSpec"):
+		return &apiv1alpha1.SandboxQuotaSpecApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SandboxQuotaStatus"):
+		return &apiv1alpha1.SandboxQuotaStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SandboxResources"):
 		return &apiv1alpha1.SandboxResourcesApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SandboxRoute"):

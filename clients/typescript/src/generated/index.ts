@@ -2,4 +2,5 @@
 
 export * from './sandbox.js';
 export * from './sandboxfork.js';
+export * from './sandboxquota.js';
 export * from './sandboxsnapshot.js';

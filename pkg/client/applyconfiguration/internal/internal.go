@@ -456,6 +456,65 @@ var schemaYAML = typed.YAMLObject(`types:
         scalar: numeric
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxPhase
   scalar: string
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxQuota
+  map:
+    fields:
+    - name: apiVersion
+      type:
+        scalar: string
+    - name: kind
+      type:
+        scalar: string
+    - name: metadata
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta
+    - name: spec
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxQuotaSpec
+    - name: status
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxQuotaStatus
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxQuotaResources
+  map:
+    fields:
+    - name: runningSandboxes
+      type:
+        scalar: numeric
+    - name: runningVCPUs
+      type:
+        scalar: numeric
+    - name: sandboxes
+      type:
+        scalar: numeric
+    - name: snapshotBytes
+      type:
+        scalar: numeric
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxQuotaSpec
+  map:
+    fields:
+    - name: hard
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxQuotaResources
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxQuotaStatus
+  map:
+    fields:
+    - name: conditions
+      type:
+        list:
+          elementType:
+            namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Condition
+          elementRelationship: associative
+          keys:
+          - type
+    - name: hard
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxQuotaResources
+    - name: observedGeneration
+      type:
+        scalar: numeric
+    - name: used
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxQuotaResources
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxResources
   map:
     fields:

@@ -24,6 +24,14 @@ type SandboxForkListerExpansion interface{}
 // SandboxForkNamespaceLister.
 type SandboxForkNamespaceListerExpansion interface{}
 
+// SandboxQuotaListerExpansion allows custom methods to be added to
+// SandboxQuotaLister.
+type SandboxQuotaListerExpansion interface{}
+
+// SandboxQuotaNamespaceListerExpansion allows custom methods to be added to
+// SandboxQuotaNamespaceLister.
+type SandboxQuotaNamespaceListerExpansion interface{}
+
 // SandboxSnapshotListerExpansion allows custom methods to be added to
 // SandboxSnapshotLister.
 type SandboxSnapshotListerExpansion interface{}

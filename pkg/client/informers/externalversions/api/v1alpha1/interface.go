@@ -18,6 +18,8 @@ type Interface interface {
 	Sandboxes() TypedSandboxInformer
 	// SandboxForks returns a SandboxForkInformer.
 	SandboxForks() TypedSandboxForkInformer
+	// SandboxQuotas returns a SandboxQuotaInformer.
+	SandboxQuotas() TypedSandboxQuotaInformer
 	// SandboxSnapshots returns a SandboxSnapshotInformer.
 	SandboxSnapshots() TypedSandboxSnapshotInformer
 }
@@ -41,6 +43,11 @@ func (v *version) Sandboxes() TypedSandboxInformer {
 // SandboxForks returns a TypedSandboxForkInformer.
 func (v *version) SandboxForks() TypedSandboxForkInformer {
 	return &sandboxForkInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
+}
+
+// SandboxQuotas returns a TypedSandboxQuotaInformer.
+func (v *version) SandboxQuotas() TypedSandboxQuotaInformer {
+	return &sandboxQuotaInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
 }
 
 // SandboxSnapshots returns a TypedSandboxSnapshotInformer.

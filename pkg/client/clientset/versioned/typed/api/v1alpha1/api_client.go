@@ -20,6 +20,7 @@ type SandboxV1alpha1Interface interface {
 	RESTClient() rest.Interface
 	SandboxesGetter
 	SandboxForksGetter
+	SandboxQuotasGetter
 	SandboxSnapshotsGetter
 }
 
@@ -34,6 +35,10 @@ func (c *SandboxV1alpha1Client) Sandboxes(namespace string) SandboxInterface {
 
 func (c *SandboxV1alpha1Client) SandboxForks(namespace string) SandboxForkInterface {
 	return newSandboxForks(c, namespace)
+}
+
+func (c *SandboxV1alpha1Client) SandboxQuotas(namespace string) SandboxQuotaInterface {
+	return newSandboxQuotas(c, namespace)
 }
 
 func (c *SandboxV1alpha1Client) SandboxSnapshots(namespace string) SandboxSnapshotInterface {

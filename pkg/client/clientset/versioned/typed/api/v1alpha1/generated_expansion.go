@@ -12,4 +12,6 @@ type SandboxExpansion interface{}
 
 type SandboxForkExpansion interface{}
 
+type SandboxQuotaExpansion interface{}
+
 type SandboxSnapshotExpansion interface{}
