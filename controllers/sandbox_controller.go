@@ -34,8 +34,8 @@ const (
 // SandboxReconciler makes each Sandbox one Vercel named sandbox.
 type SandboxReconciler struct {
 	client.Client
-	// APIReader reads Secrets uncached, so the manager neither lists nor
-	// watches Secrets.
+	// APIReader reads Secrets uncached: the manager watches only their
+	// metadata, so no Secret value is cached.
 	APIReader client.Reader
 	Vercel    SandboxAPI
 	Recorder  events.EventRecorder
@@ -98,7 +98,7 @@ type SandboxReconciler struct {
 // +kubebuilder:rbac:groups=sandbox.sentry.io,resources=sandboxes,verbs=get;list;watch;update;patch;delete
 // +kubebuilder:rbac:groups=sandbox.sentry.io,resources=sandboxes/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=sandbox.sentry.io,resources=sandboxes/finalizers,verbs=update
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile observes the Vercel sandbox of one Sandbox, decides the next step
@@ -160,6 +160,9 @@ func (r *SandboxReconciler) reconcileSandbox(ctx context.Context, sbx *sandboxv1
 	}
 
 	if err := r.markSnapshotOutdated(ctx, sbx); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.refreshSecrets(ctx, sbx); err != nil {
 		return ctrl.Result{}, err
 	}
 	now := r.now()
@@ -246,6 +249,7 @@ func record(sbx *sandboxv1.Sandbox, resp *vercel.SandboxResponse) observation {
 	}
 	o := observation{fromVercel: true, session: s, sessionID: s.ID, sameSession: st.SessionID == s.ID}
 	st.SessionID = s.ID
+	sessionStarted(sbx)
 	st.Routes = routes(resp.Routes)
 	st.StartedAt = msTime(s.StartedAt)
 	st.ExpiresAt = expiresAt(remote, s)
@@ -436,6 +440,9 @@ func (r *SandboxReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			predicate.AnnotationChangedPredicate{},
 		))).
 		Watches(&sandboxv1.SandboxSnapshot{}, handler.EnqueueRequestsFromMapFunc(r.snapshotRefRequests)).
+		// Metadata only: the cache holds no Secret value, and a new
+		// resourceVersion is enough to notice a rotation (sandbox_secrets.go).
+		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.secretRequests)).
 		WatchesRawSource(r.VercelHealth.sandboxRetrySource(mgr.GetCache())).
 		WithOptions(controllerOptions(r.MaxConcurrentReconciles, r.BackoffCap)).
 		Named("sandbox").
