@@ -259,8 +259,11 @@ func record(sbx *sandboxv1.Sandbox, resp *vercel.SandboxResponse) observation {
 				"Vercel keeps the filesystem when a session stops; a new session resumes it")
 		}
 	} else {
-		setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionResumable, metav1.ConditionFalse, sandboxv1.ReasonNotPersistent,
-			"spec.persistent is false: once its session stops, this sandbox cannot run again")
+		msg := "spec.persistent is false: once its session stops, this sandbox cannot run again"
+		if recreates(sbx.Spec.RecreatePolicy) {
+			msg = fmt.Sprintf("spec.persistent is false: once its session stops, it cannot resume; spec.recreatePolicy %s creates a new Vercel sandbox from spec.source instead", sbx.Spec.RecreatePolicy)
+		}
+		setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionResumable, metav1.ConditionFalse, sandboxv1.ReasonNotPersistent, msg)
 	}
 	switch s.Status {
 	case vercel.SessionPending:
