@@ -185,6 +185,7 @@ func (r *SandboxReconciler) reconcileSandbox(ctx context.Context, sbx *sandboxv1
 	for {
 		res, next, err := r.act(ctx, sbx, r.lifecycle(sbx, o, now))
 		if next == nil || err != nil {
+			settleSecrets(sbx)
 			return res, err
 		}
 		// The action answered with the sandbox's new state (a create, an
@@ -249,7 +250,6 @@ func record(sbx *sandboxv1.Sandbox, resp *vercel.SandboxResponse) observation {
 	}
 	o := observation{fromVercel: true, session: s, sessionID: s.ID, sameSession: st.SessionID == s.ID}
 	st.SessionID = s.ID
-	sessionStarted(sbx)
 	st.Routes = routes(resp.Routes)
 	st.StartedAt = msTime(s.StartedAt)
 	st.ExpiresAt = expiresAt(remote, s)

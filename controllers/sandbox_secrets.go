@@ -142,7 +142,7 @@ func markSecrets(sbx *sandboxv1.Sandbox, problem *secretError) {
 	case problem != nil:
 		setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionSecretsCurrent, metav1.ConditionFalse, classify(problem).reason,
 			problem.Error()+"; the Vercel sandbox keeps the values it was given")
-	case st.Secrets.StaleSession != "" && st.Secrets.StaleSession == st.SessionID:
+	case st.Secrets.StaleSession != "" && st.Secrets.StaleSession == st.SessionID && st.ExpiresAt != nil:
 		setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionSecretsCurrent, metav1.ConditionFalse, sandboxv1.ReasonSecretRotated,
 			fmt.Sprintf("Session %s keeps the env values of a rotated Secret until it stops; the next session gets the current ones", st.SessionID))
 	default:
@@ -152,11 +152,14 @@ func markSecrets(sbx *sandboxv1.Sandbox, problem *secretError) {
 	}
 }
 
-// sessionStarted clears a stale-session mark once another session runs:
-// sessions start with the env Vercel holds, which rotations updated.
-func sessionStarted(sbx *sandboxv1.Sandbox) {
-	if s := sbx.Status.Secrets; s != nil && s.StaleSession != "" && s.StaleSession != sbx.Status.SessionID &&
-		hasCondition(sbx.Status.Conditions, sandboxv1.ConditionSecretsCurrent, sandboxv1.ReasonSecretRotated) {
+// settleSecrets clears the stale-session mark once that session no longer
+// runs (it stopped, or another one runs): the next session starts with the
+// env Vercel holds, which the rotation updated. Called at the end of every
+// reconcile, on the status it is about to write.
+func settleSecrets(sbx *sandboxv1.Sandbox) {
+	st := &sbx.Status
+	if s := st.Secrets; s != nil && s.StaleSession != "" && (s.StaleSession != st.SessionID || st.ExpiresAt == nil) &&
+		hasCondition(st.Conditions, sandboxv1.ConditionSecretsCurrent, sandboxv1.ReasonSecretRotated) {
 		markSecrets(sbx, nil)
 	}
 }

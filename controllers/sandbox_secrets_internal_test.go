@@ -3,9 +3,11 @@ package controllers
 import (
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
@@ -72,18 +74,30 @@ func TestSecretDigest(t *testing.T) {
 }
 
 func TestMarkSecrets(t *testing.T) {
-	sbx := &sandboxv1.Sandbox{Status: sandboxv1.SandboxStatus{SessionID: "s1", Secrets: &sandboxv1.SecretsStatus{StaleSession: "s1"}}}
-	sbx.UID = types.UID("u")
-	markSecrets(sbx, nil)
+	running := func(session string) *sandboxv1.Sandbox {
+		sbx := &sandboxv1.Sandbox{Status: sandboxv1.SandboxStatus{SessionID: session, ExpiresAt: &metav1.Time{Time: time.Now()},
+			Secrets: &sandboxv1.SecretsStatus{StaleSession: "s1"}}}
+		sbx.UID = types.UID("u")
+		markSecrets(sbx, nil)
+		return sbx
+	}
+	sbx := running("s1")
+	settleSecrets(sbx)
 	c := meta.FindStatusCondition(sbx.Status.Conditions, sandboxv1.ConditionSecretsCurrent)
 	if c == nil || c.Reason != sandboxv1.ReasonSecretRotated || !strings.Contains(c.Message, "s1") {
 		t.Fatalf("stale session: %+v", c)
 	}
 	sbx.Status.SessionID = "s2"
-	sessionStarted(sbx)
+	settleSecrets(sbx)
 	c = meta.FindStatusCondition(sbx.Status.Conditions, sandboxv1.ConditionSecretsCurrent)
 	if c.Reason != sandboxv1.ReasonSecretsCurrent || sbx.Status.Secrets.StaleSession != "" {
 		t.Fatalf("after a new session: %+v, stale %q", c, sbx.Status.Secrets.StaleSession)
+	}
+	stopped := running("s1")
+	stopped.Status.ExpiresAt = nil
+	settleSecrets(stopped)
+	if c := meta.FindStatusCondition(stopped.Status.Conditions, sandboxv1.ConditionSecretsCurrent); c.Reason != sandboxv1.ReasonSecretsCurrent {
+		t.Fatalf("after the session stopped: %+v", c)
 	}
 	markSecrets(sbx, &secretError{name: "gone", missing: "secret"})
 	c = meta.FindStatusCondition(sbx.Status.Conditions, sandboxv1.ConditionSecretsCurrent)

@@ -2,6 +2,7 @@ package controllers_test
 
 import (
 	"context"
+	"net/http"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -109,7 +110,7 @@ var _ = Describe("Secret rotation", func() {
 	})
 
 	It("applies a rotated env value from the next session, and says the running one keeps the old", func() {
-		const oldValue, newValue = "key-RotateOldEnv1", "key-RotateNewEnv2"
+		const oldValue, newValue, thirdValue = "key-RotateOldEnv1", "key-RotateNewEnv2", "key-RotateThirdEnv3"
 		Expect(k8sClient.Create(ctx, &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "api"},
 			Data:       map[string][]byte{"key": []byte(oldValue)},
@@ -130,11 +131,23 @@ var _ = Describe("Secret rotation", func() {
 		Expect(getSandbox(key).Status.Secrets.StaleSession).To(Equal(first))
 		Expect(envIs(ctx, first, "API_KEY", oldValue)).To(BeTrue(), "a running session's env cannot change")
 
-		By("pausing and resuming it: the next session has the new value")
+		By("pausing it, then rotating again: the watch wakes the resting Sandbox, which nothing polls")
 		sbx = getSandbox(key)
 		sbx.Spec.State = sandboxv1.SandboxStateStopped
 		Expect(k8sClient.Update(ctx, sbx)).To(Succeed())
 		Eventually(func() sandboxv1.SandboxPhase { return getSandbox(key).Status.Phase }).Should(Equal(sandboxv1.SandboxStopped))
+		Eventually(secretsCurrent(key)).Should(HaveField("Status", metav1.ConditionTrue), "no session keeps old values")
+		// At rest nothing looks at it (no poll, no requeue): only the
+		// Secret watch can bring the rotation to it.
+		vercelName := getSandbox(key).Status.VercelName
+		reads := func() int { return len(recorder.requests(http.MethodGet, vercelName)) }
+		Eventually(func() bool { before := reads(); time.Sleep(2 * pollInterval); return reads() == before }, 30*time.Second).
+			Should(BeTrue(), "the resting Sandbox is still polled")
+		rotate("api", "key", thirdValue)
+		Eventually(func() []string { return eventsFor(key) }).Should(ContainElement("Normal SecretRotated: Secret api rotated: its env values apply from the next session"))
+		Expect(getSandbox(key).Status.Phase).To(Equal(sandboxv1.SandboxStopped), "a rotation does not resume it")
+
+		By("resuming it: the next session has the value of the last rotation")
 		sbx = getSandbox(key)
 		sbx.Spec.State = sandboxv1.SandboxStateRunning
 		Expect(k8sClient.Update(ctx, sbx)).To(Succeed())
@@ -144,11 +157,11 @@ var _ = Describe("Secret rotation", func() {
 			g.Expect(meta.IsStatusConditionTrue(s.Status.Conditions, sandboxv1.ConditionReady)).To(BeTrue())
 		}).Should(Succeed())
 		second := getSandbox(key).Status.SessionID
-		Expect(envIs(ctx, second, "API_KEY", newValue)).To(BeTrue(), "the next session's env")
+		Expect(envIs(ctx, second, "API_KEY", thirdValue)).To(BeTrue(), "the next session's env")
 		Eventually(secretsCurrent(key)).Should(HaveField("Status", metav1.ConditionTrue))
 		Expect(getSandbox(key).Status.Secrets.StaleSession).To(BeEmpty())
 
-		for _, v := range []string{oldValue, newValue} {
+		for _, v := range []string{oldValue, newValue, thirdValue} {
 			expectSecretNowhere(key, v)
 		}
 	})
