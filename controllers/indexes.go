@@ -24,11 +24,19 @@ const (
 	// "hash:<content-hash label>" (peers sharing a build) and
 	// "base:<baseSnapshotRef name>" (a layered recipe).
 	indexDependsOn = "sandbox.sentry.io/dependsOn"
+	// indexSecretRef: a Sandbox by the name of each Secret its spec
+	// references (env, injected headers, git credentials).
+	indexSecretRef = "sandbox.sentry.io/secretRef"
 )
 
 func indexSandboxes(ctx context.Context, mgr ctrl.Manager) error {
-	return indexRef(ctx, mgr, &sandboxv1.Sandbox{}, indexSnapshotRef, func(o client.Object) *sandboxv1.LocalObjectReference {
+	if err := indexRef(ctx, mgr, &sandboxv1.Sandbox{}, indexSnapshotRef, func(o client.Object) *sandboxv1.LocalObjectReference {
 		return o.(*sandboxv1.Sandbox).Spec.Source.SnapshotRef
+	}); err != nil {
+		return err
+	}
+	return mgr.GetFieldIndexer().IndexField(ctx, &sandboxv1.Sandbox{}, indexSecretRef, func(o client.Object) []string {
+		return referencedSecrets(&o.(*sandboxv1.Sandbox).Spec)
 	})
 }
 

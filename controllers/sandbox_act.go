@@ -131,6 +131,10 @@ func (r *SandboxReconciler) create(ctx context.Context, sbx *sandboxv1.Sandbox) 
 		st.BootedFrom.ContentHash = r.bootedContentHash(ctx, sbx, *id)
 	}
 	st.ObservedGeneration = sbx.Generation
+	if st.Secrets != nil {
+		st.Secrets.StaleSession = ""
+	}
+	recordSecrets(sbx, secrets)
 	o := record(sbx, resp)
 	return ctrl.Result{}, &o, nil
 }
@@ -205,6 +209,22 @@ func (r *SandboxReconciler) refuseAdoption(sbx *sandboxv1.Sandbox, msg string) (
 // running session.
 func (r *SandboxReconciler) update(ctx context.Context, sbx *sandboxv1.Sandbox, sessionID string) error {
 	secrets := &secretReader{reader: r.APIReader, namespace: sbx.Namespace}
+	if err := r.apply(ctx, sbx, sessionID, secrets); err != nil {
+		return err
+	}
+	r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Updated", "Update", "Applied spec generation %d to Vercel sandbox %s", sbx.Generation, sbx.Status.VercelName)
+	sbx.Status.ObservedGeneration = sbx.Generation
+	// Git credentials serve only a creation: one that cannot be read does
+	// not hold up an update, it is reported by refreshSecrets.
+	_ = readGitCredentials(ctx, secrets, &sbx.Spec.Source)
+	recordSecrets(sbx, secrets)
+	return nil
+}
+
+// apply sends the spec, with the Secret values secrets reads, to the Vercel
+// sandbox (for its next sessions) and the network policy to the running
+// session sessionID, if any.
+func (r *SandboxReconciler) apply(ctx context.Context, sbx *sandboxv1.Sandbox, sessionID string, secrets *secretReader) error {
 	cfg, err := buildConfig(ctx, secrets, &sbx.Spec)
 	if err != nil {
 		return err
@@ -235,8 +255,6 @@ func (r *SandboxReconciler) update(ctx context.Context, sbx *sandboxv1.Sandbox, 
 			return redact(fmt.Errorf("update network policy of session %s: %w", sessionID, err), secrets.values)
 		}
 	}
-	r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Updated", "Update", "Applied spec generation %d to Vercel sandbox %s", sbx.Generation, sbx.Status.VercelName)
-	sbx.Status.ObservedGeneration = sbx.Generation
 	return nil
 }
 

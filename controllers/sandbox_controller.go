@@ -34,8 +34,8 @@ const (
 // SandboxReconciler makes each Sandbox one Vercel named sandbox.
 type SandboxReconciler struct {
 	client.Client
-	// APIReader reads Secrets uncached, so the manager neither lists nor
-	// watches Secrets.
+	// APIReader reads Secrets uncached: the manager watches only their
+	// metadata, so no Secret value is cached.
 	APIReader client.Reader
 	Vercel    SandboxAPI
 	Recorder  events.EventRecorder
@@ -101,7 +101,7 @@ type SandboxReconciler struct {
 // +kubebuilder:rbac:groups=sandbox.sentry.io,resources=sandboxes,verbs=get;list;watch;update;patch;delete
 // +kubebuilder:rbac:groups=sandbox.sentry.io,resources=sandboxes/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=sandbox.sentry.io,resources=sandboxes/finalizers,verbs=update
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile observes the Vercel sandbox of one Sandbox, decides the next step
@@ -167,6 +167,9 @@ func (r *SandboxReconciler) reconcileSandbox(ctx context.Context, sbx *sandboxv1
 	if err := r.markSnapshotOutdated(ctx, sbx); err != nil {
 		return ctrl.Result{}, err
 	}
+	if err := r.refreshSecrets(ctx, sbx); err != nil {
+		return ctrl.Result{}, err
+	}
 	now := r.now()
 	o, ok := r.fromStatus(sbx, now)
 	if !ok {
@@ -187,6 +190,7 @@ func (r *SandboxReconciler) reconcileSandbox(ctx context.Context, sbx *sandboxv1
 	for {
 		res, next, err := r.act(ctx, sbx, r.lifecycle(sbx, o, now))
 		if next == nil || err != nil {
+			settleSecrets(sbx)
 			return res, err
 		}
 		// The action answered with the sandbox's new state (a create, an
@@ -260,8 +264,11 @@ func record(sbx *sandboxv1.Sandbox, resp *vercel.SandboxResponse) observation {
 				"Vercel keeps the filesystem when a session stops; a new session resumes it")
 		}
 	} else {
-		setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionResumable, metav1.ConditionFalse, sandboxv1.ReasonNotPersistent,
-			"spec.persistent is false: once its session stops, this sandbox cannot run again")
+		msg := "spec.persistent is false: once its session stops, this sandbox cannot run again"
+		if recreates(sbx.Spec.RecreatePolicy) {
+			msg = fmt.Sprintf("spec.persistent is false: once its session stops, it cannot resume; spec.recreatePolicy %s creates a new Vercel sandbox from spec.source instead", sbx.Spec.RecreatePolicy)
+		}
+		setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionResumable, metav1.ConditionFalse, sandboxv1.ReasonNotPersistent, msg)
 	}
 	switch s.Status {
 	case vercel.SessionPending:
@@ -441,6 +448,9 @@ func (r *SandboxReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			predicate.AnnotationChangedPredicate{},
 		))).
 		Watches(&sandboxv1.SandboxSnapshot{}, handler.EnqueueRequestsFromMapFunc(r.snapshotRefRequests)).
+		// Metadata only: the cache holds no Secret value, and a new
+		// resourceVersion is enough to notice a rotation (sandbox_secrets.go).
+		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.secretRequests)).
 		WatchesRawSource(r.VercelHealth.sandboxRetrySource(mgr.GetCache())).
 		WatchesRawSource(r.Quota.sandboxSource()).
 		WithOptions(controllerOptions(r.MaxConcurrentReconciles, r.BackoffCap)).

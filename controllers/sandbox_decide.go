@@ -183,8 +183,14 @@ func decide(l lifecycle) decision {
 		if recreates(l.recreate) && l.wantRunning() {
 			return decision{action: actRecreate, recreateWhy: sandboxv1.ReasonNotFound}
 		}
+		next := "Delete and re-create this Sandbox to get a new one."
+		if recreates(l.recreate) {
+			// It should not run now (spec.state Stopped, or past its
+			// shutdown time): the policy recreates it once it should.
+			next = fmt.Sprintf("spec.recreatePolicy %s creates a new one from spec.source when it should run again.", l.recreate)
+		}
 		d := decision{noSession: true, ready: &readiness{sandboxv1.SandboxFailed, metav1.ConditionFalse, sandboxv1.ReasonNotFound,
-			fmt.Sprintf("Vercel sandbox %s no longer exists; it was deleted outside the operator. Delete and re-create this Sandbox to get a new one.", l.name)}}
+			fmt.Sprintf("Vercel sandbox %s no longer exists; it was deleted outside the operator. %s", l.name, next)}}
 		if l.phase != sandboxv1.SandboxFailed || l.ready != sandboxv1.ReasonNotFound {
 			d.event = &event{corev1.EventTypeWarning, sandboxv1.ReasonNotFound,
 				fmt.Sprintf("Vercel sandbox %s no longer exists; it was deleted outside the operator", l.name)}
@@ -243,7 +249,7 @@ func decideRunning(l lifecycle) decision {
 		}
 		msg := fmt.Sprintf("Session %s stopped because %s", o.sessionID, why)
 		if !l.persistent {
-			msg += cannotRunAgain
+			msg += cannotResume(l.recreate)
 		}
 		return decision{action: actStop, stopEvent: stopEvent, stopWhy: why,
 			ready:   &readiness{sandboxv1.SandboxStopped, metav1.ConditionFalse, reason, msg},
@@ -293,7 +299,7 @@ func decideStopped(l lifecycle) decision {
 	}
 	msg := l.stopMessage(reason)
 	if !l.persistent {
-		msg += cannotRunAgain
+		msg += cannotResume(l.recreate)
 	}
 	if reason != l.ready {
 		// Reported even when a heartbeat resumes the sandbox right away.
@@ -356,8 +362,18 @@ func (l lifecycle) stopMessage(reason string) string {
 }
 
 // cannotRunAgain ends the message about a stopped session of a sandbox that
-// is not persistent.
+// is not persistent and is never recreated.
 const cannotRunAgain = "; spec.persistent is false, so it cannot run again: delete and re-create this Sandbox for a new one"
+
+// cannotResume ends the message about a stopped session of a sandbox that is
+// not persistent: it cannot resume, and only a recreatePolicy that recreates
+// gone sandboxes runs it again, in a new Vercel sandbox.
+func cannotResume(policy sandboxv1.RecreatePolicy) string {
+	if recreates(policy) {
+		return fmt.Sprintf("; spec.persistent is false, so it cannot resume: spec.recreatePolicy %s creates a new Vercel sandbox from spec.source when it should run again", policy)
+	}
+	return cannotRunAgain
+}
 
 // restingRequeue is when a Sandbox whose session stops at stoppedAt needs the
 // controller again without any change to it: for its shutdown or its idle

@@ -101,6 +101,12 @@ func TestDecide(t *testing.T) {
 				event: &event{corev1.EventTypeWarning, sandboxv1.ReasonNotFound, "Vercel sandbox ns-box-1234 no longer exists; it was deleted outside the operator"},
 				ready: &readiness{sandboxv1.SandboxFailed, metav1.ConditionFalse, sandboxv1.ReasonNotFound,
 					"Vercel sandbox ns-box-1234 no longer exists; it was deleted outside the operator. Delete and re-create this Sandbox to get a new one."}}},
+		{"deleted outside while spec.state is Stopped, recreatePolicy OnGone: reported, recreated once it should run",
+			with(observation{state: remoteMissing, fromVercel: true}, func(l *lifecycle) { l.stopped, l.recreate = true, sandboxv1.RecreateOnGone }),
+			decision{noSession: true,
+				event: &event{corev1.EventTypeWarning, sandboxv1.ReasonNotFound, "Vercel sandbox ns-box-1234 no longer exists; it was deleted outside the operator"},
+				ready: &readiness{sandboxv1.SandboxFailed, metav1.ConditionFalse, sandboxv1.ReasonNotFound,
+					"Vercel sandbox ns-box-1234 no longer exists; it was deleted outside the operator. spec.recreatePolicy OnGone creates a new one from spec.source when it should run again."}}},
 		{"still missing, already reported: no second event",
 			with(observation{state: remoteMissing, fromVercel: true}, func(l *lifecycle) { l.phase, l.ready = sandboxv1.SandboxFailed, sandboxv1.ReasonNotFound }),
 			decision{noSession: true, ready: &readiness{sandboxv1.SandboxFailed, metav1.ConditionFalse, sandboxv1.ReasonNotFound,
@@ -164,6 +170,12 @@ func TestDecide(t *testing.T) {
 			decision{action: actStop, stopEvent: "ShutdownStop", stopWhy: "spec.shutdownTime has come",
 				ready: &readiness{sandboxv1.SandboxStopped, metav1.ConditionFalse, sandboxv1.ReasonShutdownTime,
 					"Session sbx_sess1 stopped because spec.shutdownTime has come" + cannotRunAgain}}},
+		{"running, spec.state Stopped, not persistent, recreatePolicy OnGone: stop, and say a new sandbox comes when it should run",
+			with(running, func(l *lifecycle) { l.stopped, l.persistent, l.recreate = true, false, sandboxv1.RecreateOnGone }),
+			decision{action: actStop, stopEvent: "Stopped", stopWhy: "spec.state is Stopped",
+				ready: &readiness{sandboxv1.SandboxStopped, metav1.ConditionFalse, sandboxv1.ReasonStopped,
+					"Session sbx_sess1 stopped because spec.state is Stopped; spec.persistent is false, so it cannot resume: " +
+						"spec.recreatePolicy OnGone creates a new Vercel sandbox from spec.source when it should run again"}}},
 
 		// A stopped session, freshly looked at: why it stopped.
 		{"stopped at its deadline without heartbeat: Idle, reported",

@@ -149,6 +149,13 @@ var _ = Describe("Sandbox end of life", func() {
 			setState(key, sandboxv1.SandboxStateStopped)
 			Eventually(readyCondition(key)).Should(HaveField("Reason", sandboxv1.ReasonStopped))
 			Expect(getSandbox(key).Status.Recreations).To(BeZero(), "a stop that was asked for recreates nothing")
+			// The messages say what the policy will do, not what it would without one.
+			ready := readyCondition(key)(Default)
+			Expect(ready.Message).To(ContainSubstring("spec.recreatePolicy OnGone creates a new Vercel sandbox"))
+			Expect(ready.Message).NotTo(ContainSubstring("cannot run again"))
+			resumable := meta.FindStatusCondition(getSandbox(key).Status.Conditions, sandboxv1.ConditionResumable)
+			Expect(resumable).NotTo(BeNil())
+			Expect(resumable.Message).To(And(ContainSubstring("spec.recreatePolicy OnGone"), Not(ContainSubstring("cannot run again"))))
 
 			setState(key, sandboxv1.SandboxStateRunning)
 			Eventually(recreated(key)).Should(And(Not(BeNil()), HaveField("Reason", sandboxv1.ReasonNotPersistent)))

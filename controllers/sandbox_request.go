@@ -32,6 +32,9 @@ type secretReader struct {
 	namespace string
 	cache     map[string]*corev1.Secret
 	values    []string
+	// keys holds, per Secret, the keys read from it (sandbox_secrets.go
+	// digests their values).
+	keys map[string]map[string]bool
 }
 
 func (s *secretReader) value(ctx context.Context, name, key string) (string, error) {
@@ -62,6 +65,13 @@ func (s *secretReader) value(ctx context.Context, name, key string) (string, err
 	if len(v) > 0 {
 		s.values = append(s.values, string(v))
 	}
+	if s.keys == nil {
+		s.keys = map[string]map[string]bool{}
+	}
+	if s.keys[name] == nil {
+		s.keys[name] = map[string]bool{}
+	}
+	s.keys[name][key] = true
 	return string(v), nil
 }
 

@@ -471,6 +471,16 @@ func (r *SandboxSnapshotReconciler) drive(ctx context.Context, snap *sandboxv1.S
 	}
 	b.SharedWith = ""
 	if b.BuilderName != name {
+		if old := b.BuilderName; old != "" && !b.Failed {
+			// The build under the recorded name was cut short (the base's
+			// content changed mid-build, so the hash and the name did): its
+			// builder serves nothing now. Deleted before the new name
+			// replaces the only record of it, else it would run, and bill,
+			// until its timeout. A failed build deleted its own.
+			if _, err := r.deleteBuilder(ctx, snap, old, "Build"); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
 		// A new build: its builder's name is recorded before the builder is
 		// created, so a delete after a crash finds it (and deletes it, or
 		// nothing if it was never created), and a retry adopts it by name.

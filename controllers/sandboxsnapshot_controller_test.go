@@ -623,6 +623,37 @@ var _ = Describe("SandboxSnapshot recipes", func() {
 		Expect(string(out)).To(Equal("base\nlayer\n"))
 	})
 
+	It("deletes the builder of a build its base's new content cut short before building anew", func() {
+		base := types.NamespacedName{Namespace: ns, Name: "base"}
+		baseRecipe := func(content string) sandboxv1.SandboxSnapshotSpec {
+			return recipeSpec(sandboxv1.SnapshotRecipe{Runtime: node("node24"), Setup: []sandboxv1.RecipeCommand{sh("base", "echo "+content+" > /vercel/sandbox/base.txt")}})
+		}
+		newSnapshot(ns, base.Name, baseRecipe("one"))
+		waitSnapshotReady(base, 90*time.Second)
+		layer := types.NamespacedName{Namespace: ns, Name: "layer"}
+		newSnapshot(ns, layer.Name, recipeSpec(sandboxv1.SnapshotRecipe{
+			BaseSnapshotRef: &sandboxv1.LocalObjectReference{Name: "base"},
+			Setup:           []sandboxv1.RecipeCommand{sh("slow", "sleep 20")},
+		}))
+		var first string
+		Eventually(func(g Gomega) {
+			b := getSnapshotObj(layer).Status.Build
+			g.Expect(b).NotTo(BeNil())
+			g.Expect(b.BuilderName).NotTo(BeEmpty())
+			first = b.BuilderName
+			g.Expect(liveBuilders()).To(ContainElement(first))
+		}, 60*time.Second).Should(Succeed())
+
+		By("replacing the base with other content while the layer builds")
+		deleteAndWait(base)
+		newSnapshot(ns, base.Name, baseRecipe("two"))
+		waitSnapshotReady(base, 90*time.Second)
+		Eventually(func() string { return getSnapshotObj(layer).Status.Build.BuilderName }, 30*time.Second).ShouldNot(Equal(first))
+		Eventually(liveBuilders, 15*time.Second).ShouldNot(ContainElement(first), "the cut-short build's builder is deleted")
+		deleteAndWait(layer)
+		Eventually(liveBuilders).Should(BeEmpty())
+	})
+
 	It("reports a failed step with its exit code and output, deletes the builder and does not retry", func() {
 		key := types.NamespacedName{Namespace: ns, Name: "broken"}
 		newSnapshot(ns, key.Name, recipeSpec(sandboxv1.SnapshotRecipe{

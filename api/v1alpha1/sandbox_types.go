@@ -100,6 +100,15 @@ const (
 	// ReasonSnapshotCurrent is set on SnapshotOutdated=False: the sandbox
 	// booted from the SandboxSnapshot's current content.
 	ReasonSnapshotCurrent = "SnapshotCurrent"
+	// ReasonSecretsCurrent is set on SecretsCurrent=True: Vercel holds the
+	// current values of every Secret the spec references.
+	ReasonSecretsCurrent = "SecretsCurrent"
+	// ReasonSecretRotated is set on SecretsCurrent=False while the running
+	// session keeps env values of a Secret that rotated since it started:
+	// Vercel cannot change a running session's environment, so the next
+	// session (after a stop and resume, or a recreation) gets the new values.
+	// It is also the reason of the event announcing each rotation.
+	ReasonSecretRotated = "SecretRotated"
 	// ReasonReconcilePaused is set on Paused=True while the object carries the
 	// sandbox.sentry.io/paused: "true" annotation.
 	ReasonReconcilePaused = "ReconcilePaused"
@@ -126,6 +135,12 @@ const (
 	// ConditionPaused is True while reconciling is paused by the
 	// sandbox.sentry.io/paused annotation; it is removed when unpaused.
 	ConditionPaused = "Paused"
+	// ConditionSecretsCurrent, set while the spec references Secrets, says
+	// whether the Vercel sandbox has their current values: False with reason
+	// SecretRotated while the running session keeps rotated env values until
+	// its next session, or SecretNotFound / SecretRefused while a referenced
+	// Secret cannot be read (the session keeps the values it was given).
+	ConditionSecretsCurrent = "SecretsCurrent"
 )
 
 // Annotations that carry a client's intent.
@@ -740,7 +755,8 @@ type SandboxStatus struct {
 	// conditions: Ready (the session runs and setup succeeded), Synced (the
 	// last reconcile reached Vercel and succeeded), Resumable (a stopped
 	// session can be resumed), Paused (reconciling is paused by annotation),
-	// Recreated (the Vercel sandbox was recreated, and why) and, with a
+	// Recreated (the Vercel sandbox was recreated, and why), SecretsCurrent
+	// (Vercel has the referenced Secrets' current values) and, with a
 	// snapshotRef source, ResolvedRefs (the SandboxSnapshot exists) and
 	// SnapshotOutdated (its content changed since the sandbox booted).
 	// +optional
@@ -802,6 +818,44 @@ type SandboxStatus struct {
 	// never leaves two Vercel sandboxes for one object.
 	// +optional
 	Recreations int32 `json:"recreations,omitempty"`
+	// secrets records which values of the referenced Secrets Vercel holds,
+	// as digests (never the values), so that a rotated Secret is detected
+	// and applied without a spec change.
+	// +optional
+	Secrets *SecretsStatus `json:"secrets,omitempty"`
+}
+
+// SecretsStatus records the referenced Secrets' values given to Vercel.
+type SecretsStatus struct {
+	// applied lists, per referenced Secret, the version and digest of the
+	// values Vercel was given.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	Applied []AppliedSecret `json:"applied,omitempty"`
+	// staleSession is the running session when it started with env values
+	// of a Secret that rotated since: it keeps them until it stops.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	StaleSession string `json:"staleSession,omitempty"`
+}
+
+// AppliedSecret is one referenced Secret as Vercel was given it.
+type AppliedSecret struct {
+	// name of the Secret in this namespace.
+	// +required
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// resourceVersion of the Secret when it was read.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	ResourceVersion string `json:"resourceVersion,omitempty"`
+	// digest identifies the values of the Secret's referenced keys: a
+	// truncated SHA-256 over them and this object's UID. Not the values.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Digest string `json:"digest,omitempty"`
 }
 
 // Sandbox is one Vercel named sandbox: its sessions (VM boots) come and go, the

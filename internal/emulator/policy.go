@@ -370,3 +370,60 @@ func checkRule(raw json.RawMessage, f, domain string) (*vercel.InjectionRule, *v
 		return nil, nil, nil
 	}
 }
+
+// InjectedHeaders returns the headers the network policy of session id
+// injects, by domain, with their values: what Vercel's egress proxy would add
+// to the session's requests. The API never answers with the values (form C);
+// this lets a test see that a rotated value reached the session. False when
+// the session is unknown.
+func (e *Emulator) InjectedHeaders(id string) (map[string]map[string]string, bool) {
+	e.mu.Lock()
+	defer e.unlock()
+	s, ok := e.st.sessions[id]
+	if !ok {
+		return nil, false
+	}
+	return s.policy.injectedHeaders(), true
+}
+
+// injectedHeaders reads the header values of a mode-form policy's injection
+// rules, and of an allow-form policy's transform rules.
+func (p *policySpec) injectedHeaders() map[string]map[string]string {
+	out := map[string]map[string]string{}
+	if p == nil {
+		return out
+	}
+	add := func(domain string, h map[string]string) {
+		if len(h) == 0 {
+			return
+		}
+		if out[domain] == nil {
+			out[domain] = map[string]string{}
+		}
+		for k, v := range h {
+			out[domain][k] = v
+		}
+	}
+	var a policyA
+	if json.Unmarshal(p.raw, &a) == nil && a.Mode != nil {
+		for _, r := range a.InjectionRules {
+			if r.Domain != nil {
+				add(*r.Domain, r.Headers)
+			}
+		}
+		return out
+	}
+	var b struct {
+		Allow map[string][]ruleBody `json:"allow"`
+	}
+	if json.Unmarshal(p.raw, &b) == nil {
+		for d, rules := range b.Allow {
+			for _, r := range rules {
+				for _, t := range r.Transform {
+					add(d, t.Headers)
+				}
+			}
+		}
+	}
+	return out
+}

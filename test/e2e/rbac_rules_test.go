@@ -68,15 +68,16 @@ func TestLeastPrivilegeViolations(t *testing.T) {
 	}{
 		{"get secrets", rule(core, []string{"secrets"}, []string{"get"}), 0},
 		{"sandboxes", rule([]string{"sandbox.sentry.io"}, []string{"sandboxes", "sandboxes/status"}, []string{"get", "list", "watch", "patch"}), 0},
-		{"list secrets", rule(core, []string{"secrets"}, []string{"get", "list"}), 1},
-		{"watch secrets", rule(core, []string{"configmaps", "secrets"}, []string{"watch"}), 1},
+		{"list and watch secrets", rule(core, []string{"secrets"}, []string{"get", "list", "watch"}), 0},
+		{"create secrets", rule(core, []string{"configmaps", "secrets"}, []string{"create"}), 1},
 		{"update secrets", rule(core, []string{"secrets"}, []string{"update", "delete"}), 2},
+		{"patch secrets", rule(core, []string{"secrets"}, []string{"watch", "patch", "deletecollection"}), 2},
 		{"list configmaps", rule(core, []string{"configmaps"}, []string{"list"}), 0},
 		{"secrets of another group", rule([]string{"example.com"}, []string{"secrets"}, []string{"list"}), 0},
 		{"verb wildcard", rule([]string{"sandbox.sentry.io"}, []string{"sandboxes"}, []string{"*"}), 1},
 		{"resource wildcard", rule([]string{"sandbox.sentry.io"}, []string{"*"}, []string{"get"}), 1},
 		{"group wildcard", rule([]string{"*"}, []string{"sandboxes"}, []string{"get"}), 1},
-		{"core resource wildcard lists secrets", rule(core, []string{"*"}, []string{"list"}), 2},
+		{"core resource wildcard patches secrets", rule(core, []string{"*"}, []string{"patch"}), 2},
 		{"secrets subresource", rule(core, []string{"secrets/status"}, []string{"patch"}), 1},
 		{"non-resource wildcard", []grant{{from: "test", rule: rbacv1.PolicyRule{NonResourceURLs: []string{"/metrics/*"}, Verbs: []string{"get"}}}}, 1},
 	} {
@@ -257,8 +258,14 @@ func aggregatedRules(t *testing.T, o rbacObjects, r rbacv1.ClusterRole) []rbacv1
 	return rules
 }
 
+// secretVerbs are the verbs the manager may hold on Secrets: it reads the
+// ones a Sandbox references (get) and watches their metadata to notice a
+// rotation (list, watch; RBAC cannot grant a metadata-only watch). It never
+// writes one.
+var secretVerbs = []string{"get", "list", "watch"}
+
 // leastPrivilegeViolations lists the wildcards among grants and every verb
-// on Secrets other than get.
+// on Secrets other than secretVerbs.
 func leastPrivilegeViolations(grants []grant) []string {
 	var out []string
 	for _, g := range grants {
@@ -272,8 +279,8 @@ func leastPrivilegeViolations(grants []grant) []string {
 		}
 		if (slices.Contains(r.APIGroups, "") || slices.Contains(r.APIGroups, "*")) && touchesSecrets(r.Resources) {
 			for _, v := range r.Verbs {
-				if v != "get" {
-					out = append(out, fmt.Sprintf("verb %q on Secrets (only get is allowed): %v", v, g))
+				if !slices.Contains(secretVerbs, v) {
+					out = append(out, fmt.Sprintf("verb %q on Secrets (only %s are allowed): %v", v, strings.Join(secretVerbs, ", "), g))
 				}
 			}
 		}
@@ -350,6 +357,7 @@ func checkLiveManagerRBAC(t *testing.T, e *env) {
 	// The positive answers prove the question reaches the manager's rules
 	// (a mistyped user would be refused everything).
 	canI(true, "get", "secrets", "-A")
+	canI(true, "watch", "secrets", "-A")
 	canI(true, "list", "sandboxes.sandbox.sentry.io", "-A")
 	canI(true, "update", "sandboxforks.sandbox.sentry.io", "--subresource=status", "-A")
 	canI(true, "update", "sandboxquotas.sandbox.sentry.io", "--subresource=status", "-A")
@@ -357,7 +365,7 @@ func checkLiveManagerRBAC(t *testing.T, e *env) {
 	canI(false, "update", "sandboxquotas.sandbox.sentry.io", "-A")
 	canI(true, "create", "events.events.k8s.io", "-n", "default")
 	canI(true, "create", "leases.coordination.k8s.io", "-n", systemNamespace)
-	for _, verb := range []string{"list", "watch", "create", "update", "patch", "delete", "deletecollection"} {
+	for _, verb := range []string{"create", "update", "patch", "delete", "deletecollection"} {
 		canI(false, verb, "secrets", "-A")
 		canI(false, verb, "secrets", "-n", systemNamespace)
 	}
@@ -387,8 +395,8 @@ func checkLiveManagerRBAC(t *testing.T, e *env) {
 				t.Errorf("can-i --list -n %s: wildcard for the manager: %s", ns, r.line)
 			}
 			if r.resource == "secrets" || strings.HasPrefix(r.resource, "secrets/") {
-				if !slices.Equal(r.verbs, []string{"get"}) {
-					t.Errorf("can-i --list -n %s: Secrets verbs %q, want only get: %s", ns, r.verbs, r.line)
+				if !slices.Equal(slices.Sorted(slices.Values(r.verbs)), secretVerbs) {
+					t.Errorf("can-i --list -n %s: Secrets verbs %q, want only %q: %s", ns, r.verbs, secretVerbs, r.line)
 				}
 			}
 		}

@@ -24,6 +24,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 	// Group=sandbox.sentry.io, Version=v1alpha1
 	case v1alpha1.SchemeGroupVersion.WithKind("AdoptSource"):
 		return &apiv1alpha1.AdoptSourceApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("AppliedSecret"):
+		return &apiv1alpha1.AppliedSecretApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("BootedFrom"):
 		return &apiv1alpha1.BootedFromApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("EnvVar"):
@@ -104,6 +106,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apiv1alpha1.SandboxStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SecretKeySelector"):
 		return &apiv1alpha1.SecretKeySelectorApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SecretsStatus"):
+		return &apiv1alpha1.SecretsStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SetupCommand"):
 		return &apiv1alpha1.SetupCommandApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SetupStatus"):

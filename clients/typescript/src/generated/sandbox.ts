@@ -577,7 +577,8 @@ export interface SandboxStatus {
    * conditions: Ready (the session runs and setup succeeded), Synced (the
    * last reconcile reached Vercel and succeeded), Resumable (a stopped
    * session can be resumed), Paused (reconciling is paused by annotation),
-   * Recreated (the Vercel sandbox was recreated, and why) and, with a
+   * Recreated (the Vercel sandbox was recreated, and why), SecretsCurrent
+   * (Vercel has the referenced Secrets' current values) and, with a
    * snapshotRef source, ResolvedRefs (the SandboxSnapshot exists) and
    * SnapshotOutdated (its content changed since the sandbox booted).
    *
@@ -706,6 +707,47 @@ export interface SandboxStatus {
      */
     url: string;
   }>;
+  /**
+   * secrets records which values of the referenced Secrets Vercel holds,
+   * as digests (never the values), so that a rotated Secret is detected
+   * and applied without a spec change.
+   */
+  secrets?: {
+    /**
+     * applied lists, per referenced Secret, the version and digest of the
+     * values Vercel was given.
+     *
+     * maxItems: 64
+     */
+    applied?: Array<{
+      /**
+       * digest identifies the values of the Secret's referenced keys: a
+       * truncated SHA-256 over them and this object's UID. Not the values.
+       *
+       * maxLength: 64
+       */
+      digest?: string;
+      /**
+       * name of the Secret in this namespace.
+       *
+       * maxLength: 253
+       */
+      name: string;
+      /**
+       * resourceVersion of the Secret when it was read.
+       *
+       * maxLength: 64
+       */
+      resourceVersion?: string;
+    }>;
+    /**
+     * staleSession is the running session when it started with env values
+     * of a Secret that rotated since: it keeps them until it stops.
+     *
+     * maxLength: 64
+     */
+    staleSession?: string;
+  };
   /**
    * sessionID is the id of the current Vercel session (sbx_…), for data-plane
    * calls such as running a command.

@@ -35,6 +35,18 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: name
       type:
         scalar: string
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.AppliedSecret
+  map:
+    fields:
+    - name: digest
+      type:
+        scalar: string
+    - name: name
+      type:
+        scalar: string
+    - name: resourceVersion
+      type:
+        scalar: string
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.BootedFrom
   map:
     fields:
@@ -765,6 +777,9 @@ var schemaYAML = typed.YAMLObject(`types:
           elementRelationship: associative
           keys:
           - port
+    - name: secrets
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SecretsStatus
     - name: sessionID
       type:
         scalar: string
@@ -787,6 +802,20 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         scalar: string
     - name: name
+      type:
+        scalar: string
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.SecretsStatus
+  map:
+    fields:
+    - name: applied
+      type:
+        list:
+          elementType:
+            namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.AppliedSecret
+          elementRelationship: associative
+          keys:
+          - name
+    - name: staleSession
       type:
         scalar: string
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.SetupCommand

@@ -25,7 +25,8 @@ type SandboxStatusApplyConfiguration struct {
 	// conditions: Ready (the session runs and setup succeeded), Synced (the
 	// last reconcile reached Vercel and succeeded), Resumable (a stopped
 	// session can be resumed), Paused (reconciling is paused by annotation),
-	// Recreated (the Vercel sandbox was recreated, and why) and, with a
+	// Recreated (the Vercel sandbox was recreated, and why), SecretsCurrent
+	// (Vercel has the referenced Secrets' current values) and, with a
 	// snapshotRef source, ResolvedRefs (the SandboxSnapshot exists) and
 	// SnapshotOutdated (its content changed since the sandbox booted).
 	Conditions []v1.ConditionApplyConfiguration `json:"conditions,omitempty"`
@@ -63,6 +64,10 @@ type SandboxStatusApplyConfiguration struct {
 	// Vercel name (status.vercelName) ends in -r<recreations>, so a crash
 	// never leaves two Vercel sandboxes for one object.
 	Recreations *int32 `json:"recreations,omitempty"`
+	// secrets records which values of the referenced Secrets Vercel holds,
+	// as digests (never the values), so that a rotated Secret is detected
+	// and applied without a spec change.
+	Secrets *SecretsStatusApplyConfiguration `json:"secrets,omitempty"`
 }
 
 // SandboxStatusApplyConfiguration constructs a declarative configuration of the SandboxStatus type for use with
@@ -198,5 +203,13 @@ func (b *SandboxStatusApplyConfiguration) WithLastHandledReconcileAt(value strin
 // If called multiple times, the Recreations field is set to the value of the last call.
 func (b *SandboxStatusApplyConfiguration) WithRecreations(value int32) *SandboxStatusApplyConfiguration {
 	b.Recreations = &value
+	return b
+}
+
+// WithSecrets sets the Secrets field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Secrets field is set to the value of the last call.
+func (b *SandboxStatusApplyConfiguration) WithSecrets(value *SecretsStatusApplyConfiguration) *SandboxStatusApplyConfiguration {
+	b.Secrets = value
 	return b
 }

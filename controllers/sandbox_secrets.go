@@ -1,0 +1,337 @@
+package controllers
+
+// Secret rotation: a Sandbox records, per referenced Secret, the
+// resourceVersion and a digest of the values Vercel was given
+// (status.secrets). The manager watches Secrets' metadata only — never their
+// values — so a changed resourceVersion wakes the Sandboxes that reference
+// the Secret; they read it again (uncached) and, when the digest changed,
+// apply it: injected headers reach the running session at once (Vercel
+// updates a session's network policy), env values and git credentials the
+// next session or creation (Vercel cannot change a running session's
+// environment). docs/sandbox.md, "Secret rotation".
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+	"github.com/getsentry/sandbox-controller/internal/vercel"
+)
+
+// secretUse is how a spec uses a Secret; one Secret may serve several uses.
+type secretUse uint8
+
+const (
+	useHeaders secretUse = 1 << iota // spec.networkPolicy.injectHeaders
+	useEnv                           // spec.env valueFrom
+	useGit                           // spec.source.git.credentials
+)
+
+// secretUses maps each Secret the spec references to its uses.
+func secretUses(spec *sandboxv1.SandboxSpec) map[string]secretUse {
+	uses := map[string]secretUse{}
+	for _, e := range spec.Env {
+		if e.ValueFrom != nil {
+			uses[e.ValueFrom.SecretKeyRef.Name] |= useEnv
+		}
+	}
+	if np := spec.NetworkPolicy; np != nil {
+		for _, inj := range np.InjectHeaders {
+			for _, h := range inj.Headers {
+				uses[h.ValueFrom.SecretKeyRef.Name] |= useHeaders
+			}
+		}
+	}
+	if g := spec.Source.Git; g != nil && g.Credentials != nil {
+		uses[g.Credentials.SecretName] |= useGit
+	}
+	return uses
+}
+
+// referencedSecrets is the sorted names of the Secrets the spec references.
+func referencedSecrets(spec *sandboxv1.SandboxSpec) []string {
+	uses := secretUses(spec)
+	names := make([]string, 0, len(uses))
+	for n := range uses {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// readGitCredentials reads the git credentials of spec.source, if any, so
+// they are digested with the rest.
+func readGitCredentials(ctx context.Context, secrets *secretReader, src *sandboxv1.SandboxSource) error {
+	if src.Git == nil || src.Git.Credentials == nil {
+		return nil
+	}
+	for _, key := range []string{"username", "password"} {
+		if _, err := secrets.value(ctx, src.Git.Credentials.SecretName, key); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// secretDigest identifies the values of the keys read from one Secret. It is
+// salted with the object's UID, so equal values in two Sandboxes do not show
+// as equal digests, and truncated: it tells versions apart, nothing more.
+func secretDigest(uid types.UID, name string, sec *corev1.Secret, keys map[string]bool) string {
+	sorted := make([]string, 0, len(keys))
+	for k := range keys {
+		sorted = append(sorted, k)
+	}
+	sort.Strings(sorted)
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%s\x00", uid, name)
+	for _, k := range sorted {
+		fmt.Fprintf(h, "%s\x00%d\x00", k, len(sec.Data[k]))
+		h.Write(sec.Data[k])
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// appliedSecrets lists the Secrets secrets read, as status records them.
+func appliedSecrets(uid types.UID, secrets *secretReader) []sandboxv1.AppliedSecret {
+	out := make([]sandboxv1.AppliedSecret, 0, len(secrets.keys))
+	for name, keys := range secrets.keys {
+		sec := secrets.cache[name]
+		out = append(out, sandboxv1.AppliedSecret{Name: name, ResourceVersion: sec.ResourceVersion, Digest: secretDigest(uid, name, sec, keys)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// recordSecrets records what Vercel was just given from secrets: all of the
+// spec's Secret values after a create or an update.
+func recordSecrets(sbx *sandboxv1.Sandbox, secrets *secretReader) {
+	st := &sbx.Status
+	if len(referencedSecrets(&sbx.Spec)) == 0 {
+		st.Secrets = nil
+		meta.RemoveStatusCondition(&st.Conditions, sandboxv1.ConditionSecretsCurrent)
+		return
+	}
+	if st.Secrets == nil {
+		st.Secrets = &sandboxv1.SecretsStatus{}
+	}
+	st.Secrets.Applied = appliedSecrets(sbx.UID, secrets)
+	markSecrets(sbx, nil)
+}
+
+// markSecrets sets SecretsCurrent from status and problem, the error of the
+// last read of the Secrets, if any.
+func markSecrets(sbx *sandboxv1.Sandbox, problem *secretError) {
+	st := &sbx.Status
+	if st.Secrets == nil {
+		return
+	}
+	switch {
+	case problem != nil:
+		setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionSecretsCurrent, metav1.ConditionFalse, classify(problem).reason,
+			problem.Error()+"; the Vercel sandbox keeps the values it was given")
+	case st.Secrets.StaleSession != "" && st.Secrets.StaleSession == st.SessionID && st.ExpiresAt != nil:
+		setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionSecretsCurrent, metav1.ConditionFalse, sandboxv1.ReasonSecretRotated,
+			fmt.Sprintf("Session %s keeps the env values of a rotated Secret until it stops; the next session gets the current ones", st.SessionID))
+	default:
+		st.Secrets.StaleSession = ""
+		setCondition(&st.Conditions, sbx.Generation, sandboxv1.ConditionSecretsCurrent, metav1.ConditionTrue, sandboxv1.ReasonSecretsCurrent,
+			"Vercel has the current values of the referenced Secrets")
+	}
+}
+
+// settleSecrets clears the stale-session mark once that session no longer
+// runs (it stopped, or another one runs): the next session starts with the
+// env Vercel holds, which the rotation updated. Called at the end of every
+// reconcile, on the status it is about to write.
+func settleSecrets(sbx *sandboxv1.Sandbox) {
+	st := &sbx.Status
+	if s := st.Secrets; s != nil && s.StaleSession != "" && (s.StaleSession != st.SessionID || st.ExpiresAt == nil) &&
+		hasCondition(st.Conditions, sandboxv1.ConditionSecretsCurrent, sandboxv1.ReasonSecretRotated) {
+		markSecrets(sbx, nil)
+	}
+}
+
+// secretVersions is the resourceVersion of each named Secret in the
+// manager's metadata cache; "" for one that does not exist.
+func (r *SandboxReconciler) secretVersions(ctx context.Context, namespace string, names []string) (map[string]string, error) {
+	out := make(map[string]string, len(names))
+	for _, name := range names {
+		m := &metav1.PartialObjectMetadata{}
+		m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+		err := r.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, m)
+		switch {
+		case apierrors.IsNotFound(err):
+			out[name] = ""
+		case err != nil:
+			return nil, fmt.Errorf("get metadata of Secret %s: %w", name, err)
+		default:
+			out[name] = m.ResourceVersion
+		}
+	}
+	return out, nil
+}
+
+// refreshSecrets applies rotated Secret values to a Sandbox whose spec
+// Vercel already has. It reads Secret values only when a referenced Secret's
+// resourceVersion differs from the one recorded. A Secret that cannot be
+// read is reported on SecretsCurrent and leaves the Vercel sandbox as it is;
+// the rest of the reconcile goes on, so an unreadable Secret never stops a
+// session from idling or stopping.
+func (r *SandboxReconciler) refreshSecrets(ctx context.Context, sbx *sandboxv1.Sandbox) error {
+	st := &sbx.Status
+	names := referencedSecrets(&sbx.Spec)
+	if len(names) == 0 {
+		if st.Secrets != nil {
+			st.Secrets = nil
+			meta.RemoveStatusCondition(&st.Conditions, sandboxv1.ConditionSecretsCurrent)
+		}
+		return nil
+	}
+	if st.VercelName == "" || st.SessionID == "" || st.ObservedGeneration != sbx.Generation || st.Phase == sandboxv1.SandboxDeleting {
+		// Not created yet, or a spec change is about to be applied (with
+		// the current values): nothing to refresh.
+		return nil
+	}
+	versions, err := r.secretVersions(ctx, sbx.Namespace, names)
+	if err != nil {
+		return err
+	}
+	recorded := map[string]sandboxv1.AppliedSecret{}
+	if st.Secrets != nil {
+		for _, a := range st.Secrets.Applied {
+			recorded[a.Name] = a
+		}
+	}
+	changed := false
+	for _, n := range names {
+		if versions[n] != recorded[n].ResourceVersion {
+			changed = true
+		}
+	}
+	if !changed {
+		return nil
+	}
+
+	secrets := &secretReader{reader: r.APIReader, namespace: sbx.Namespace}
+	_, err = buildConfig(ctx, secrets, &sbx.Spec)
+	if err == nil {
+		err = readGitCredentials(ctx, secrets, &sbx.Spec.Source)
+	}
+	var se *secretError
+	if errors.As(err, &se) {
+		if st.Secrets == nil {
+			st.Secrets = &sandboxv1.SecretsStatus{}
+		}
+		reason := classify(se).reason
+		if !hasCondition(st.Conditions, sandboxv1.ConditionSecretsCurrent, reason) {
+			r.Recorder.Eventf(sbx, nil, corev1.EventTypeWarning, reason, "Observe",
+				"%s; the Vercel sandbox keeps the values it was given", se.Error())
+		}
+		markSecrets(sbx, se)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+
+	applied := appliedSecrets(sbx.UID, secrets)
+	if st.Secrets == nil {
+		// Recorded by a version without rotation, or adopted: what Vercel
+		// holds is unknown; the values read now are the baseline.
+		st.Secrets = &sandboxv1.SecretsStatus{Applied: applied}
+		markSecrets(sbx, nil)
+		return nil
+	}
+	uses := secretUses(&sbx.Spec)
+	var rotated []string
+	var rotatedUses secretUse
+	for _, a := range applied {
+		if a.Digest != recorded[a.Name].Digest {
+			rotated = append(rotated, a.Name)
+			rotatedUses |= uses[a.Name]
+		}
+	}
+	if len(rotated) == 0 {
+		// Metadata changed, or keys the spec does not read.
+		st.Secrets.Applied = applied
+		markSecrets(sbx, nil)
+		return nil
+	}
+
+	running := ""
+	if st.ExpiresAt != nil {
+		running = st.SessionID
+	}
+	if err := r.apply(ctx, sbx, running, secrets); err != nil {
+		if vercel.IsNotFound(err) {
+			// Gone: the lifecycle decides on that; a creation reads the
+			// current values.
+			return nil
+		}
+		return err
+	}
+	r.announceRotation(sbx, rotated, uses, running)
+	if rotatedUses&useEnv != 0 && running != "" {
+		st.Secrets.StaleSession = running
+	}
+	st.Secrets.Applied = applied
+	markSecrets(sbx, nil)
+	return nil
+}
+
+// announceRotation emits one SecretRotated event per use of the rotated
+// Secrets, naming them (never a value) and saying where the values apply.
+func (r *SandboxReconciler) announceRotation(sbx *sandboxv1.Sandbox, rotated []string, uses map[string]secretUse, running string) {
+	namesWith := func(u secretUse) string {
+		var out []string
+		for _, n := range rotated {
+			if uses[n]&u != 0 {
+				out = append(out, n)
+			}
+		}
+		return strings.Join(out, ", ")
+	}
+	emit := func(format string, args ...any) {
+		r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, sandboxv1.ReasonSecretRotated, "Update", format, args...)
+	}
+	if n := namesWith(useHeaders); n != "" {
+		if running != "" {
+			emit("Secret %s rotated: its injected header values were applied to the running session %s", n, running)
+		} else {
+			emit("Secret %s rotated: its injected header values were applied to the Vercel sandbox for its next session", n)
+		}
+	}
+	if n := namesWith(useEnv); n != "" {
+		if running != "" {
+			emit("Secret %s rotated: its env values apply from the next session (Vercel cannot change a running session's environment); session %s keeps the old ones until it stops", n, running)
+		} else {
+			emit("Secret %s rotated: its env values apply from the next session", n)
+		}
+	}
+	if n := namesWith(useGit); n != "" {
+		emit("Secret %s rotated: its git credentials are used when the Vercel sandbox is next created; the existing clone is unaffected", n)
+	}
+}
+
+// secretRequests maps a Secret's metadata event to the Sandboxes of its
+// namespace that reference it.
+func (r *SandboxReconciler) secretRequests(ctx context.Context, obj client.Object) []reconcile.Request {
+	var list sandboxv1.SandboxList
+	if err := r.List(ctx, &list, client.InNamespace(obj.GetNamespace()), client.MatchingFields{indexSecretRef: obj.GetName()}); err != nil {
+		return nil
+	}
+	return requestsFor(list.Items, func(*sandboxv1.Sandbox) bool { return true })
+}

@@ -1,0 +1,181 @@
+package controllers_test
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+	"github.com/getsentry/sandbox-controller/internal/vercel"
+)
+
+var _ = Describe("Secret rotation", func() {
+	var (
+		ctx context.Context
+		ns  string
+	)
+	BeforeEach(func() {
+		ctx = context.Background()
+		ns = newNamespace()
+	})
+
+	rotate := func(name, key, value string) {
+		GinkgoHelper()
+		sec := &corev1.Secret{}
+		Expect(k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, sec)).To(Succeed())
+		sec.Data[key] = []byte(value)
+		Expect(k8sClient.Update(ctx, sec)).To(Succeed())
+	}
+	secretsCurrent := func(key types.NamespacedName) func(Gomega) *metav1.Condition {
+		return func(g Gomega) *metav1.Condition {
+			sbx := &sandboxv1.Sandbox{}
+			g.Expect(k8sClient.Get(ctx, key, sbx)).To(Succeed())
+			return meta.FindStatusCondition(sbx.Status.Conditions, sandboxv1.ConditionSecretsCurrent)
+		}
+	}
+	// injected is the value the emulator holds for the session's injected
+	// Authorization header to api.github.com: what its egress would send.
+	injected := func(session string) func(Gomega) string {
+		return func(g Gomega) string {
+			h, ok := emu.InjectedHeaders(session)
+			g.Expect(ok).To(BeTrue(), "session %s unknown to the emulator", session)
+			return h["api.github.com"]["Authorization"]
+		}
+	}
+
+	It("applies a rotated injected header value to the running session without a spec change", func() {
+		const oldValue, newValue = "Bearer ghs_RotateOldHeader1", "Bearer ghs_RotateNewHeader2"
+		Expect(k8sClient.Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gh"},
+			Data:       map[string][]byte{"token": []byte(oldValue)},
+		})).To(Succeed())
+		key := types.NamespacedName{Namespace: ns, Name: "rotating"}
+		newSandbox(ns, "rotating", sandboxv1.SandboxSpec{
+			Source: runtimeSource("node24"),
+			NetworkPolicy: &sandboxv1.NetworkPolicy{
+				Mode: sandboxv1.NetworkAllowlist,
+				InjectHeaders: []sandboxv1.HeaderInjection{{
+					Domain:  "api.github.com",
+					Headers: []sandboxv1.InjectedHeader{{Name: "Authorization", ValueFrom: sandboxv1.EnvVarSource{SecretKeyRef: sandboxv1.SecretKeySelector{Name: "gh", Key: "token"}}}},
+				}},
+			},
+		})
+		sbx := waitReady(key)
+		session, generation := sbx.Status.SessionID, sbx.Generation
+		Expect(injected(session)(Default)).To(Equal(oldValue))
+		Eventually(secretsCurrent(key)).Should(HaveField("Status", metav1.ConditionTrue))
+
+		By("rotating the Secret")
+		rotate("gh", "token", newValue)
+		Eventually(injected(session)).Should(Equal(newValue), "the running session's injected header")
+		expectEvent(key, "Normal SecretRotated: Secret gh rotated: its injected header values were applied to the running session "+session)
+		sbx = getSandbox(key)
+		Expect(sbx.Generation).To(Equal(generation), "no spec change")
+		Expect(sbx.Status.SessionID).To(Equal(session), "the same session")
+		vsb, ok := emu.Sandbox(sbx.Status.VercelName)
+		Expect(ok).To(BeTrue())
+		Expect(vsb.NetworkPolicy.InjectionRules).To(HaveLen(1))
+		Eventually(secretsCurrent(key)).Should(HaveField("Status", metav1.ConditionTrue))
+
+		By("deleting the Secret: the session keeps running with what it has")
+		Expect(k8sClient.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gh"}})).To(Succeed())
+		Eventually(secretsCurrent(key)).Should(And(HaveField("Status", metav1.ConditionFalse), HaveField("Reason", sandboxv1.ReasonSecretNotFound)))
+		expectEvent(key, "Warning SecretNotFound: Secret \"gh\" not found; the Vercel sandbox keeps the values it was given")
+		Consistently(func(g Gomega) {
+			s := getSandbox(key)
+			g.Expect(s.Status.SessionID).To(Equal(session))
+			g.Expect(meta.IsStatusConditionTrue(s.Status.Conditions, sandboxv1.ConditionReady)).To(BeTrue())
+		}, 3*time.Second).Should(Succeed())
+		Expect(injected(session)(Default)).To(Equal(newValue))
+
+		By("creating it again with another value")
+		const thirdValue = "Bearer ghs_RotateThirdHeader3"
+		Expect(k8sClient.Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gh"},
+			Data:       map[string][]byte{"token": []byte(thirdValue)},
+		})).To(Succeed())
+		Eventually(injected(session)).Should(Equal(thirdValue))
+		Eventually(secretsCurrent(key)).Should(HaveField("Status", metav1.ConditionTrue))
+
+		for _, v := range []string{oldValue, newValue, thirdValue} {
+			expectSecretNowhere(key, v)
+		}
+	})
+
+	It("applies a rotated env value from the next session, and says the running one keeps the old", func() {
+		const oldValue, newValue, thirdValue = "key-RotateOldEnv1", "key-RotateNewEnv2", "key-RotateThirdEnv3"
+		Expect(k8sClient.Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "api"},
+			Data:       map[string][]byte{"key": []byte(oldValue)},
+		})).To(Succeed())
+		key := types.NamespacedName{Namespace: ns, Name: "envrot"}
+		newSandbox(ns, "envrot", sandboxv1.SandboxSpec{
+			Source: runtimeSource("node24"),
+			Env:    []sandboxv1.EnvVar{{Name: "API_KEY", ValueFrom: &sandboxv1.EnvVarSource{SecretKeyRef: sandboxv1.SecretKeySelector{Name: "api", Key: "key"}}}},
+		})
+		sbx := waitReady(key)
+		first := sbx.Status.SessionID
+		Expect(envIs(ctx, first, "API_KEY", oldValue)).To(BeTrue())
+
+		By("rotating the Secret")
+		rotate("api", "key", newValue)
+		Eventually(secretsCurrent(key)).Should(And(HaveField("Status", metav1.ConditionFalse), HaveField("Reason", sandboxv1.ReasonSecretRotated)))
+		expectEvent(key, "Normal SecretRotated: Secret api rotated: its env values apply from the next session (Vercel cannot change a running session's environment); session "+first+" keeps the old ones until it stops")
+		Expect(getSandbox(key).Status.Secrets.StaleSession).To(Equal(first))
+		Expect(envIs(ctx, first, "API_KEY", oldValue)).To(BeTrue(), "a running session's env cannot change")
+
+		By("pausing it, then rotating again: the watch wakes the resting Sandbox, which nothing polls")
+		sbx = getSandbox(key)
+		sbx.Spec.State = sandboxv1.SandboxStateStopped
+		Expect(k8sClient.Update(ctx, sbx)).To(Succeed())
+		Eventually(func() sandboxv1.SandboxPhase { return getSandbox(key).Status.Phase }).Should(Equal(sandboxv1.SandboxStopped))
+		Eventually(secretsCurrent(key)).Should(HaveField("Status", metav1.ConditionTrue), "no session keeps old values")
+		// At rest nothing looks at it (no poll, no requeue): only the
+		// Secret watch can bring the rotation to it.
+		vercelName := getSandbox(key).Status.VercelName
+		reads := func() int { return len(recorder.requests(http.MethodGet, vercelName)) }
+		Eventually(func() bool { before := reads(); time.Sleep(2 * pollInterval); return reads() == before }, 30*time.Second).
+			Should(BeTrue(), "the resting Sandbox is still polled")
+		rotate("api", "key", thirdValue)
+		Eventually(func() []string { return eventsFor(key) }).Should(ContainElement("Normal SecretRotated: Secret api rotated: its env values apply from the next session"))
+		Expect(getSandbox(key).Status.Phase).To(Equal(sandboxv1.SandboxStopped), "a rotation does not resume it")
+
+		By("resuming it: the next session has the value of the last rotation")
+		sbx = getSandbox(key)
+		sbx.Spec.State = sandboxv1.SandboxStateRunning
+		Expect(k8sClient.Update(ctx, sbx)).To(Succeed())
+		Eventually(func(g Gomega) {
+			s := getSandbox(key)
+			g.Expect(s.Status.SessionID).NotTo(Equal(first))
+			g.Expect(meta.IsStatusConditionTrue(s.Status.Conditions, sandboxv1.ConditionReady)).To(BeTrue())
+		}).Should(Succeed())
+		second := getSandbox(key).Status.SessionID
+		Expect(envIs(ctx, second, "API_KEY", thirdValue)).To(BeTrue(), "the next session's env")
+		Eventually(secretsCurrent(key)).Should(HaveField("Status", metav1.ConditionTrue))
+		Expect(getSandbox(key).Status.Secrets.StaleSession).To(BeEmpty())
+
+		for _, v := range []string{oldValue, newValue, thirdValue} {
+			expectSecretNowhere(key, v)
+		}
+	})
+})
+
+// envIs reports whether the variable has the value in the session's
+// commands; the value is compared inside the sandbox, so a mismatch prints
+// no value.
+func envIs(ctx context.Context, session, name, value string) bool {
+	GinkgoHelper()
+	cmd, err := vc.RunCommand(ctx, session, vercel.RunCommandRequest{Command: "sh", Args: []string{"-c", `[ "$` + name + `" = "$WANT" ]`}, Env: map[string]string{"WANT": value}})
+	Expect(err).NotTo(HaveOccurred())
+	done, err := vc.GetCommand(ctx, session, cmd.ID, true)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(done.ExitCode).NotTo(BeNil())
+	return *done.ExitCode == 0
+}
