@@ -289,6 +289,13 @@ var _ = Describe("SandboxClass", func() {
 			"apiVersion: sandbox.sentry.io/v1alpha1\nkind: SandboxClass\nmetadata: {name: %s}\nspec:\n  credentialsSecretRef: {name: s, namespace: creds}\n", strings.Repeat("a", 64))))
 		Expect(err).To(HaveOccurred())
 		Expect(out).To(ContainSubstring("metadata.name of a SandboxClass must be at most 63 characters"))
+
+		By("accepting the samples of config/samples/classes")
+		if err := k8sClient.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "sandbox-system"}}); err != nil && !apierrors.IsAlreadyExists(err) {
+			Expect(err).NotTo(HaveOccurred())
+		}
+		out, err = kubectl("apply", "--dry-run=server", "-n", ns, "-f", "config/samples/classes/")
+		Expect(err).NotTo(HaveOccurred(), out)
 	})
 
 	It("gives objects that name no class the default class, and leaves objects reconciled before it on the manager's credentials", Serial, func() {
