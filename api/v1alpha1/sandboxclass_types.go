@@ -24,8 +24,10 @@ const (
 	// LabelClass is set by the controllers on every Sandbox, SandboxSnapshot
 	// and SandboxFork to the class it was reconciled with: spec.className,
 	// or, when that is empty, the default class when the object was first
-	// reconciled; an empty value stands for the manager's own credentials
-	// (its flags). It pins the class an object without spec.className uses,
+	// reconciled. An empty value (set on the children of a fork of no class)
+	// stands for the manager's own credentials (its flags); other objects
+	// of no class carry no label. It pins the class an object without
+	// spec.className uses,
 	// so a default class added later does not move it to another Vercel
 	// project. Do not change it by hand.
 	LabelClass = "sandbox.sentry.io/class"
