@@ -245,8 +245,15 @@ func (c *ClassClients) apiOf(ctx context.Context, cl *sandboxv1.SandboxClass) (*
 	e.readAt = time.Now()
 	switch {
 	case apierrors.IsNotFound(err):
+		// A deleted Secret withdraws the credentials: no object of the
+		// class uses the last token read any more.
+		e.api, e.secretVersion = nil, ""
 		return nil, e.health, &classError{sandboxv1.ReasonSecretNotFound,
 			fmt.Sprintf("SandboxClass %q: Secret %s/%s (spec.credentialsSecretRef) not found", cl.Name, ref.Namespace, ref.Name)}
+	case err != nil && e.api != nil:
+		// The API server did not answer: keep the last client, as a token
+		// file that cannot be read keeps the last token.
+		return e.api, e.health, nil
 	case err != nil:
 		return nil, e.health, fmt.Errorf("SandboxClass %q: read Secret %s/%s: %w", cl.Name, ref.Namespace, ref.Name, err)
 	}
