@@ -294,7 +294,9 @@ var _ = Describe("SandboxClass", func() {
 		if err := k8sClient.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "sandbox-system"}}); err != nil && !apierrors.IsAlreadyExists(err) {
 			Expect(err).NotTo(HaveOccurred())
 		}
-		out, err = kubectl("apply", "--dry-run=server", "-n", ns, "-f", "config/samples/classes/")
+		out, err = kubectl("apply", "--dry-run=server", "-f", "config/samples/classes/sandboxclass.yaml")
+		Expect(err).NotTo(HaveOccurred(), out)
+		out, err = kubectl("apply", "--dry-run=server", "-n", ns, "-f", "config/samples/classes/sandbox_with_class.yaml")
 		Expect(err).NotTo(HaveOccurred(), out)
 	})
 
