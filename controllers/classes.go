@@ -11,7 +11,6 @@ package controllers
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"sort"
@@ -414,20 +413,6 @@ func classLabel(name string) string {
 		return "none (the manager's own credentials)"
 	}
 	return fmt.Sprintf("%q", name)
-}
-
-// isClassError reports a classError with one of reasons.
-func isClassError(err error, reasons ...string) bool {
-	var ce *classError
-	if !errors.As(err, &ce) {
-		return false
-	}
-	for _, r := range reasons {
-		if ce.reason == r {
-			return true
-		}
-	}
-	return len(reasons) == 0
 }
 
 // api is the Vercel client of the Sandbox being reconciled (its class's).
