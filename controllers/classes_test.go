@@ -42,7 +42,7 @@ const classSecretNamespace = "sandbox-classes"
 
 // newClass creates the Secret and the SandboxClass of one tenant; selector
 // labels, when set, are the namespaces' labels it allows.
-func newClass(name, token, team, project string, selector map[string]string, annotations map[string]string) *sandboxv1.SandboxClass {
+func newClass(name, token, team, project string, selector map[string]string, annotations map[string]string, mods ...func(*sandboxv1.SandboxClass)) *sandboxv1.SandboxClass {
 	ctx := context.Background()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: classSecretNamespace}}
 	if err := k8sClient.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -65,6 +65,9 @@ func newClass(name, token, team, project string, selector map[string]string, ann
 	}
 	if selector != nil {
 		cl.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: selector}
+	}
+	for _, m := range mods {
+		m(cl)
 	}
 	Expect(k8sClient.Create(ctx, cl)).To(Succeed())
 	return cl
@@ -233,10 +236,19 @@ var _ = Describe("SandboxClass", func() {
 	})
 
 	It("holds a class being deleted until no object uses it", func() {
-		newClass("held", "tok_held", "team_held", "prj_held", nil, nil)
+		newClass("held", "tok_held", "team_held", "prj_held", nil, nil, func(cl *sandboxv1.SandboxClass) {
+			cl.Spec.Defaults = &sandboxv1.SandboxClassDefaults{Resources: &sandboxv1.SandboxResources{VCPUs: ptr.To[int32](4)}}
+		})
 		ns := newNamespace()
 		sbx := newSandbox(ns, "box", sandboxv1.SandboxSpec{Source: runtimeSource("node24"), ClassName: ptr.To("held")})
-		waitReady(client.ObjectKeyFromObject(sbx))
+		got := waitReady(client.ObjectKeyFromObject(sbx))
+
+		By("applying the class's defaults to what the Sandbox leaves unset")
+		Expect(got.Spec.Resources).NotTo(BeNil())
+		Expect(got.Spec.Resources.VCPUs).To(HaveValue(Equal(int32(4))))
+		remote := emu.LiveSandboxesIn("team_held", "prj_held")
+		Expect(remote).To(HaveLen(1))
+		Expect(remote[0].VCPUs).To(Equal(int64(4)))
 		Eventually(func(g Gomega) int32 {
 			cl := &sandboxv1.SandboxClass{}
 			g.Expect(k8sClient.Get(ctx, types.NamespacedName{Name: "held"}, cl)).To(Succeed())
