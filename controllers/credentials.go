@@ -42,19 +42,36 @@ func newVercelHealth() *VercelHealth {
 		ctrlmetrics.Registry.MustRegister(credentialsRejectedGauge, projectVerifiedGauge)
 	})
 	projectVerifiedGauge.Set(0)
-	return &VercelHealth{project: errProjectUnverified}
+	return &VercelHealth{project: errProjectUnverified, gauges: true}
+}
+
+// rejectedNow reports whether Vercel's last answer rejected the credentials.
+func (h *VercelHealth) rejectedNow() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.rejected != 0
 }
 
 // observeCredentialsLocked records whether an answer rejected the
 // credentials. Any other answer means they were accepted.
 func (h *VercelHealth) observeCredentialsLocked(status int) {
+	was := h.rejected != 0
+	defer func() {
+		if h.onCredentials != nil && was != (h.rejected != 0) {
+			h.onCredentials()
+		}
+	}()
 	switch {
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
 		h.rejected = status
-		credentialsRejectedGauge.Set(1)
+		if h.gauges {
+			credentialsRejectedGauge.Set(1)
+		}
 	case status != 0:
 		h.rejected = 0
-		credentialsRejectedGauge.Set(0)
+		if h.gauges {
+			credentialsRejectedGauge.Set(0)
+		}
 	}
 }
 
@@ -75,6 +92,9 @@ func (h *VercelHealth) setProject(err error) {
 	h.mu.Lock()
 	h.project = err
 	h.mu.Unlock()
+	if !h.gauges {
+		return
+	}
 	if err == nil {
 		projectVerifiedGauge.Set(1)
 	} else {

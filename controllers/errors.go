@@ -5,6 +5,7 @@ package controllers
 // else) into the condition reasons of api/v1alpha1.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -48,7 +49,10 @@ func (c errorClass) text(err error) string {
 // Vercel's are retried with backoff.
 func classify(err error) errorClass {
 	var se *secretError
+	var ce *classError
 	switch {
+	case errors.As(err, &ce):
+		return errorClass{reason: ce.reason, message: ce.message, notReady: true}
 	case errors.As(err, &se) && se.missing == "":
 		return errorClass{reason: sandboxv1.ReasonSecretRefused}
 	case errors.As(err, &se):
@@ -95,6 +99,16 @@ func classify(err error) errorClass {
 // HTTP status (Unauthorized, Forbidden) and Vercel's own words, which
 // internal/vercel has scrubbed of the token.
 func credentialsRejected(err error) string {
+	var ce *classCredentialsError
+	if errors.As(err, &ce) {
+		return credentialsRejectedBy(err) + fmt.Sprintf("; check the token and the team id in the Secret of SandboxClass %q", ce.class)
+	}
+	return credentialsRejectedBy(err) + "; check the token (--vercel-token-file) and the team id (--vercel-team-id)"
+}
+
+// credentialsRejectedBy says that Vercel refused the credentials, with the
+// HTTP status and Vercel's own words.
+func credentialsRejectedBy(err error) string {
 	var ae *vercel.APIError
 	if !errors.As(err, &ae) {
 		return "Vercel rejected the credentials"
@@ -103,7 +117,25 @@ func credentialsRejected(err error) string {
 	if ae.Message != "" {
 		msg += ": " + ae.Message
 	}
-	return msg + "; check the token (--vercel-token-file) and the team id (--vercel-team-id)"
+	return msg
+}
+
+// classCredentialsError is an error of a reconcile that used a
+// SandboxClass's client, so its Unauthorized message names the class.
+type classCredentialsError struct {
+	class string
+	err   error
+}
+
+func (e *classCredentialsError) Error() string { return e.err.Error() }
+func (e *classCredentialsError) Unwrap() error { return e.err }
+
+// inClass marks err as an error of a reconcile of class name ("" for none).
+func inClass(ctx context.Context, err error) error {
+	if name := classNameIn(ctx); err != nil && name != "" && vercel.IsUnauthorized(err) {
+		return &classCredentialsError{class: name, err: err}
+	}
+	return err
 }
 
 // isStreamCode reports an error carried inside a command's output stream.

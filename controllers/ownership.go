@@ -171,7 +171,7 @@ func (r *SandboxSnapshotReconciler) snapshotIsOurs(ctx context.Context, snap *sa
 	if src.SnapshotID != nil {
 		return false, nil
 	}
-	remote, err := r.Vercel.GetSnapshot(ctx, id)
+	remote, err := r.api(ctx).GetSnapshot(ctx, id)
 	switch {
 	case vercel.IsNotFound(err) || vercel.IsGone(err):
 		return true, nil
@@ -179,10 +179,10 @@ func (r *SandboxSnapshotReconciler) snapshotIsOurs(ctx context.Context, snap *sa
 		return false, fmt.Errorf("get snapshot %s: %w", id, err)
 	}
 	if s := remote.SourceSessionID; s != "" {
-		sess, err := r.Vercel.GetSession(ctx, s)
+		sess, err := r.api(ctx).GetSession(ctx, s)
 		switch {
 		case err == nil && sess.Session.SourceSandboxName != "":
-			resp, err := r.Vercel.GetSandbox(ctx, sess.Session.SourceSandboxName, false)
+			resp, err := r.api(ctx).GetSandbox(ctx, sess.Session.SourceSandboxName, false)
 			switch {
 			case err == nil:
 				o := ownerOf(resp.Sandbox.Tags, r.ClusterID, snap.UID)
@@ -226,7 +226,7 @@ func (r *SandboxSnapshotReconciler) snapshotIsOurs(ctx context.Context, snap *sa
 			continue
 		}
 		seen[n] = true
-		snaps, err := r.Vercel.ListAllSnapshots(ctx, vercel.ListSnapshotsOptions{Name: n})
+		snaps, err := r.api(ctx).ListAllSnapshots(ctx, vercel.ListSnapshotsOptions{Name: n})
 		if err != nil {
 			return false, fmt.Errorf("list snapshots of %s: %w", n, err)
 		}

@@ -59,6 +59,11 @@ type skeleton[O object] struct {
 	// notifier, when set, is told of the transitions a status write made
 	// (see transitions); it never blocks.
 	notifier Notifier
+	// classes, when set, resolves the object's SandboxClass: its Vercel
+	// client reaches the kind's reconcile and finalize in the context
+	// (apiFor), and its name is pinned on the object's label. Nil: every
+	// object uses the manager's own client.
+	classes *ClassClients
 }
 
 // run reconciles the object at key; o is an empty object of the kind.
@@ -73,12 +78,25 @@ func (s skeleton[O]) run(ctx context.Context, key types.NamespacedName, o O) (ct
 		if s.forget != nil {
 			s.forget(key)
 		}
+		if !controllerutil.ContainsFinalizer(o, s.finalizer) {
+			return ctrl.Result{}, nil
+		}
+		ctx, _, cerr := s.classes.bind(ctx, o)
+		if cerr != nil {
+			// The finalizer keeps trying: the remote side is cleaned up with
+			// the class's client or not at all.
+			return s.finish(ctx, o.DeepCopyObject().(O), o, ctrl.Result{}, cerr)
+		}
 		return s.delete(ctx, o)
 	}
 	if s.pausable && o.GetAnnotations()[sandboxv1.AnnotationPaused] == "true" {
 		return ctrl.Result{}, s.reportPaused(ctx, o)
 	}
+	ctx, className, cerr := s.classes.bind(ctx, o)
 	changed := controllerutil.AddFinalizer(o, s.finalizer)
+	if cerr == nil && s.classes.pin(ctx, o, className) {
+		changed = true
+	}
 	if s.labels != nil && s.labels(ctx, o) {
 		changed = true
 	}
@@ -91,7 +109,13 @@ func (s skeleton[O]) run(ctx context.Context, key types.NamespacedName, o O) (ct
 	if s.pausable {
 		meta.RemoveStatusCondition(statusOf(o).conditions, sandboxv1.ConditionPaused)
 	}
+	if cerr != nil {
+		// Refused by its class (or the class cannot be read): nothing is
+		// called in Vercel.
+		return s.finish(ctx, before, o, ctrl.Result{}, cerr)
+	}
 	res, err := s.reconcile(ctx, o)
+	err = inClass(ctx, err)
 	if err == nil {
 		// Every kind's reconcile looks at Vercel afresh for what it has not
 		// settled (a Sandbox skips the look only when it has handled the
@@ -110,6 +134,7 @@ func (s skeleton[O]) delete(ctx context.Context, o O) (ctrl.Result, error) {
 	}
 	before := o.DeepCopyObject().(O)
 	done, res, err := s.finalize(ctx, o)
+	err = inClass(ctx, err)
 	switch {
 	case err != nil:
 		return s.finish(ctx, before, o, res, err)

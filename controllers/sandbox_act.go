@@ -107,7 +107,7 @@ func (r *SandboxReconciler) create(ctx context.Context, sbx *sandboxv1.Sandbox) 
 		Name:          st.VercelName,
 		Resources:     cfg.resources,
 		Ports:         cfg.ports,
-		Timeout:       r.sessionTimeoutMs(cfg.timeoutMs),
+		Timeout:       r.sessionTimeoutMs(sbx, cfg.timeoutMs),
 		Env:           cfg.env,
 		Persistent:    sbx.Spec.Persistent,
 		NetworkPolicy: cfg.networkPolicy,
@@ -117,7 +117,7 @@ func (r *SandboxReconciler) create(ctx context.Context, sbx *sandboxv1.Sandbox) 
 		return ctrl.Result{RequeueAfter: snapshotRefPoll}, nil, err
 	}
 	r.sentSecrets.remember(sbx.UID, secrets.values)
-	resp, err := r.Vercel.CreateSandbox(ctx, req)
+	resp, err := r.api(ctx).CreateSandbox(ctx, req)
 	if vercel.IsConflict(err) {
 		return r.adopt(ctx, sbx)
 	}
@@ -142,7 +142,7 @@ func (r *SandboxReconciler) create(ctx context.Context, sbx *sandboxv1.Sandbox) 
 // adopt takes over the sandbox a create found under this object's name, if
 // its owner tag says it was created for this object.
 func (r *SandboxReconciler) adopt(ctx context.Context, sbx *sandboxv1.Sandbox) (ctrl.Result, *observation, error) {
-	resp, err := r.Vercel.GetSandbox(ctx, sbx.Status.VercelName, false)
+	resp, err := r.api(ctx).GetSandbox(ctx, sbx.Status.VercelName, false)
 	if err != nil {
 		return ctrl.Result{}, nil, fmt.Errorf("get sandbox %s: %w", sbx.Status.VercelName, err)
 	}
@@ -159,7 +159,7 @@ func (r *SandboxReconciler) adopt(ctx context.Context, sbx *sandboxv1.Sandbox) (
 func (r *SandboxReconciler) adoptExisting(ctx context.Context, sbx *sandboxv1.Sandbox) (ctrl.Result, *observation, error) {
 	st := &sbx.Status
 	name := sbx.Spec.Source.Adopt.Name
-	resp, err := r.Vercel.GetSandbox(ctx, name, false)
+	resp, err := r.api(ctx).GetSandbox(ctx, name, false)
 	switch {
 	case vercel.IsNotFound(err):
 		msg := fmt.Sprintf("Vercel sandbox %s, named by spec.source.adopt, does not exist", name)
@@ -179,7 +179,7 @@ func (r *SandboxReconciler) adoptExisting(ctx context.Context, sbx *sandboxv1.Sa
 		if err != nil {
 			return r.refuseAdoption(sbx, fmt.Sprintf("Cannot adopt Vercel sandbox %s: %v", name, err))
 		}
-		patched, err := r.Vercel.UpdateSandbox(ctx, name, vercel.UpdateSandboxRequest{Tags: want}, false)
+		patched, err := r.api(ctx).UpdateSandbox(ctx, name, vercel.UpdateSandboxRequest{Tags: want}, false)
 		if err != nil {
 			return ctrl.Result{}, nil, fmt.Errorf("tag sandbox %s on adoption: %w", name, err)
 		}
@@ -236,14 +236,14 @@ func (r *SandboxReconciler) apply(ctx context.Context, sbx *sandboxv1.Sandbox, s
 	if np == nil {
 		np = &vercel.NetworkPolicy{Mode: vercel.NetworkAllowAll}
 	}
-	req := vercel.UpdateSandboxRequest{Resources: cfg.resources, Timeout: r.sessionTimeoutMs(cfg.timeoutMs), Env: cfg.env, Ports: cfg.ports, NetworkPolicy: np}
+	req := vercel.UpdateSandboxRequest{Resources: cfg.resources, Timeout: r.sessionTimeoutMs(sbx, cfg.timeoutMs), Env: cfg.env, Ports: cfg.ports, NetworkPolicy: np}
 	if req.Env == nil {
 		req.Env = map[string]string{}
 	}
 	if req.Ports == nil {
 		req.Ports = []int64{}
 	}
-	resp, err := r.Vercel.UpdateSandbox(ctx, sbx.Status.VercelName, req, false)
+	resp, err := r.api(ctx).UpdateSandbox(ctx, sbx.Status.VercelName, req, false)
 	if err != nil {
 		return redact(fmt.Errorf("update sandbox %s: %w", sbx.Status.VercelName, err), secrets.values)
 	}
@@ -251,7 +251,7 @@ func (r *SandboxReconciler) apply(ctx context.Context, sbx *sandboxv1.Sandbox, s
 		// Only a running session's routes and policy change now; a stopped
 		// sandbox gets both with its next session.
 		sbx.Status.Routes = routes(resp.Routes)
-		if _, err := r.Vercel.UpdateNetworkPolicy(ctx, sessionID, *np); err != nil && !vercel.IsGone(err) {
+		if _, err := r.api(ctx).UpdateNetworkPolicy(ctx, sessionID, *np); err != nil && !vercel.IsGone(err) {
 			return redact(fmt.Errorf("update network policy of session %s: %w", sessionID, err), secrets.values)
 		}
 	}
@@ -312,7 +312,7 @@ func (r *SandboxReconciler) keepAlive(ctx context.Context, sbx *sandboxv1.Sandbo
 	k := d.keep
 	key := client.ObjectKeyFromObject(sbx)
 	if d.extend > 0 {
-		s, err := r.Vercel.ExtendTimeout(ctx, id, d.extend)
+		s, err := r.api(ctx).ExtendTimeout(ctx, id, d.extend)
 		switch {
 		case vercel.IsGone(err), vercel.IsStopping(err), vercel.IsSnapshotting(err):
 			// It stopped first: look at it again right away.
@@ -344,7 +344,7 @@ func (r *SandboxReconciler) keepAlive(ctx context.Context, sbx *sandboxv1.Sandbo
 func (r *SandboxReconciler) stop(ctx context.Context, sbx *sandboxv1.Sandbox, l lifecycle, d decision) (ctrl.Result, error) {
 	st := &sbx.Status
 	id := l.obs.sessionID
-	resp, err := r.Vercel.StopSession(ctx, id)
+	resp, err := r.api(ctx).StopSession(ctx, id)
 	if err != nil && !vercel.IsGone(err) {
 		return ctrl.Result{}, fmt.Errorf("stop session %s: %w", id, err)
 	}
@@ -375,7 +375,7 @@ func (r *SandboxReconciler) stop(ctx context.Context, sbx *sandboxv1.Sandbox, l 
 // spec change or a requested reconcile to try again.
 func (r *SandboxReconciler) resume(ctx context.Context, sbx *sandboxv1.Sandbox) (ctrl.Result, *observation, error) {
 	st := &sbx.Status
-	resp, err := r.Vercel.GetSandbox(ctx, st.VercelName, true)
+	resp, err := r.api(ctx).GetSandbox(ctx, st.VercelName, true)
 	if vercel.IsNotFound(err) {
 		// Deleted outside the operator while it rested (a resting sandbox is
 		// not polled): decide on that, as a poll that found it gone would.
@@ -446,7 +446,7 @@ func (r *SandboxReconciler) warnShutdown(sbx *sandboxv1.Sandbox, sd shutdownStat
 func (r *SandboxReconciler) shutdownDelete(ctx context.Context, sbx *sandboxv1.Sandbox) (ctrl.Result, error) {
 	st := &sbx.Status
 	if sbx.Spec.DeletionPolicy == sandboxv1.DeletionPolicyRetain && st.SessionID != "" && sessionMayRun(st.Phase) {
-		if _, err := r.Vercel.StopSession(ctx, st.SessionID); err != nil && !vercel.IsGone(err) && !vercel.IsNotFound(err) {
+		if _, err := r.api(ctx).StopSession(ctx, st.SessionID); err != nil && !vercel.IsGone(err) && !vercel.IsNotFound(err) {
 			return ctrl.Result{}, fmt.Errorf("stop session %s at shutdown: %w", st.SessionID, err)
 		}
 	}

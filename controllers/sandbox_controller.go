@@ -38,7 +38,10 @@ type SandboxReconciler struct {
 	// metadata, so no Secret value is cached.
 	APIReader client.Reader
 	Vercel    SandboxAPI
-	Recorder  events.EventRecorder
+	// Classes, when set, gives each object its SandboxClass's Vercel client
+	// (Vercel is the client of objects of no class).
+	Classes  *ClassClients
+	Recorder events.EventRecorder
 	// Notifier, when set, announces Ready, Idle and Failed transitions to
 	// the namespace's webhook.
 	Notifier Notifier
@@ -110,6 +113,7 @@ func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	sbx := &sandboxv1.Sandbox{}
 	defer r.settleQuota(ctx, req.NamespacedName, sbx)
 	return skeleton[*sandboxv1.Sandbox]{
+		classes:   r.Classes,
 		client:    r.Client,
 		recorder:  r.Recorder,
 		notifier:  r.Notifier,
@@ -306,7 +310,7 @@ func (r *SandboxReconciler) lifecycle(sbx *sandboxv1.Sandbox, o observation, now
 		hadSession:     st.SessionID != "",
 		stoppedAt:      timeOf(st.StoppedAt),
 		persistent:     !notPersistent(st),
-		maxSession:     r.maxSessionLength(),
+		maxSession:     r.maxSessionLengthOf(sbx),
 		refused:        r.extensionRefused(key, o.sessionID),
 		pollAt:         now.Add(r.pollInterval()),
 	}
@@ -370,7 +374,7 @@ func (r *SandboxReconciler) getSandbox(ctx context.Context, name string, fresh b
 	if fresh {
 		return nil, errNeverCreated
 	}
-	return r.Vercel.GetSandbox(ctx, name, false)
+	return r.api(ctx).GetSandbox(ctx, name, false)
 }
 
 // polled records that the object was just observed in Vercel.
@@ -418,8 +422,8 @@ func (r *SandboxReconciler) shutdownWarning() time.Duration {
 
 // sessionTimeoutMs is a new session's timeout: the idle window, within the
 // plan maximum.
-func (r *SandboxReconciler) sessionTimeoutMs(ms int64) int64 {
-	if limit := (r.maxSessionLength() - capSafety).Milliseconds(); ms > limit {
+func (r *SandboxReconciler) sessionTimeoutMs(sbx *sandboxv1.Sandbox, ms int64) int64 {
+	if limit := (r.maxSessionLengthOf(sbx) - capSafety).Milliseconds(); ms > limit {
 		return limit
 	}
 	return ms

@@ -44,7 +44,7 @@ func (r *SandboxReconciler) finalize(ctx context.Context, sbx *sandboxv1.Sandbox
 		setReady(sbx, readiness{sandboxv1.SandboxDeleting, metav1.ConditionFalse, sandboxv1.ReasonDeleting, "Deleting the Vercel sandbox"})
 		return false, ctrl.Result{}, err
 	}
-	resp, err := r.Vercel.GetSandbox(ctx, name, false)
+	resp, err := r.api(ctx).GetSandbox(ctx, name, false)
 	switch {
 	case vercel.IsNotFound(err):
 		// Deleted already (a delete whose answer was lost before a restart),
@@ -55,7 +55,7 @@ func (r *SandboxReconciler) finalize(ctx context.Context, sbx *sandboxv1.Sandbox
 		}
 		// A 404 counts only once Vercel knows the project (with a wrong
 		// project id every read answers 404): the client's delete checks.
-		if _, err := r.Vercel.DeleteSandbox(ctx, name, false); err != nil && !vercel.IsNotFound(err) {
+		if _, err := r.api(ctx).DeleteSandbox(ctx, name, false); err != nil && !vercel.IsNotFound(err) {
 			return deleting(fmt.Errorf("delete sandbox %s: %w", name, err))
 		}
 		if err := r.deleteAutomaticSnapshots(ctx, sbx, name); err != nil {
@@ -74,13 +74,13 @@ func (r *SandboxReconciler) finalize(ctx context.Context, sbx *sandboxv1.Sandbox
 	if sbx.Spec.DeletionPolicy == sandboxv1.DeletionPolicyRetain {
 		// Released, not only left: without owner tags it can be adopted
 		// again, by a new Sandbox or from another cluster.
-		if _, err := r.Vercel.UpdateSandbox(ctx, name, vercel.UpdateSandboxRequest{Tags: releasedTags(resp.Sandbox.Tags)}, false); err != nil && !vercel.IsNotFound(err) {
+		if _, err := r.api(ctx).UpdateSandbox(ctx, name, vercel.UpdateSandboxRequest{Tags: releasedTags(resp.Sandbox.Tags)}, false); err != nil && !vercel.IsNotFound(err) {
 			return deleting(fmt.Errorf("remove the owner tags of sandbox %s: %w", name, err))
 		}
 		r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Retained", "Delete", "Left Vercel sandbox %s in place without owner tags (deletionPolicy Retain)", name)
 		return true, ctrl.Result{}, nil
 	}
-	if _, err := r.Vercel.DeleteSandbox(ctx, name, false); err != nil && !vercel.IsNotFound(err) {
+	if _, err := r.api(ctx).DeleteSandbox(ctx, name, false); err != nil && !vercel.IsNotFound(err) {
 		return deleting(fmt.Errorf("delete sandbox %s: %w", name, err))
 	}
 	if err := r.deleteAutomaticSnapshots(ctx, sbx, name); err != nil {
@@ -99,7 +99,7 @@ func (r *SandboxReconciler) finalize(ctx context.Context, sbx *sandboxv1.Sandbox
 // A snapshot that any SandboxSnapshot or Sandbox in the namespace names is
 // kept all the same.
 func (r *SandboxReconciler) deleteAutomaticSnapshots(ctx context.Context, sbx *sandboxv1.Sandbox, name string) error {
-	snaps, err := r.Vercel.ListAllSnapshots(ctx, vercel.ListSnapshotsOptions{Name: name})
+	snaps, err := r.api(ctx).ListAllSnapshots(ctx, vercel.ListSnapshotsOptions{Name: name})
 	if err != nil {
 		return fmt.Errorf("list snapshots of %s: %w", name, err)
 	}
@@ -116,7 +116,7 @@ func (r *SandboxReconciler) deleteAutomaticSnapshots(ctx context.Context, sbx *s
 		if inUse[s.ID] {
 			continue
 		}
-		if _, err := r.Vercel.DeleteSnapshot(ctx, s.ID); err != nil && !vercel.IsNotFound(err) && !vercel.IsGone(err) {
+		if _, err := r.api(ctx).DeleteSnapshot(ctx, s.ID); err != nil && !vercel.IsNotFound(err) && !vercel.IsGone(err) {
 			return fmt.Errorf("delete automatic snapshot %s of %s: %w", s.ID, name, err)
 		}
 	}

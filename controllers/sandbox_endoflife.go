@@ -228,7 +228,7 @@ func (r *SandboxReconciler) recreate(ctx context.Context, sbx *sandboxv1.Sandbox
 // this object. One that is already gone is fine.
 func (r *SandboxReconciler) deleteReplaced(ctx context.Context, sbx *sandboxv1.Sandbox) error {
 	name := remoteName(sbx) // derived, never taken from status alone
-	resp, err := r.Vercel.GetSandbox(ctx, name, false)
+	resp, err := r.api(ctx).GetSandbox(ctx, name, false)
 	switch {
 	case vercel.IsNotFound(err):
 		return nil
@@ -237,7 +237,7 @@ func (r *SandboxReconciler) deleteReplaced(ctx context.Context, sbx *sandboxv1.S
 	case !r.ownedBy(&resp.Sandbox, sbx):
 		return nil
 	}
-	if _, err := r.Vercel.DeleteSandbox(ctx, name, false); err != nil && !vercel.IsNotFound(err) {
+	if _, err := r.api(ctx).DeleteSandbox(ctx, name, false); err != nil && !vercel.IsNotFound(err) {
 		return fmt.Errorf("delete replaced sandbox %s: %w", name, err)
 	}
 	if err := r.deleteAutomaticSnapshots(ctx, sbx, name); err != nil {

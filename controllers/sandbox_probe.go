@@ -215,7 +215,7 @@ func httpProbe(ctx context.Context, routes []sandboxv1.SandboxRoute, routeBase s
 func (r *SandboxReconciler) execProbe(ctx context.Context, sbx *sandboxv1.Sandbox, id string, e *sandboxv1.ExecProbe, timeout time.Duration) (string, error) {
 	what := e.Command
 	req := vercel.RunCommandRequest{Command: e.Command, Args: e.Args, Env: map[string]string{}, Timeout: timeout.Milliseconds()}
-	cmd, err := r.Vercel.RunCommand(ctx, id, req)
+	cmd, err := r.api(ctx).RunCommand(ctx, id, req)
 	if err != nil {
 		return "", fmt.Errorf("run readiness probe in session %s: %w", id, err)
 	}
@@ -223,7 +223,7 @@ func (r *SandboxReconciler) execProbe(ctx context.Context, sbx *sandboxv1.Sandbo
 	// more for the answer to arrive.
 	wctx, cancel := context.WithTimeout(ctx, timeout+5*time.Second)
 	defer cancel()
-	done, err := r.Vercel.GetCommand(wctx, id, cmd.ID, true)
+	done, err := r.api(ctx).GetCommand(wctx, id, cmd.ID, true)
 	switch {
 	case wctx.Err() != nil && ctx.Err() == nil:
 		return fmt.Sprintf("command %s timed out after %s", what, timeout), nil
@@ -236,7 +236,7 @@ func (r *SandboxReconciler) execProbe(ctx context.Context, sbx *sandboxv1.Sandbo
 	}
 	values := r.knownSecrets(ctx, sbx)
 	msg := fmt.Sprintf("command %s exited with code %d", what, *done.ExitCode)
-	if tail, err := commandOutputTail(ctx, r.Vercel, id, cmd.ID, values); err == nil && tail != "" {
+	if tail, err := commandOutputTail(ctx, r.api(ctx), id, cmd.ID, values); err == nil && tail != "" {
 		msg += ": " + truncateTail(tail)
 	}
 	return scrub(msg, values), nil

@@ -94,7 +94,7 @@ func (r *SandboxReconciler) runSetup(ctx context.Context, sbx *sandboxv1.Sandbox
 			}
 			st.CommandID = id
 		}
-		cmd, err := r.Vercel.GetCommand(ctx, sessionID, st.CommandID, false)
+		cmd, err := r.api(ctx).GetCommand(ctx, sessionID, st.CommandID, false)
 		if err != nil {
 			return setupRunning, fmt.Errorf("get setup command %s: %w", st.CommandID, err)
 		}
@@ -118,7 +118,7 @@ func (r *SandboxReconciler) runSetup(ctx context.Context, sbx *sandboxv1.Sandbox
 func (r *SandboxReconciler) startSetupCommand(ctx context.Context, sbx *sandboxv1.Sandbox, sessionID string, step sandboxv1.SetupCommand) (string, error) {
 	st := sbx.Status.Setup
 	marker := setupMarker(st.Attempt, st.Completed+1)
-	cmds, err := r.Vercel.ListCommands(ctx, sessionID)
+	cmds, err := r.api(ctx).ListCommands(ctx, sessionID)
 	if err != nil {
 		return "", fmt.Errorf("list commands of session %s: %w", sessionID, err)
 	}
@@ -127,7 +127,7 @@ func (r *SandboxReconciler) startSetupCommand(ctx context.Context, sbx *sandboxv
 			return c.ID, nil
 		}
 	}
-	cmd, err := r.Vercel.RunCommand(ctx, sessionID, setupRequest(step, marker))
+	cmd, err := r.api(ctx).RunCommand(ctx, sessionID, setupRequest(step, marker))
 	if err != nil {
 		return "", fmt.Errorf("run setup step %d (%s): %w", st.Completed+1, stepName(step), err)
 	}
@@ -184,7 +184,7 @@ func (r *SandboxReconciler) reportSetupFailed(ctx context.Context, sbx *sandboxv
 	_, _ = buildConfig(ctx, secrets, &sbx.Spec)
 	_ = buildSource(ctx, secrets, &sbx.Spec.Source, &vercel.CreateSandboxRequest{})
 	values := r.sentSecrets.with(sbx.UID, secrets.values)
-	tail, err := commandOutputTail(ctx, r.Vercel, sessionID, cmd.ID, values)
+	tail, err := commandOutputTail(ctx, r.api(ctx), sessionID, cmd.ID, values)
 	if err != nil {
 		return fmt.Errorf("read output of setup command %s: %w", cmd.ID, err)
 	}

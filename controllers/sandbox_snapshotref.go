@@ -42,6 +42,8 @@ func (r *SandboxReconciler) resolveSource(ctx context.Context, sbx *sandboxv1.Sa
 		bad = &unresolvedRef{sandboxv1.ReasonSnapshotRefNotFound, fmt.Sprintf("SandboxSnapshot %q (spec.source.snapshotRef) does not exist", ref.Name)}
 	case err != nil:
 		return src, 0, false, err
+	case classMismatch(ctx, snap, "SandboxSnapshot", "spec.source.snapshotRef") != "":
+		bad = &unresolvedRef{sandboxv1.ReasonClassMismatch, classMismatch(ctx, snap, "SandboxSnapshot", "spec.source.snapshotRef")}
 	case snap.Status.Phase == sandboxv1.SnapshotFailed:
 		bad = &unresolvedRef{sandboxv1.ReasonSnapshotRefFailed, fmt.Sprintf("SandboxSnapshot %q (spec.source.snapshotRef) is Failed: %s", ref.Name, readyMessage(snap.Status.Conditions))}
 	}

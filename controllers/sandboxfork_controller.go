@@ -40,6 +40,9 @@ type SandboxForkReconciler struct {
 	BackoffCap time.Duration
 	// Now is the clock for failure deadlines (time.Now when nil).
 	Now func() time.Time
+	// Classes, when set, checks the fork's SandboxClass; its children and
+	// its snapshot are of the same class.
+	Classes *ClassClients
 }
 
 // +kubebuilder:rbac:groups=sandbox.sentry.io,resources=sandboxforks,verbs=get;list;watch;update;patch
@@ -51,6 +54,7 @@ type SandboxForkReconciler struct {
 // Reconcile brings a fork's snapshot and children to its spec.
 func (r *SandboxForkReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	return skeleton[*sandboxv1.SandboxFork]{
+		classes:   r.Classes,
 		client:    r.Client,
 		recorder:  r.Recorder,
 		notifier:  r.Notifier,
@@ -152,6 +156,9 @@ func (r *SandboxForkReconciler) snapshot(ctx context.Context, fork *sandboxv1.Sa
 			}
 			return nil, r.waitForSource(fork, fmt.Sprintf("SandboxSnapshot %q does not exist", ref.Name)), nil
 		}
+		if msg := classMismatch(ctx, snap, "SandboxSnapshot", "spec.source.snapshotRef"); msg != "" {
+			return nil, r.classMismatch(fork, msg), nil
+		}
 		return snap, ctrl.Result{}, nil
 	}
 
@@ -171,6 +178,9 @@ func (r *SandboxForkReconciler) snapshot(ctx context.Context, fork *sandboxv1.Sa
 	if source == nil {
 		return nil, r.waitForSource(fork, fmt.Sprintf("Sandbox %q does not exist", src.SandboxRef.Name)), nil
 	}
+	if msg := classMismatch(ctx, source, "Sandbox", "spec.source.sandboxRef"); msg != "" {
+		return nil, r.classMismatch(fork, msg), nil
+	}
 	snap = &sandboxv1.SandboxSnapshot{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: fork.Namespace,
@@ -186,6 +196,7 @@ func (r *SandboxForkReconciler) snapshot(ctx context.Context, fork *sandboxv1.Sa
 	if err := controllerutil.SetControllerReference(fork, snap, r.Scheme()); err != nil {
 		return nil, ctrl.Result{}, err
 	}
+	r.inheritClass(ctx, snap)
 	if err := r.Create(ctx, snap); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, ctrl.Result{}, fmt.Errorf("create SandboxSnapshot %s: %w", key.Name, err)
 	}
@@ -267,6 +278,7 @@ func (r *SandboxForkReconciler) scale(ctx context.Context, fork *sandboxv1.Sandb
 			continue
 		}
 		child := r.newChild(fork, snap, inherited, idx)
+		r.inheritClass(ctx, child)
 		switch err := r.Create(ctx, child); {
 		case apierrors.IsAlreadyExists(err):
 			// Created by an earlier reconcile the cache does not show yet.

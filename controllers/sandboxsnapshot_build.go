@@ -123,6 +123,9 @@ func (r *SandboxSnapshotReconciler) readyBase(ctx context.Context, snap *sandbox
 	if err := r.Get(ctx, types.NamespacedName{Namespace: snap.Namespace, Name: ref.Name}, base); err != nil {
 		return nil, fmt.Sprintf("Waiting for base SandboxSnapshot %q: %v", ref.Name, err)
 	}
+	if msg := classMismatch(ctx, base, "Base SandboxSnapshot", "spec.source.recipe.baseSnapshotRef"); msg != "" {
+		return nil, msg
+	}
 	if !base.Status.ReadyToUse || base.Status.SnapshotID == "" {
 		return nil, fmt.Sprintf("Waiting for base SandboxSnapshot %q to be ready to use", ref.Name)
 	}
@@ -196,6 +199,9 @@ func (r *SandboxSnapshotReconciler) baseProblem(ctx context.Context, snap *sandb
 		case err != nil:
 			return nil, fmt.Errorf("get base SandboxSnapshot %s: %w", name, err)
 		}
+		if msg := classMismatch(ctx, base, "Base SandboxSnapshot", "spec.source.recipe.baseSnapshotRef"); msg != "" && cur == snap {
+			return &unresolvedRef{sandboxv1.ReasonClassMismatch, msg}, nil
+		}
 		switch {
 		case base.Status.ReadyToUse:
 			return failed, nil
@@ -234,7 +240,7 @@ func (r *SandboxSnapshotReconciler) reconcileRecipe(ctx context.Context, snap *s
 		// The hash is computed from the peer's spec, not read from its
 		// status, so a peer created a moment ago counts before its first
 		// reconcile.
-		if h, _ := r.contentHash(ctx, o); h == hash {
+		if h, _ := r.contentHash(ctx, o); h == hash && r.sameClass(ctx, o) {
 			peers = append(peers, o)
 		}
 	}
@@ -242,7 +248,7 @@ func (r *SandboxSnapshotReconciler) reconcileRecipe(ctx context.Context, snap *s
 	// What this object serves now.
 	var current *vercel.Snapshot
 	if st.SnapshotID != "" {
-		remote, err := r.Vercel.GetSnapshot(ctx, st.SnapshotID)
+		remote, err := r.api(ctx).GetSnapshot(ctx, st.SnapshotID)
 		switch {
 		case err == nil && !r.expired(remote) && remote.Status == vercel.SnapshotCreated:
 			current = remote
@@ -259,7 +265,7 @@ func (r *SandboxSnapshotReconciler) reconcileRecipe(ctx context.Context, snap *s
 	// A newer snapshot of the same hash built for another user is adopted.
 	if p := newestReadyPeer(peers); p != nil && p.Status.SnapshotID != st.SnapshotID &&
 		(current == nil || (p.Status.CreatedAt != nil && st.CreatedAt != nil && p.Status.CreatedAt.After(st.CreatedAt.Time))) {
-		remote, err := r.Vercel.GetSnapshot(ctx, p.Status.SnapshotID)
+		remote, err := r.api(ctx).GetSnapshot(ctx, p.Status.SnapshotID)
 		if err == nil && !r.expired(remote) && remote.Status == vercel.SnapshotCreated {
 			if st.SnapshotID != "" {
 				r.setReplaces(snap, st.SnapshotID)
@@ -444,7 +450,7 @@ func (r *SandboxSnapshotReconciler) drive(ctx context.Context, snap *sandboxv1.S
 		// Reported already; retried only when the recipe changes.
 		return ctrl.Result{}, nil
 	}
-	resp, err := r.Vercel.GetSandbox(ctx, name, false)
+	resp, err := r.api(ctx).GetSandbox(ctx, name, false)
 	if err != nil && !vercel.IsNotFound(err) {
 		return ctrl.Result{}, fmt.Errorf("get builder sandbox %s: %w", name, err)
 	}
@@ -463,7 +469,7 @@ func (r *SandboxSnapshotReconciler) drive(ctx context.Context, snap *sandboxv1.S
 			}
 			// Its driver is gone: this object takes the build over, and the
 			// owner tag says so, for the checks before a delete.
-			if _, err := r.Vercel.UpdateSandbox(ctx, name, vercel.UpdateSandboxRequest{Tags: builderTags(r.ClusterID, snap.UID, hash)}, false); err != nil {
+			if _, err := r.api(ctx).UpdateSandbox(ctx, name, vercel.UpdateSandboxRequest{Tags: builderTags(r.ClusterID, snap.UID, hash)}, false); err != nil {
 				return ctrl.Result{}, fmt.Errorf("take over builder sandbox %s: %w", name, err)
 			}
 			r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "BuildTakenOver", "Build", "Took over builder sandbox %s, whose SandboxSnapshot is gone", name)
@@ -526,7 +532,7 @@ func (r *SandboxSnapshotReconciler) drive(ctx context.Context, snap *sandboxv1.S
 		return r.createBuilder(ctx, snap, name, hash, budget, serving)
 	}
 	if id := resp.Sandbox.CurrentSnapshotID; id != "" {
-		s, err := r.Vercel.GetSnapshot(ctx, id)
+		s, err := r.api(ctx).GetSnapshot(ctx, id)
 		if err != nil {
 			return ctrl.Result{}, fmt.Errorf("get snapshot %s: %w", id, err)
 		}
@@ -575,12 +581,12 @@ func (r *SandboxSnapshotReconciler) builderNameTaken(snap *sandboxv1.SandboxSnap
 // reports whether it deleted one. Anything else is left alone, and a
 // sandbox that is not the operator's at all is reported.
 func (r *SandboxSnapshotReconciler) deleteBuilder(ctx context.Context, snap *sandboxv1.SandboxSnapshot, name, why string) (bool, error) {
-	resp, err := r.Vercel.GetSandbox(ctx, name, false)
+	resp, err := r.api(ctx).GetSandbox(ctx, name, false)
 	switch {
 	case vercel.IsNotFound(err):
 		// A 404 counts only once Vercel knows the project (with a wrong
 		// project id every read answers 404): the client's delete checks.
-		if _, err := r.Vercel.DeleteSandbox(ctx, name, false); err != nil && !vercel.IsNotFound(err) {
+		if _, err := r.api(ctx).DeleteSandbox(ctx, name, false); err != nil && !vercel.IsNotFound(err) {
 			return false, fmt.Errorf("delete builder sandbox %s: %w", name, err)
 		}
 		return false, nil
@@ -596,7 +602,7 @@ func (r *SandboxSnapshotReconciler) deleteBuilder(ctx context.Context, snap *san
 			"Left Vercel sandbox %s alone: it is not this object's builder (%s)", name, describeOwner(tags, r.ClusterID))
 		return false, nil
 	}
-	if _, err := r.Vercel.DeleteSandbox(ctx, name, false); err != nil && !vercel.IsNotFound(err) {
+	if _, err := r.api(ctx).DeleteSandbox(ctx, name, false); err != nil && !vercel.IsNotFound(err) {
 		return false, fmt.Errorf("delete builder sandbox %s: %w", name, err)
 	}
 	r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Deleted", why, "Deleted builder sandbox %s", name)
@@ -627,7 +633,7 @@ func (r *SandboxSnapshotReconciler) createBuilder(ctx context.Context, snap *san
 		}
 		req.Source = &vercel.Source{Type: vercel.SourceSnapshot, SnapshotID: base.Status.SnapshotID}
 	}
-	resp, err := r.Vercel.CreateSandbox(ctx, req)
+	resp, err := r.api(ctx).CreateSandbox(ctx, req)
 	switch {
 	case vercel.IsConflict(err):
 		// Created meanwhile (a lost answer, or another user): found next time.
@@ -646,7 +652,7 @@ func (r *SandboxSnapshotReconciler) createBuilder(ctx context.Context, snap *san
 // starts the next step, waits for the running one, or captures.
 func (r *SandboxSnapshotReconciler) advance(ctx context.Context, snap *sandboxv1.SandboxSnapshot, steps []buildStep, sessionID string, expiration *time.Duration, serving bool) (ctrl.Result, error) {
 	b := snap.Status.Build
-	cmds, err := r.Vercel.ListCommands(ctx, sessionID)
+	cmds, err := r.api(ctx).ListCommands(ctx, sessionID)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("list commands of builder session %s: %w", sessionID, err)
 	}
@@ -676,7 +682,7 @@ func (r *SandboxSnapshotReconciler) advance(ctx context.Context, snap *sandboxv1
 			return ctrl.Result{}, err
 		}
 		r.sentSecrets.remember(snap.UID, secrets)
-		cmd, err := r.Vercel.RunCommand(ctx, sessionID, req)
+		cmd, err := r.api(ctx).RunCommand(ctx, sessionID, req)
 		if err != nil {
 			return ctrl.Result{}, redact(fmt.Errorf("start build step %s: %w", steps[i].label, err), secrets)
 		}
@@ -697,7 +703,7 @@ func (r *SandboxSnapshotReconciler) advance(ctx context.Context, snap *sandboxv1
 	}); err != nil {
 		return ctrl.Result{}, err
 	}
-	resp, err := r.Vercel.CreateSnapshot(ctx, sessionID, expiration)
+	resp, err := r.api(ctx).CreateSnapshot(ctx, sessionID, expiration)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("capture builder session %s: %w", sessionID, err)
 	}
@@ -770,7 +776,7 @@ func (r *SandboxSnapshotReconciler) building(snap *sandboxv1.SandboxSnapshot, se
 func (r *SandboxSnapshotReconciler) stepFailed(ctx context.Context, snap *sandboxv1.SandboxSnapshot, serving bool, step buildStep, i, n int, sessionID string, c *vercel.Command) (ctrl.Result, error) {
 	_, secrets, _ := r.stepRequest(ctx, snap, step)
 	secrets = r.sentSecrets.with(snap.UID, secrets)
-	tail, err := commandOutputTail(ctx, r.Vercel, sessionID, c.ID, secrets)
+	tail, err := commandOutputTail(ctx, r.api(ctx), sessionID, c.ID, secrets)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("read output of build step %s: %w", step.label, err)
 	}
@@ -873,7 +879,7 @@ func (r *SandboxSnapshotReconciler) retire(ctx context.Context, snap *sandboxv1.
 			r.foreignSnapshotKept(snap, old)
 			break
 		}
-		if _, err := r.Vercel.DeleteSnapshot(ctx, old); err != nil && !vercel.IsNotFound(err) && !vercel.IsGone(err) {
+		if _, err := r.api(ctx).DeleteSnapshot(ctx, old); err != nil && !vercel.IsNotFound(err) && !vercel.IsGone(err) {
 			return ctrl.Result{}, fmt.Errorf("retire snapshot %s: %w", old, err)
 		}
 		r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Retired", "Delete", "Deleted Vercel snapshot %s, replaced by %s", old, snap.Status.SnapshotID)
@@ -884,7 +890,7 @@ func (r *SandboxSnapshotReconciler) retire(ctx context.Context, snap *sandboxv1.
 
 // builderSnapshot finds the snapshot taken of a (since deleted) builder.
 func (r *SandboxSnapshotReconciler) builderSnapshot(ctx context.Context, name string) (*vercel.Snapshot, error) {
-	snaps, err := r.Vercel.ListAllSnapshots(ctx, vercel.ListSnapshotsOptions{Name: name})
+	snaps, err := r.api(ctx).ListAllSnapshots(ctx, vercel.ListSnapshotsOptions{Name: name})
 	if err != nil {
 		return nil, fmt.Errorf("list snapshots of %s: %w", name, err)
 	}
@@ -900,7 +906,7 @@ func (r *SandboxSnapshotReconciler) builderSnapshot(ctx context.Context, name st
 // whose answer was lost, or taken just before a crash, is recorded nowhere
 // else.
 func (r *SandboxSnapshotReconciler) builderSnapshots(ctx context.Context, name string) ([]string, error) {
-	snaps, err := r.Vercel.ListAllSnapshots(ctx, vercel.ListSnapshotsOptions{Name: name})
+	snaps, err := r.api(ctx).ListAllSnapshots(ctx, vercel.ListSnapshotsOptions{Name: name})
 	if err != nil {
 		return nil, fmt.Errorf("list snapshots of %s: %w", name, err)
 	}

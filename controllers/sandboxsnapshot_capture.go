@@ -46,6 +46,14 @@ func (r *SandboxSnapshotReconciler) reconcileCapture(ctx context.Context, snap *
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	if sbx != nil {
+		if msg := classMismatch(ctx, sbx, "Sandbox", "spec.source.sandboxRef"); msg != "" {
+			st.Phase = sandboxv1.SnapshotPending
+			setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionResolvedRefs, metav1.ConditionFalse, sandboxv1.ReasonClassMismatch, msg)
+			setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonClassMismatch, msg)
+			return ctrl.Result{RequeueAfter: snapshotWaitPoll}, nil
+		}
+	}
 	if c := st.Capture; c != nil && c.SessionID != "" {
 		found, err := r.findCapture(ctx, c)
 		if err != nil {
@@ -56,7 +64,7 @@ func (r *SandboxSnapshotReconciler) reconcileCapture(ctx context.Context, snap *
 		}
 		// The intent was recorded but Vercel never took the snapshot: ask
 		// again if that session still runs, else wait for the next one.
-		resp, err := r.Vercel.GetSandbox(ctx, c.VercelName, false)
+		resp, err := r.api(ctx).GetSandbox(ctx, c.VercelName, false)
 		if err != nil && !vercel.IsNotFound(err) {
 			return ctrl.Result{}, fmt.Errorf("get sandbox %s: %w", c.VercelName, err)
 		}
@@ -81,7 +89,7 @@ func (r *SandboxSnapshotReconciler) reconcileCapture(ctx context.Context, snap *
 	// session of the sandbox this Sandbox stands for, so that a written
 	// status cannot have another team's sandbox captured.
 	name := remoteName(sbx)
-	resp, err := r.Vercel.GetSandbox(ctx, name, false)
+	resp, err := r.api(ctx).GetSandbox(ctx, name, false)
 	switch {
 	case vercel.IsNotFound(err):
 		return r.waitForSource(snap, sbx), nil
@@ -166,7 +174,7 @@ func (r *SandboxSnapshotReconciler) capture(ctx context.Context, snap *sandboxv1
 	}); err != nil {
 		return ctrl.Result{}, err
 	}
-	resp, err := r.Vercel.CreateSnapshot(ctx, sessionID, snapshotExpiration(snap))
+	resp, err := r.api(ctx).CreateSnapshot(ctx, sessionID, snapshotExpiration(snap))
 	switch {
 	case vercel.IsSnapshotting(err) || vercel.IsStopping(err):
 		return ctrl.Result{RequeueAfter: snapshotBuildPoll}, nil
@@ -213,7 +221,7 @@ func (r *SandboxSnapshotReconciler) resumeSource(ctx context.Context, snap *sand
 	if !snap.Spec.KeepSourceRunning || c == nil || c.VercelName == "" || c.ResumedSessionID != "" {
 		return false, nil
 	}
-	resp, err := r.Vercel.GetSandbox(ctx, c.VercelName, true)
+	resp, err := r.api(ctx).GetSandbox(ctx, c.VercelName, true)
 	if err != nil {
 		return false, fmt.Errorf("resume sandbox %s after the capture: %w", c.VercelName, err)
 	}
@@ -225,7 +233,7 @@ func (r *SandboxSnapshotReconciler) resumeSource(ctx context.Context, snap *sand
 
 // findCapture looks for the snapshot taken of the recorded session.
 func (r *SandboxSnapshotReconciler) findCapture(ctx context.Context, c *sandboxv1.SnapshotCaptureStatus) (*vercel.Snapshot, error) {
-	snaps, err := r.Vercel.ListAllSnapshots(ctx, vercel.ListSnapshotsOptions{Name: c.VercelName})
+	snaps, err := r.api(ctx).ListAllSnapshots(ctx, vercel.ListSnapshotsOptions{Name: c.VercelName})
 	if err != nil {
 		return nil, fmt.Errorf("list snapshots of %s: %w", c.VercelName, err)
 	}
@@ -267,7 +275,7 @@ func (r *SandboxSnapshotReconciler) unrecordedCapture(ctx context.Context, c *sa
 	if found != nil {
 		return found.ID, false, nil
 	}
-	resp, err := r.Vercel.GetSandbox(ctx, c.VercelName, false)
+	resp, err := r.api(ctx).GetSandbox(ctx, c.VercelName, false)
 	switch {
 	case vercel.IsNotFound(err):
 		return "", false, nil
@@ -300,7 +308,7 @@ func (r *SandboxSnapshotReconciler) releaseSource(ctx context.Context, snap *san
 		// No Sandbox will run that Vercel sandbox again.
 		return "", nil
 	}
-	resp, err := r.Vercel.GetSandbox(ctx, c.VercelName, false)
+	resp, err := r.api(ctx).GetSandbox(ctx, c.VercelName, false)
 	switch {
 	case vercel.IsNotFound(err):
 		return "", nil
@@ -326,7 +334,7 @@ func (r *SandboxSnapshotReconciler) releaseSource(ctx context.Context, snap *san
 			}
 		}
 	}
-	resp, err = r.Vercel.GetSandbox(ctx, c.VercelName, true)
+	resp, err = r.api(ctx).GetSandbox(ctx, c.VercelName, true)
 	switch {
 	case vercel.IsNotFound(err) || vercel.IsSnapshotNotFound(err):
 		return "", nil

@@ -39,7 +39,10 @@ type SandboxSnapshotReconciler struct {
 	// APIReader reads Secrets (clone credentials) uncached.
 	APIReader client.Reader
 	Vercel    SandboxAPI
-	Recorder  events.EventRecorder
+	// Classes, when set, gives each object its SandboxClass's Vercel client
+	// (Vercel is the client of objects of no class).
+	Classes  *ClassClients
+	Recorder events.EventRecorder
 	// Quota, when set, refuses new snapshots once a SandboxQuota's
 	// snapshotBytes is used up (quota_gate.go).
 	Quota *QuotaLedger
@@ -79,6 +82,7 @@ type SandboxSnapshotReconciler struct {
 // saw in status.
 func (r *SandboxSnapshotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	return skeleton[*sandboxv1.SandboxSnapshot]{
+		classes:   r.Classes,
 		client:    r.Client,
 		recorder:  r.Recorder,
 		notifier:  r.Notifier,
@@ -149,7 +153,7 @@ func (r *SandboxSnapshotReconciler) patchStatusNow(ctx context.Context, snap *sa
 // observe reads the Vercel snapshot id and reports it: Ready with size and
 // expiry while it exists, Expired once Vercel expired or deleted it.
 func (r *SandboxSnapshotReconciler) observe(ctx context.Context, snap *sandboxv1.SandboxSnapshot, id string) (ctrl.Result, error) {
-	remote, err := r.Vercel.GetSnapshot(ctx, id)
+	remote, err := r.api(ctx).GetSnapshot(ctx, id)
 	switch {
 	case vercel.IsNotFound(err) || vercel.IsGone(err):
 		r.markExpired(snap, id)
@@ -328,7 +332,7 @@ func (r *SandboxSnapshotReconciler) finalize(ctx context.Context, snap *sandboxv
 				r.foreignSnapshotKept(snap, id)
 				continue
 			}
-			if _, err := r.Vercel.DeleteSnapshot(ctx, id); err != nil && !vercel.IsNotFound(err) && !vercel.IsGone(err) {
+			if _, err := r.api(ctx).DeleteSnapshot(ctx, id); err != nil && !vercel.IsNotFound(err) && !vercel.IsGone(err) {
 				return fail(fmt.Errorf("delete snapshot %s: %w", id, err))
 			}
 			log.Info("Deleted Vercel snapshot", "snapshot", id)

@@ -103,6 +103,16 @@ func (m withReconcileTimeout) GetControllerOptions() config.Controller {
 // mgr. It is what cmd/manager runs; `make dev` and the benchmark call it too,
 // so they run the same thing.
 func SetupWithManager(mgr ctrl.Manager, vc vercel.Config, o Options) error {
+	// Each SandboxClass gets a client like the manager's own, with its own
+	// credentials, in-flight slots, rate and retry budget and health.
+	classBase := vc
+	classBase.HTTPClient, classBase.OnRequest, classBase.OnLimiterWait = nil, nil, nil
+	classes := &ClassClients{
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Base:      classBase,
+		Limits:    httplimit.Options{MaxInFlight: o.VercelInFlight, Reserved: o.VercelReservedInFlight},
+	}
 	hc, slots := httplimit.NewClient(httplimit.Options{
 		MaxInFlight: o.VercelInFlight,
 		Reserved:    o.VercelReservedInFlight,
@@ -156,6 +166,7 @@ func SetupWithManager(mgr ctrl.Manager, vc vercel.Config, o Options) error {
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
 		Vercel:                  api,
+		Classes:                 classes,
 		Recorder:                mgr.GetEventRecorder("sandbox-controller"),
 		Notifier:                notifier,
 		PollInterval:            o.PollInterval,
@@ -175,6 +186,7 @@ func SetupWithManager(mgr ctrl.Manager, vc vercel.Config, o Options) error {
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
 		Vercel:                  api,
+		Classes:                 classes,
 		Recorder:                mgr.GetEventRecorder("sandboxsnapshot-controller"),
 		Quota:                   quota,
 		Notifier:                notifier,
@@ -192,6 +204,7 @@ func SetupWithManager(mgr ctrl.Manager, vc vercel.Config, o Options) error {
 		Notifier:                notifier,
 		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 		BackoffCap:              o.BackoffCap,
+		Classes:                 classes,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the SandboxFork controller: %w", err)
 	}
@@ -202,6 +215,9 @@ func SetupWithManager(mgr ctrl.Manager, vc vercel.Config, o Options) error {
 		Quota:     quota,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the SandboxQuota controller: %w", err)
+	}
+	if err := (&SandboxClassReconciler{Client: mgr.GetClient(), Classes: classes}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up the SandboxClass controller: %w", err)
 	}
 	if err := metrics.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the metrics: %w", err)

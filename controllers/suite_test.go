@@ -46,11 +46,15 @@ import (
 // the real Vercel client against the emulator over loopback. A recording proxy
 // between the two lets specs assert what Vercel received.
 var (
-	cfg            *rest.Config
-	k8sClient      client.Client
-	emu            *emulator.Emulator
-	recorder       *recordingProxy
-	vc             *vercel.Client
+	cfg       *rest.Config
+	k8sClient client.Client
+	emu       *emulator.Emulator
+	recorder  *recordingProxy
+	vc        *vercel.Client
+	// classBase is the configuration the SandboxClasses' clients start from
+	// (the emulator's URL; their tokens, teams and projects come from the
+	// classes' Secrets).
+	classBase      vercel.Config
 	writes         = &writeCounter{counts: map[types.NamespacedName]int{}}
 	logs           = &syncBuffer{}
 	kubeconfigPath string
@@ -109,7 +113,10 @@ var _ = BeforeSuite(func() {
 		ControllerManager: true,
 		// The emulator serves the public routes, so readiness probes reach
 		// servers that commands start in a sandbox.
-		Emulator: emulator.Options{DataDir: GinkgoT().TempDir(), ServeRoutes: true},
+		Emulator: emulator.Options{DataDir: GinkgoT().TempDir(), ServeRoutes: true,
+			// Two tenants for the SandboxClass specs, each with its own
+			// token, team and project (classes_test.go).
+			Credentials: tenantCredentials},
 	})
 	Expect(err).NotTo(HaveOccurred())
 	// Registered at once, so a failure later in this setup does not leave
@@ -124,6 +131,7 @@ var _ = BeforeSuite(func() {
 	recorder = newRecordingProxy(stack.EmulatorURL)
 	DeferCleanup(recorder.Close)
 
+	classBase = stack.Vercel(recorder.URL())
 	vc, err = vercel.New(stack.Vercel(recorder.URL()))
 	Expect(err).NotTo(HaveOccurred())
 	clusterID, err = controllers.ClusterIDFromKubeSystem(context.Background(), k8sClient)
@@ -165,10 +173,13 @@ func startManager(scheme *runtime.Scheme) {
 	notifier := notify.New(notify.Options{Resolve: notify.ConfigMapResolver(mgr.GetAPIReader()), Timeout: time.Second, MinBackoff: 200 * time.Millisecond})
 	Expect(mgr.Add(notifier)).To(Succeed())
 	quota := controllers.NewQuotaLedger(mgr.GetCache())
+	classes := &controllers.ClassClients{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Base: classBase, SecretReload: time.Second}
+	Expect((&controllers.SandboxClassReconciler{Client: mgr.GetClient(), Classes: classes}).SetupWithManager(mgr)).To(Succeed())
 	err = (&controllers.SandboxReconciler{
 		Client:                  countingClient{Client: mgr.GetClient(), w: writes},
 		APIReader:               mgr.GetAPIReader(),
 		Vercel:                  vc,
+		Classes:                 classes,
 		Recorder:                mgr.GetEventRecorder("sandbox-controller"),
 		Notifier:                notifier,
 		PollInterval:            pollInterval,
@@ -183,6 +194,7 @@ func startManager(scheme *runtime.Scheme) {
 		Client:                  countingClient{Client: mgr.GetClient(), w: writes},
 		APIReader:               mgr.GetAPIReader(),
 		Vercel:                  vc,
+		Classes:                 classes,
 		Recorder:                mgr.GetEventRecorder("sandboxsnapshot-controller"),
 		Notifier:                notifier,
 		PollInterval:            pollInterval,
@@ -205,6 +217,7 @@ func startManager(scheme *runtime.Scheme) {
 		Recorder:                mgr.GetEventRecorder("sandbox-controller"),
 		Notifier:                notifier,
 		MaxConcurrentReconciles: 4,
+		Classes:                 classes,
 	}).SetupWithManager(mgr)
 	Expect(err).NotTo(HaveOccurred())
 	ctx, cancel := context.WithCancel(context.Background())

@@ -35,6 +35,12 @@ type VercelHealth struct {
 	// project is why the team and project are not verified (nil once they
 	// are); see verifyProject.
 	project error
+	// gauges: this is the manager's own credential, which the two
+	// credential gauges report (a class's health is on its status).
+	gauges bool
+	// onCredentials, when set, is called (under the lock; it must not
+	// block) when Vercel starts or stops rejecting the credentials.
+	onCredentials func()
 }
 
 // outageFailures consecutive failures make an outage; fewer are a blip that

@@ -570,11 +570,20 @@ type ExecProbe struct {
 // +kubebuilder:validation:XValidation:rule="self.source == oldSelf.source",message="spec.source is immutable",fieldPath=".source"
 // +kubebuilder:validation:XValidation:rule="has(self.persistent) == has(oldSelf.persistent) && (!has(self.persistent) || self.persistent == oldSelf.persistent)",message="spec.persistent is immutable",fieldPath=".persistent"
 // +kubebuilder:validation:XValidation:rule="!has(self.readinessProbe) || !has(self.readinessProbe.httpGet) || (has(self.ports) && self.ports.exists(p, p == self.readinessProbe.httpGet.port))",message="spec.readinessProbe.httpGet.port must be one of spec.ports",fieldPath=".readinessProbe.httpGet.port"
+// +kubebuilder:validation:XValidation:rule="has(self.className) == has(oldSelf.className) && (!has(self.className) || self.className == oldSelf.className)",message="spec.className is immutable",fieldPath=".className"
 type SandboxSpec struct {
 	// source of the sandbox's filesystem: exactly one of runtime, git, tarball,
 	// snapshotRef, snapshotID or adopt (an existing Vercel sandbox). Immutable.
 	// +required
 	Source SandboxSource `json:"source"`
+	// className is the SandboxClass whose Vercel credentials, project and
+	// defaults this object uses; the default class (annotation
+	// sandbox.sentry.io/is-default-class) when unset, else the manager's own
+	// credentials. Immutable.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	ClassName *string `json:"className,omitempty"`
 	// resources of each session.
 	// +optional
 	Resources *SandboxResources `json:"resources,omitempty"`

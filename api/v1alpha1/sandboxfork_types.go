@@ -194,10 +194,19 @@ type SandboxOverrides struct {
 
 // SandboxForkSpec is the desired state of a SandboxFork.
 // +kubebuilder:validation:XValidation:rule="self.source == oldSelf.source",message="spec.source is immutable",fieldPath=".source"
+// +kubebuilder:validation:XValidation:rule="has(self.className) == has(oldSelf.className) && (!has(self.className) || self.className == oldSelf.className)",message="spec.className is immutable",fieldPath=".className"
 type SandboxForkSpec struct {
 	// source of the fork: exactly one of sandboxRef or snapshotRef. Immutable.
 	// +required
 	Source SandboxForkSource `json:"source"`
+	// className is the SandboxClass whose Vercel credentials, project and
+	// defaults this object uses; the default class (annotation
+	// sandbox.sentry.io/is-default-class) when unset, else the manager's own
+	// credentials. Immutable.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	ClassName *string `json:"className,omitempty"`
 	// replicas is the number of child Sandboxes, named <fork>-<index>. Scaling
 	// down deletes the highest indexes first. `kubectl scale` works.
 	// +optional

@@ -272,10 +272,19 @@ type RecipeCommand struct {
 // SandboxSnapshotSpec is the desired state of a SandboxSnapshot.
 // +kubebuilder:validation:XValidation:rule="self.source == oldSelf.source",message="spec.source is immutable",fieldPath=".source"
 // +kubebuilder:validation:XValidation:rule="!has(self.maxAgeSeconds) || has(self.source.recipe)",message="spec.maxAgeSeconds applies to recipe snapshots only",fieldPath=".maxAgeSeconds"
+// +kubebuilder:validation:XValidation:rule="has(self.className) == has(oldSelf.className) && (!has(self.className) || self.className == oldSelf.className)",message="spec.className is immutable",fieldPath=".className"
 type SandboxSnapshotSpec struct {
 	// source of the snapshot: exactly one of sandboxRef, snapshotID or recipe. Immutable.
 	// +required
 	Source SandboxSnapshotSource `json:"source"`
+	// className is the SandboxClass whose Vercel credentials, project and
+	// defaults this object uses; the default class (annotation
+	// sandbox.sentry.io/is-default-class) when unset, else the manager's own
+	// credentials. Immutable.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	ClassName *string `json:"className,omitempty"`
 	// keepSourceRunning resumes the captured Sandbox after a sandboxRef capture
 	// (Vercel stops a session when it snapshots it).
 	// +optional

@@ -8,7 +8,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -68,6 +70,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 		fakeClock    = fs.Bool("fake-clock", false, "run on a fake clock, advanced only through POST /_emulator/clock/advance")
 		printEnv     = fs.Bool("print-env", false, "print only `export VAR=value` lines on stdout (banner goes to stderr)")
 		logLevel     = fs.String("log-level", "info", "log level: debug, info, warn, error")
+		credsFile    = fs.String("credentials-file", "", "JSON list of further credentials, each for its own teams and projects: [{\"token\":..., \"teams\":[...], \"projects\":[...]}] (tenants in tests)")
 		jwksFile     = fs.String("oidc-jwks-file", "", "accept OIDC tokens (JWTs) signed by a key of this JSON Web Key Set (RS256/ES256); default: only the printed token")
 		oidcIssuer   = fs.String("oidc-issuer", "", "with --oidc-jwks-file: the `iss` OIDC tokens must carry")
 		sourceDir    = fs.String("allowed-source-dir", "", "the only host directory tarball (path, file://) and git (local) sources may read; default: none")
@@ -143,6 +146,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	} else if *oidcIssuer != "" {
 		return errors.New("--oidc-issuer needs --oidc-jwks-file")
 	}
+	if *credsFile != "" {
+		cs, err := readCredentials(*credsFile)
+		if err != nil {
+			return err
+		}
+		opts.Credentials = cs
+	}
 	if *fakeClock {
 		opts.Clock = emulator.NewFakeClock(time.Now())
 	}
@@ -172,6 +182,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fmt.Fprintf(banner, "  data dir:  %s\n", emu.DataDir())
 	if *jwksFile != "" {
 		fmt.Fprintf(banner, "  oidc:      tokens signed by a key of %s are accepted\n", *jwksFile)
+	}
+	for _, c := range opts.Credentials {
+		// The tokens stay in the file: the banner may end up in a log.
+		fmt.Fprintf(banner, "  tenant:    teams %s   projects %s   (token in %s)\n", strings.Join(c.Teams, ","), strings.Join(c.Projects, ","), *credsFile)
 	}
 	if *sourceDir != "" {
 		fmt.Fprintf(banner, "  sources:   host paths inside %s; http(s) on loopback only\n", *sourceDir)
@@ -226,4 +240,20 @@ func checkListen(addr string, allowRemote bool) error {
 		return nil
 	}
 	return fmt.Errorf("--listen %q is not a loopback address; commands run on this host, so pass --allow-remote to expose it deliberately", addr)
+}
+
+// readCredentials reads --credentials-file: a JSON list of
+// emulator.Credential. Its errors never quote the file's content.
+func readCredentials(file string) ([]emulator.Credential, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("--credentials-file: %w", err)
+	}
+	var cs []emulator.Credential
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&cs); err != nil {
+		return nil, fmt.Errorf("--credentials-file %s: not a JSON list of {token, teams, projects}", file)
+	}
+	return cs, nil
 }

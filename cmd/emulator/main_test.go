@@ -173,3 +173,62 @@ func TestRunSecurityFlags(t *testing.T) {
 		t.Fatalf("banner: %s", out.String())
 	}
 }
+
+// --credentials-file adds a tenant token that acts on its own team only; the
+// banner names the tenant's team but not its token; a malformed file is
+// refused without quoting it.
+func TestRunCredentialsFile(t *testing.T) {
+	dir := t.TempDir()
+	file := dir + "/creds.json"
+	if err := os.WriteFile(file, []byte(`[{"token":"tenant-secret","teams":["team_a"],"projects":["prj_a"]}]`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errOut syncBuf
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"--exec=none", "--credentials-file=" + file}, &out, &errOut, ready) }()
+	var url string
+	select {
+	case url = <-ready:
+	case err := <-done:
+		t.Fatalf("run: %v (%s)", err, errOut.String())
+	case <-time.After(10 * time.Second):
+		t.Fatal("not ready")
+	}
+	if !strings.Contains(out.String(), "teams team_a") || strings.Contains(out.String(), "tenant-secret") {
+		t.Fatalf("banner: %s", out.String())
+	}
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr}
+	status := func(team string) int {
+		req, _ := http.NewRequest("POST", url+"/v3/sandboxes?teamId="+team, strings.NewReader(`{"projectId":"prj_a"}`))
+		req.Header.Set("Authorization", "Bearer tenant-secret")
+		res, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res.StatusCode
+	}
+	if s := status("team_a"); s != 200 {
+		t.Fatalf("create in the tenant's team: %d", s)
+	}
+	if s := status("team_emulator"); s != 403 {
+		t.Fatalf("create in another team: %d, want 403", s)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	if err := os.WriteFile(file, []byte(`{"token":"tenant-secret"`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := run(context.Background(), []string{"--exec=none", "--credentials-file=" + file}, &out, &errOut, nil)
+	if err == nil || strings.Contains(err.Error(), "tenant-secret") {
+		t.Fatalf("malformed file: err = %v", err)
+	}
+}

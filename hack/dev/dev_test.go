@@ -159,6 +159,21 @@ func TestDev(t *testing.T) {
 		}
 	}
 
+	// The two classes: a Sandbox of team-a runs in team-a's emulated
+	// project, not in the one of the printed VERCEL_* values.
+	runCmd(t, root, kenv, "kubectl", "wait", "--for=condition=CredentialsValid", "sandboxclass", "team-a", "team-b", "--timeout=60s")
+	runCmd(t, root, kenv, "kubectl", "apply", "-n", "team-a", "-f", "config/samples/classes/sandbox_with_class.yaml")
+	runCmd(t, root, kenv, "kubectl", "wait", "-n", "team-a", "--for=condition=Ready", "sandbox/tenant-box", "--timeout=90s")
+	tenantName := runCmd(t, root, kenv, "kubectl", "get", "-n", "team-a", "sbx", "tenant-box", "-o", "jsonpath={.status.vercelName}")
+	if remote, err = vc.ListAllSandboxes(ctx, vercel.ListSandboxesOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range remote {
+		if s.Name == strings.TrimSpace(tenantName) {
+			t.Errorf("the team-a Sandbox's Vercel sandbox %s is in the manager's own project", s.Name)
+		}
+	}
+
 	// A second instance on the same state dir refuses, naming the first.
 	second := exec.Command(bin, "--state-dir", stateDir)
 	second.Dir, second.Env = root, dev.Env

@@ -147,6 +147,10 @@ func run(c config) int {
 		fmt.Println("Stopped.")
 	}()
 
+	tenants, err := newDevTenants()
+	if err != nil {
+		return fail("%v", err)
+	}
 	fmt.Printf("Starting the control plane (etcd, kube-apiserver and kube-controller-manager from %s)…\n", assets)
 	// The control plane's files live under the state dir, so leftovers of a
 	// run killed with SIGKILL are recognisable (killLeftovers) and cleaned up.
@@ -160,6 +164,9 @@ func run(c config) int {
 			DataDir: paths.emulatorData,
 			Exec:    c.emulatorExec,
 			Logger:  slog.New(slog.NewTextHandler(emuLog, nil)),
+			// Two more teams, each with its own token and project: the
+			// SandboxClasses team-a and team-b (classes.go).
+			Credentials: emulatorCredentials(tenants),
 		},
 	})
 	if ctx.Err() != nil { // Ctrl-C while it started
@@ -215,6 +222,10 @@ func run(c config) int {
 		return fail("%v", err)
 	}
 	fmt.Printf("Created SandboxQuota %s/%s from %s (kubectl get sbxquota)\n", sampleQuotaNamespace, sampleQuotaName, sampleQuotaFile)
+	if err := createTenants(ctx, stack.Client, tenants); err != nil {
+		return fail("%v", err)
+	}
+	fmt.Printf("Created the SandboxClasses team-a and team-b (emulated teams team_a and team_b, Secrets in %s), for the namespaces team-a and team-b\n", classSecretsNamespace)
 	const teamID, projectID = localstack.TeamID, localstack.ProjectID
 
 	vercelEnv := fmt.Sprintf("VERCEL_API_URL=%s VERCEL_TOKEN=%s VERCEL_TEAM_ID=%s VERCEL_PROJECT_ID=%s",
@@ -237,6 +248,11 @@ Then try:
   kubectl apply -f config/samples/
   kubectl wait --for=condition=Ready sandbox --all
   kubectl get sbx
+
+Two tenants, each its own Vercel team and project (docs/sandboxclass.md):
+
+  kubectl get sandboxclasses
+  kubectl apply -n team-a -f config/samples/classes/sandbox_with_class.yaml
 
 Other clients (e.g. the official Vercel SDK) reach the same backend with:
 

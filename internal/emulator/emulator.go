@@ -100,6 +100,10 @@ type Options struct {
 	// names another answers 404 not_found "Project not found." Empty: any
 	// project.
 	Projects []string
+	// Credentials are further tokens, each for its own teams and projects
+	// (tenants of one manager in tests); Token and Teams/Projects apply to
+	// Options.Token only.
+	Credentials []Credential
 	// Plan holds the limits; the zero Plan means PlanPro().
 	Plan Plan
 	// Clock is nil for the real clock; use NewFakeClock in tests.
@@ -255,6 +259,7 @@ type Emulator struct {
 	log     *slog.Logger
 	token   string
 	rotated atomic.Pointer[string] // SetToken
+	creds   []*credential          // Options.Credentials
 	dataDir string
 	tempDir bool
 	runner  *sandboxruntime.Runner
@@ -324,6 +329,11 @@ func New(opts Options) (*Emulator, error) {
 		}
 		e.token = "emu_" + hex.EncodeToString(b)
 	}
+	creds, err := newCredentials(opts.Credentials, e.token)
+	if err != nil {
+		return nil, err
+	}
+	e.creds = creds
 	switch opts.Exec {
 	case "", "namespace", "host", "none":
 	default:

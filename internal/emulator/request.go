@@ -25,6 +25,9 @@ type reqCtx struct {
 	team    string
 	oidc    bool
 	oidcPrj string
+	// cred is the Options.Credentials entry the token matched; nil for
+	// Options.Token and OIDC tokens.
+	cred *credential
 }
 
 func (rc *reqCtx) param(name string) string { return rc.params[name] }
@@ -43,7 +46,7 @@ func (rc *reqCtx) project(explicit, field string) (string, *apiError) {
 	if explicit == "" {
 		return "", badRequest("Invalid request: `%s` is required unless authenticating with an OIDC token.", field)
 	}
-	if err := rc.e.checkProject(explicit); err != nil {
+	if err := rc.e.checkProject(rc, explicit); err != nil {
 		return "", err
 	}
 	return explicit, nil

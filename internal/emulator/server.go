@@ -273,6 +273,16 @@ func (e *Emulator) authenticate(rc *reqCtx) *apiError {
 		}
 		return nil
 	}
+	if c := e.credentialFor(tok); c != nil {
+		rc.team, rc.cred = q.Get("teamId"), c
+		if rc.team == "" {
+			rc.team = q.Get("slug")
+		}
+		if rc.team == "" {
+			rc.team = c.teams[0]
+		}
+		return nil
+	}
 	if e.oidc == nil || strings.Count(tok, ".") != 2 {
 		return &apiError{status: 403, code: "forbidden", message: "Not authorized: the token is not valid."}
 	}

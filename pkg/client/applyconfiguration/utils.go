@@ -28,6 +28,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apiv1alpha1.AppliedSecretApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("BootedFrom"):
 		return &apiv1alpha1.BootedFromApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("ClassSecretReference"):
+		return &apiv1alpha1.ClassSecretReferenceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("EnvVar"):
 		return &apiv1alpha1.EnvVarApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("EnvVarSource"):
@@ -66,6 +68,14 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apiv1alpha1.RecipeRepositoryApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("Sandbox"):
 		return &apiv1alpha1.SandboxApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SandboxClass"):
+		return &apiv1alpha1.SandboxClassApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SandboxClassDefaults"):
+		return &apiv1alpha1.SandboxClassDefaultsApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SandboxClassSpec"):
+		return &apiv1alpha1.SandboxClassSpecApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SandboxClassStatus"):
+		return &apiv1alpha1.SandboxClassStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SandboxFork"):
 		return &apiv1alpha1.SandboxForkApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SandboxForkSource"):

@@ -40,6 +40,7 @@ export interface Sandbox {
    * Validated: spec.source is immutable
    * Validated: spec.persistent is immutable
    * Validated: spec.readinessProbe.httpGet.port must be one of spec.ports
+   * Validated: spec.className is immutable
    */
   spec: SandboxSpec;
   /**
@@ -55,8 +56,19 @@ export interface Sandbox {
  * Validated: spec.source is immutable
  * Validated: spec.persistent is immutable
  * Validated: spec.readinessProbe.httpGet.port must be one of spec.ports
+ * Validated: spec.className is immutable
  */
 export interface SandboxSpec {
+  /**
+   * className is the SandboxClass whose Vercel credentials, project and
+   * defaults this object uses; the default class (annotation
+   * sandbox.sentry.io/is-default-class) when unset, else the manager's own
+   * credentials. Immutable.
+   *
+   * minLength: 1
+   * maxLength: 63
+   */
+  className?: string;
   /**
    * deletionPolicy: Delete (default) deletes the Vercel sandbox with this
    * object; Retain leaves it in Vercel.

@@ -37,6 +37,7 @@ export interface SandboxFork {
    * spec is the desired state.
    *
    * Validated: spec.source is immutable
+   * Validated: spec.className is immutable
    */
   spec: SandboxForkSpec;
   /**
@@ -49,8 +50,19 @@ export interface SandboxFork {
  * spec is the desired state.
  *
  * Validated: spec.source is immutable
+ * Validated: spec.className is immutable
  */
 export interface SandboxForkSpec {
+  /**
+   * className is the SandboxClass whose Vercel credentials, project and
+   * defaults this object uses; the default class (annotation
+   * sandbox.sentry.io/is-default-class) when unset, else the manager's own
+   * credentials. Immutable.
+   *
+   * minLength: 1
+   * maxLength: 63
+   */
+  className?: string;
   /**
    * deletionPolicy: Delete (default) deletes the children and the fork's own
    * snapshot with the fork; Retain releases them (they stay, unowned).

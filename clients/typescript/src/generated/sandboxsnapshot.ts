@@ -38,6 +38,7 @@ export interface SandboxSnapshot {
    *
    * Validated: spec.source is immutable
    * Validated: spec.maxAgeSeconds applies to recipe snapshots only
+   * Validated: spec.className is immutable
    */
   spec: SandboxSnapshotSpec;
   /**
@@ -51,8 +52,19 @@ export interface SandboxSnapshot {
  *
  * Validated: spec.source is immutable
  * Validated: spec.maxAgeSeconds applies to recipe snapshots only
+ * Validated: spec.className is immutable
  */
 export interface SandboxSnapshotSpec {
+  /**
+   * className is the SandboxClass whose Vercel credentials, project and
+   * defaults this object uses; the default class (annotation
+   * sandbox.sentry.io/is-default-class) when unset, else the manager's own
+   * credentials. Immutable.
+   *
+   * minLength: 1
+   * maxLength: 63
+   */
+  className?: string;
   /**
    * deletionPolicy: Delete (default) deletes the Vercel snapshot with this
    * object, unless another SandboxSnapshot still uses it; Retain leaves it.

@@ -59,6 +59,15 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: snapshotName
       type:
         scalar: string
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.ClassSecretReference
+  map:
+    fields:
+    - name: name
+      type:
+        scalar: string
+    - name: namespace
+      type:
+        scalar: string
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.DeletionPolicy
   scalar: string
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.EnvVar
@@ -326,6 +335,74 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: status
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxStatus
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxClass
+  map:
+    fields:
+    - name: apiVersion
+      type:
+        scalar: string
+    - name: kind
+      type:
+        scalar: string
+    - name: metadata
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta
+    - name: spec
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxClassSpec
+    - name: status
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxClassStatus
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxClassDefaults
+  map:
+    fields:
+    - name: idle
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.IdlePolicy
+    - name: maxSessionLengthSeconds
+      type:
+        scalar: numeric
+    - name: networkPolicy
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.NetworkPolicy
+    - name: resources
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxResources
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxClassSpec
+  map:
+    fields:
+    - name: credentialsSecretRef
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.ClassSecretReference
+    - name: defaults
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxClassDefaults
+    - name: namespaceSelector
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxClassStatus
+  map:
+    fields:
+    - name: conditions
+      type:
+        list:
+          elementType:
+            namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Condition
+          elementRelationship: associative
+          keys:
+          - type
+    - name: inUse
+      type:
+        scalar: numeric
+    - name: observedGeneration
+      type:
+        scalar: numeric
+    - name: projectID
+      type:
+        scalar: string
+    - name: teamID
+      type:
+        scalar: string
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxFork
   map:
     fields:
@@ -358,6 +435,9 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxForkSpec
   map:
     fields:
+    - name: className
+      type:
+        scalar: string
     - name: deletionPolicy
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.DeletionPolicy
@@ -577,6 +657,9 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxSnapshotSpec
   map:
     fields:
+    - name: className
+      type:
+        scalar: string
     - name: deletionPolicy
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.DeletionPolicy
@@ -670,6 +753,9 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxSpec
   map:
     fields:
+    - name: className
+      type:
+        scalar: string
     - name: deletionPolicy
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.DeletionPolicy
@@ -1054,6 +1140,38 @@ var schemaYAML = typed.YAMLObject(`types:
         elementType:
           namedType: __untyped_deduced_
         elementRelationship: separable
+- name: io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector
+  map:
+    fields:
+    - name: matchExpressions
+      type:
+        list:
+          elementType:
+            namedType: io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelectorRequirement
+          elementRelationship: atomic
+    - name: matchLabels
+      type:
+        map:
+          elementType:
+            scalar: string
+    elementRelationship: atomic
+- name: io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelectorOperator
+  scalar: string
+- name: io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelectorRequirement
+  map:
+    fields:
+    - name: key
+      type:
+        scalar: string
+    - name: operator
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelectorOperator
+    - name: values
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
 - name: io.k8s.apimachinery.pkg.apis.meta.v1.ManagedFieldsEntry
   map:
     fields:

@@ -45,6 +45,8 @@ func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource
 	// Group=sandbox.sentry.io, Version=v1alpha1
 	case v1alpha1.SchemeGroupVersion.WithResource("sandboxes"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Sandbox().V1alpha1().Sandboxes().Informer()}, nil
+	case v1alpha1.SchemeGroupVersion.WithResource("sandboxclasses"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Sandbox().V1alpha1().SandboxClasses().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("sandboxforks"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Sandbox().V1alpha1().SandboxForks().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("sandboxquotas"):

@@ -19,6 +19,11 @@ import (
 type SandboxForkSpecApplyConfiguration struct {
 	// source of the fork: exactly one of sandboxRef or snapshotRef. Immutable.
 	Source *SandboxForkSourceApplyConfiguration `json:"source,omitempty"`
+	// className is the SandboxClass whose Vercel credentials, project and
+	// defaults this object uses; the default class (annotation
+	// sandbox.sentry.io/is-default-class) when unset, else the manager's own
+	// credentials. Immutable.
+	ClassName *string `json:"className,omitempty"`
 	// replicas is the number of child Sandboxes, named <fork>-<index>. Scaling
 	// down deletes the highest indexes first. `kubectl scale` works.
 	Replicas *int32 `json:"replicas,omitempty"`
@@ -46,6 +51,14 @@ func SandboxForkSpec() *SandboxForkSpecApplyConfiguration {
 // If called multiple times, the Source field is set to the value of the last call.
 func (b *SandboxForkSpecApplyConfiguration) WithSource(value *SandboxForkSourceApplyConfiguration) *SandboxForkSpecApplyConfiguration {
 	b.Source = value
+	return b
+}
+
+// WithClassName sets the ClassName field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ClassName field is set to the value of the last call.
+func (b *SandboxForkSpecApplyConfiguration) WithClassName(value string) *SandboxForkSpecApplyConfiguration {
+	b.ClassName = &value
 	return b
 }
 

@@ -19,6 +19,11 @@ import (
 type SandboxSnapshotSpecApplyConfiguration struct {
 	// source of the snapshot: exactly one of sandboxRef, snapshotID or recipe. Immutable.
 	Source *SandboxSnapshotSourceApplyConfiguration `json:"source,omitempty"`
+	// className is the SandboxClass whose Vercel credentials, project and
+	// defaults this object uses; the default class (annotation
+	// sandbox.sentry.io/is-default-class) when unset, else the manager's own
+	// credentials. Immutable.
+	ClassName *string `json:"className,omitempty"`
 	// keepSourceRunning resumes the captured Sandbox after a sandboxRef capture
 	// (Vercel stops a session when it snapshots it).
 	KeepSourceRunning *bool `json:"keepSourceRunning,omitempty"`
@@ -50,6 +55,14 @@ func SandboxSnapshotSpec() *SandboxSnapshotSpecApplyConfiguration {
 // If called multiple times, the Source field is set to the value of the last call.
 func (b *SandboxSnapshotSpecApplyConfiguration) WithSource(value *SandboxSnapshotSourceApplyConfiguration) *SandboxSnapshotSpecApplyConfiguration {
 	b.Source = value
+	return b
+}
+
+// WithClassName sets the ClassName field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ClassName field is set to the value of the last call.
+func (b *SandboxSnapshotSpecApplyConfiguration) WithClassName(value string) *SandboxSnapshotSpecApplyConfiguration {
+	b.ClassName = &value
 	return b
 }
 

@@ -21,6 +21,11 @@ type SandboxSpecApplyConfiguration struct {
 	// source of the sandbox's filesystem: exactly one of runtime, git, tarball,
 	// snapshotRef, snapshotID or adopt (an existing Vercel sandbox). Immutable.
 	Source *SandboxSourceApplyConfiguration `json:"source,omitempty"`
+	// className is the SandboxClass whose Vercel credentials, project and
+	// defaults this object uses; the default class (annotation
+	// sandbox.sentry.io/is-default-class) when unset, else the manager's own
+	// credentials. Immutable.
+	ClassName *string `json:"className,omitempty"`
 	// resources of each session.
 	Resources *SandboxResourcesApplyConfiguration `json:"resources,omitempty"`
 	// ports to expose; each gets a public route in status.routes. At most 15,
@@ -100,6 +105,14 @@ func SandboxSpec() *SandboxSpecApplyConfiguration {
 // If called multiple times, the Source field is set to the value of the last call.
 func (b *SandboxSpecApplyConfiguration) WithSource(value *SandboxSourceApplyConfiguration) *SandboxSpecApplyConfiguration {
 	b.Source = value
+	return b
+}
+
+// WithClassName sets the ClassName field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ClassName field is set to the value of the last call.
+func (b *SandboxSpecApplyConfiguration) WithClassName(value string) *SandboxSpecApplyConfiguration {
+	b.ClassName = &value
 	return b
 }
 

@@ -16,6 +16,10 @@ type SandboxListerExpansion interface{}
 // SandboxNamespaceLister.
 type SandboxNamespaceListerExpansion interface{}
 
+// SandboxClassListerExpansion allows custom methods to be added to
+// SandboxClassLister.
+type SandboxClassListerExpansion interface{}
+
 // SandboxForkListerExpansion allows custom methods to be added to
 // SandboxForkLister.
 type SandboxForkListerExpansion interface{}

@@ -16,6 +16,8 @@ import (
 type Interface interface {
 	// Sandboxes returns a SandboxInformer.
 	Sandboxes() TypedSandboxInformer
+	// SandboxClasses returns a SandboxClassInformer.
+	SandboxClasses() TypedSandboxClassInformer
 	// SandboxForks returns a SandboxForkInformer.
 	SandboxForks() TypedSandboxForkInformer
 	// SandboxQuotas returns a SandboxQuotaInformer.
@@ -38,6 +40,11 @@ func New(f internalinterfaces.SharedInformerFactory, namespace string, tweakList
 // Sandboxes returns a TypedSandboxInformer.
 func (v *version) Sandboxes() TypedSandboxInformer {
 	return &sandboxInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
+}
+
+// SandboxClasses returns a TypedSandboxClassInformer.
+func (v *version) SandboxClasses() TypedSandboxClassInformer {
+	return &sandboxClassInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
 }
 
 // SandboxForks returns a TypedSandboxForkInformer.

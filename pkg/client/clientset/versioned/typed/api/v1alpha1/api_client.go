@@ -19,6 +19,7 @@ import (
 type SandboxV1alpha1Interface interface {
 	RESTClient() rest.Interface
 	SandboxesGetter
+	SandboxClassesGetter
 	SandboxForksGetter
 	SandboxQuotasGetter
 	SandboxSnapshotsGetter
@@ -31,6 +32,10 @@ type SandboxV1alpha1Client struct {
 
 func (c *SandboxV1alpha1Client) Sandboxes(namespace string) SandboxInterface {
 	return newSandboxes(c, namespace)
+}
+
+func (c *SandboxV1alpha1Client) SandboxClasses() SandboxClassInterface {
+	return newSandboxClasses(c)
 }
 
 func (c *SandboxV1alpha1Client) SandboxForks(namespace string) SandboxForkInterface {

@@ -10,6 +10,8 @@ package v1alpha1
 
 type SandboxExpansion interface{}
 
+type SandboxClassExpansion interface{}
+
 type SandboxForkExpansion interface{}
 
 type SandboxQuotaExpansion interface{}

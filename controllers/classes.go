@@ -1,0 +1,488 @@
+package controllers
+
+// SandboxClasses: which Vercel credentials an object uses, and one Vercel
+// client per class. An object's class is spec.className, else the class its
+// sandbox.sentry.io/class label pinned at its first reconcile, else the
+// default class (annotation sandbox.sentry.io/is-default-class), else none:
+// the manager's own client, built from its flags, exactly as before classes
+// existed. The skeleton resolves the class before the kind's reconcile runs
+// and hands the class's client down in the context (apiFor), so the
+// reconcilers' code is the same for every class.
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlevent "sigs.k8s.io/controller-runtime/pkg/event"
+
+	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+	"github.com/getsentry/sandbox-controller/internal/httplimit"
+	"github.com/getsentry/sandbox-controller/internal/metrics"
+	"github.com/getsentry/sandbox-controller/internal/vercel"
+)
+
+// +kubebuilder:rbac:groups=sandbox.sentry.io,resources=sandboxclasses,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=sandbox.sentry.io,resources=sandboxclasses/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=sandbox.sentry.io,resources=sandboxclasses/finalizers,verbs=update
+
+// classBinding is the class an object is reconciled with.
+type classBinding struct {
+	name string
+	api  SandboxAPI
+}
+
+type classKey struct{}
+
+// apiFor is the Vercel client of the object being reconciled: its class's,
+// or def (the manager's own) for an object of no class.
+func apiFor(ctx context.Context, def SandboxAPI) SandboxAPI {
+	if b, ok := ctx.Value(classKey{}).(*classBinding); ok {
+		return b.api
+	}
+	return def
+}
+
+// classNameIn is the class of the object being reconciled; "" for none.
+func classNameIn(ctx context.Context) string {
+	if b, ok := ctx.Value(classKey{}).(*classBinding); ok {
+		return b.name
+	}
+	return ""
+}
+
+// classError is a class that cannot be used by an object; reported with its
+// reason on Ready and Synced, retried with backoff, nothing called in Vercel.
+type classError struct {
+	reason, message string
+}
+
+func (e *classError) Error() string { return e.message }
+
+// specClassName is spec.className of an object of one of the three kinds.
+func specClassName(o client.Object) string {
+	var p *string
+	switch o := o.(type) {
+	case *sandboxv1.Sandbox:
+		p = o.Spec.ClassName
+	case *sandboxv1.SandboxSnapshot:
+		p = o.Spec.ClassName
+	case *sandboxv1.SandboxFork:
+		p = o.Spec.ClassName
+	}
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+// pinnedClass is the class an object is known to use, when it is known:
+// spec.className, else the class its label pinned.
+func pinnedClass(o client.Object) (string, bool) {
+	if n := specClassName(o); n != "" {
+		return n, true
+	}
+	n, ok := o.GetLabels()[sandboxv1.LabelClass]
+	return n, ok
+}
+
+// classOfFresh is the class of an object that neither names one nor was
+// pinned: none (the manager's flags) for an object a controller reconciled
+// before classes existed (it has conditions: its remote objects are in the
+// flags' project), else the default class.
+func (c *ClassClients) classOfFresh(ctx context.Context, o client.Object) (string, error) {
+	if len(*statusOf(o).conditions) > 0 {
+		return "", nil
+	}
+	return c.defaultClass(ctx)
+}
+
+// defaultClass is the name of the oldest class annotated as the default
+// that is not being deleted, or "".
+func (c *ClassClients) defaultClass(ctx context.Context) (string, error) {
+	list := &sandboxv1.SandboxClassList{}
+	if err := c.Client.List(ctx, list); err != nil {
+		return "", fmt.Errorf("list SandboxClasses: %w", err)
+	}
+	var defaults []sandboxv1.SandboxClass
+	for _, cl := range list.Items {
+		if cl.Annotations[sandboxv1.AnnotationDefaultClass] == "true" && cl.DeletionTimestamp.IsZero() {
+			defaults = append(defaults, cl)
+		}
+	}
+	if len(defaults) == 0 {
+		return "", nil
+	}
+	sort.Slice(defaults, func(i, j int) bool {
+		ti, tj := defaults[i].CreationTimestamp, defaults[j].CreationTimestamp
+		if !ti.Equal(&tj) {
+			return ti.Before(&tj)
+		}
+		return defaults[i].Name < defaults[j].Name
+	})
+	return defaults[0].Name, nil
+}
+
+// ClassClients resolves objects' classes and keeps one Vercel client per
+// class, each with its own in-flight bound, rate and retry budget (inside
+// vercel.Client) and health. A nil *ClassClients resolves every object to
+// the manager's own client.
+type ClassClients struct {
+	// Client reads SandboxClasses (the manager's cache).
+	Client client.Reader
+	// APIReader reads Secrets and Namespaces uncached: the manager neither
+	// lists nor watches them.
+	APIReader client.Reader
+	// Base is the configuration every class's client starts from: the
+	// manager's (base URL, call timeout, requests per minute, retries),
+	// without its token, team, project, HTTP client and callbacks.
+	Base vercel.Config
+	// Limits bound each class's requests in flight (a class's own slots).
+	Limits httplimit.Options
+	// SecretReload is how often a class's Secret is read again (default
+	// vercel.DefaultTokenReloadInterval); after Vercel rejected the token it
+	// is read again at once (at most once a second).
+	SecretReload time.Duration
+
+	mu      sync.Mutex
+	entries map[string]*classEntry
+	// changed receives a class whose credentials Vercel started or stopped
+	// rejecting, so that its status says so at once (the class controller
+	// watches it).
+	changed chan ctrlevent.GenericEvent
+}
+
+// events is the channel of classes whose credentials changed.
+func (c *ClassClients) events() chan ctrlevent.GenericEvent {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.changed == nil {
+		c.changed = make(chan ctrlevent.GenericEvent, 64)
+	}
+	return c.changed
+}
+
+// classEntry is the client of one class, rebuilt when its Secret changes.
+type classEntry struct {
+	mu     sync.Mutex
+	hc     *http.Client // bounded in flight; kept across rebuilds
+	health *VercelHealth
+	api    *vercel.Client
+	// secretVersion is the resourceVersion of the Secret api was built
+	// from; readAt when it was last read.
+	secretVersion string
+	readAt        time.Time
+	// verifiedAt is when the class controller last checked the team and
+	// project (VerifyProject) with api.
+	verifiedAt time.Time
+}
+
+func (c *ClassClients) entry(name string) *classEntry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.entries == nil {
+		c.entries = map[string]*classEntry{}
+	}
+	e := c.entries[name]
+	if e == nil {
+		limits := c.Limits
+		limits.ResponseHeaderTimeout = c.Base.CallTimeout
+		hc, _ := httplimit.NewClient(limits)
+		e = &classEntry{hc: hc, health: &VercelHealth{project: errProjectUnverified}}
+		if c.changed == nil {
+			c.changed = make(chan ctrlevent.GenericEvent, 64)
+		}
+		changed := c.changed
+		e.health.onCredentials = func() {
+			select {
+			case changed <- ctrlevent.GenericEvent{Object: &sandboxv1.SandboxClass{ObjectMeta: metav1.ObjectMeta{Name: name}}}:
+			default: // full: the periodic check catches up
+			}
+		}
+		c.entries[name] = e
+	}
+	return e
+}
+
+// forget drops the client of a deleted class.
+func (c *ClassClients) forget(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.entries, name)
+}
+
+// apiOf returns the client of cl, reading its Secret again when the last read
+// is older than SecretReload, or older than a second after Vercel rejected
+// the token (it may just have been rotated). A new Secret (another
+// resourceVersion) builds a new client, so a rotated token is used without a
+// restart.
+func (c *ClassClients) apiOf(ctx context.Context, cl *sandboxv1.SandboxClass) (*vercel.Client, *VercelHealth, error) {
+	e := c.entry(cl.Name)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	reload := c.SecretReload
+	if reload <= 0 {
+		reload = vercel.DefaultTokenReloadInterval
+	}
+	since := time.Since(e.readAt)
+	if e.api != nil && since < reload && (!e.health.rejectedNow() || since < time.Second) {
+		return e.api, e.health, nil
+	}
+	ref := cl.Spec.CredentialsSecretRef
+	sec := &corev1.Secret{}
+	err := c.APIReader.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, sec)
+	e.readAt = time.Now()
+	switch {
+	case apierrors.IsNotFound(err):
+		// A deleted Secret withdraws the credentials: no object of the
+		// class uses the last token read any more.
+		e.api, e.secretVersion = nil, ""
+		return nil, e.health, &classError{sandboxv1.ReasonSecretNotFound,
+			fmt.Sprintf("SandboxClass %q: Secret %s/%s (spec.credentialsSecretRef) not found", cl.Name, ref.Namespace, ref.Name)}
+	case err != nil && e.api != nil:
+		// The API server did not answer: keep the last client, as a token
+		// file that cannot be read keeps the last token.
+		return e.api, e.health, nil
+	case err != nil:
+		return nil, e.health, fmt.Errorf("SandboxClass %q: read Secret %s/%s: %w", cl.Name, ref.Namespace, ref.Name, err)
+	}
+	if e.api != nil && sec.ResourceVersion == e.secretVersion {
+		return e.api, e.health, nil
+	}
+	for _, k := range []string{sandboxv1.ClassSecretTokenKey, sandboxv1.ClassSecretTeamIDKey, sandboxv1.ClassSecretProjectIDKey} {
+		if len(sec.Data[k]) == 0 {
+			return nil, e.health, &classError{sandboxv1.ReasonSecretNotFound,
+				fmt.Sprintf("SandboxClass %q: key %q not found in Secret %s/%s", cl.Name, k, ref.Namespace, ref.Name)}
+		}
+	}
+	cfg := c.Base
+	cfg.Token = string(sec.Data[sandboxv1.ClassSecretTokenKey])
+	cfg.TeamID = string(sec.Data[sandboxv1.ClassSecretTeamIDKey])
+	cfg.ProjectID = string(sec.Data[sandboxv1.ClassSecretProjectIDKey])
+	cfg.TokenFile, cfg.OIDCToken = "", ""
+	cfg.HTTPClient = e.hc
+	cfg.OnRequest = e.health.ObserveRequest
+	metrics.InstrumentVercel(&cfg)
+	api, err := vercel.New(cfg)
+	if err != nil {
+		// vercel.New's errors name no token.
+		return nil, e.health, &classError{sandboxv1.ReasonSecretRefused, fmt.Sprintf("SandboxClass %q: Secret %s/%s: %v", cl.Name, ref.Namespace, ref.Name, err)}
+	}
+	e.api, e.secretVersion, e.verifiedAt = api, sec.ResourceVersion, time.Time{}
+	return api, e.health, nil
+}
+
+// className is the class object o is reconciled with ("" for the manager's
+// own client) and whether the class was pinned already.
+func (c *ClassClients) className(ctx context.Context, o client.Object) (string, error) {
+	if n, ok := pinnedClass(o); ok {
+		return n, nil
+	}
+	return c.classOfFresh(ctx, o)
+}
+
+// bind resolves the class of o and returns ctx carrying its client. For an
+// object being deleted the namespace selector is not checked: the remote
+// objects of a namespace that left the selector are still cleaned up.
+func (c *ClassClients) bind(ctx context.Context, o client.Object) (context.Context, string, error) {
+	if c == nil {
+		return ctx, "", nil
+	}
+	name, err := c.className(ctx, o)
+	if err != nil || name == "" {
+		return ctx, name, err
+	}
+	cl := &sandboxv1.SandboxClass{}
+	if err := c.Client.Get(ctx, types.NamespacedName{Name: name}, cl); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctx, name, &classError{sandboxv1.ReasonClassNotFound, fmt.Sprintf("SandboxClass %q does not exist", name)}
+		}
+		return ctx, name, err
+	}
+	deleting := !o.GetDeletionTimestamp().IsZero()
+	if !deleting {
+		if _, pinned := o.GetLabels()[sandboxv1.LabelClass]; !pinned && !cl.DeletionTimestamp.IsZero() {
+			return ctx, name, &classError{sandboxv1.ReasonClassNotFound, fmt.Sprintf("SandboxClass %q is being deleted: no new object may use it", name)}
+		}
+		if err := c.checkNamespace(ctx, cl, o.GetNamespace()); err != nil {
+			return ctx, name, err
+		}
+	}
+	api, _, err := c.apiOf(ctx, cl)
+	if err != nil {
+		return ctx, name, err
+	}
+	return context.WithValue(ctx, classKey{}, &classBinding{name: name, api: api}), name, nil
+}
+
+// checkNamespace refuses a namespace outside the class's namespaceSelector.
+func (c *ClassClients) checkNamespace(ctx context.Context, cl *sandboxv1.SandboxClass, namespace string) error {
+	sel := cl.Spec.NamespaceSelector
+	if sel == nil || (len(sel.MatchLabels) == 0 && len(sel.MatchExpressions) == 0) {
+		return nil
+	}
+	s, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil {
+		return &classError{sandboxv1.ReasonClassNotAllowed, fmt.Sprintf("SandboxClass %q has an invalid spec.namespaceSelector: %v", cl.Name, err)}
+	}
+	ns := &corev1.Namespace{}
+	if err := c.APIReader.Get(ctx, types.NamespacedName{Name: namespace}, ns); err != nil {
+		return fmt.Errorf("read namespace %s for SandboxClass %q: %w", namespace, cl.Name, err)
+	}
+	if !s.Matches(labels.Set(ns.Labels)) {
+		return &classError{sandboxv1.ReasonClassNotAllowed,
+			fmt.Sprintf("SandboxClass %q does not allow namespace %q (its spec.namespaceSelector does not select it)", cl.Name, namespace)}
+	}
+	return nil
+}
+
+// pin records the class on o's label (an object of no class keeps none),
+// and applies the class's defaults to a
+// Sandbox's spec the first time; it reports whether it changed o.
+func (c *ClassClients) pin(ctx context.Context, o client.Object, name string) bool {
+	if c == nil {
+		return false
+	}
+	old, pinned := o.GetLabels()[sandboxv1.LabelClass]
+	if (pinned && old == name) || (!pinned && name == "") {
+		// An object of no class needs no label: once reconciled it has
+		// conditions, which keep it on the manager's own client
+		// (classOfFresh) without a write of its own.
+		return false
+	}
+	l := o.GetLabels()
+	if l == nil {
+		l = map[string]string{}
+	}
+	l[sandboxv1.LabelClass] = name
+	o.SetLabels(l)
+	if sbx, ok := o.(*sandboxv1.Sandbox); ok && !pinned && name != "" {
+		cl := &sandboxv1.SandboxClass{}
+		if err := c.Client.Get(ctx, types.NamespacedName{Name: name}, cl); err == nil {
+			applyClassDefaults(sbx, cl.Spec.Defaults)
+		}
+	}
+	return true
+}
+
+// applyClassDefaults fills the fields of a Sandbox's spec it leaves unset
+// from its class's defaults, as admission defaulting would.
+func applyClassDefaults(sbx *sandboxv1.Sandbox, d *sandboxv1.SandboxClassDefaults) {
+	if d == nil {
+		return
+	}
+	if d.Resources != nil && d.Resources.VCPUs != nil && (sbx.Spec.Resources == nil || sbx.Spec.Resources.VCPUs == nil) {
+		if sbx.Spec.Resources == nil {
+			sbx.Spec.Resources = &sandboxv1.SandboxResources{}
+		}
+		v := *d.Resources.VCPUs
+		sbx.Spec.Resources.VCPUs = &v
+	}
+	if d.Idle != nil && sbx.Spec.Idle == nil {
+		sbx.Spec.Idle = d.Idle.DeepCopy()
+	}
+	if d.NetworkPolicy != nil && sbx.Spec.NetworkPolicy == nil {
+		sbx.Spec.NetworkPolicy = d.NetworkPolicy.DeepCopy()
+	}
+}
+
+// classMismatch says why ref (an object o names) cannot be used by o: it is
+// of another class. Objects whose class is not known yet pass.
+func classMismatch(ctx context.Context, ref client.Object, kind, field string) string {
+	mine := classNameIn(ctx)
+	theirs, ok := pinnedClass(ref)
+	if !ok || theirs == mine {
+		return ""
+	}
+	return fmt.Sprintf("%s %q (%s) is of class %s, this object of class %s: a snapshot is never used across classes (each is its own Vercel project)",
+		kind, ref.GetName(), field, classLabel(theirs), classLabel(mine))
+}
+
+func classLabel(name string) string {
+	if name == "" {
+		return "none (the manager's own credentials)"
+	}
+	return fmt.Sprintf("%q", name)
+}
+
+// api is the Vercel client of the Sandbox being reconciled (its class's).
+func (r *SandboxReconciler) api(ctx context.Context) SandboxAPI { return apiFor(ctx, r.Vercel) }
+
+// api is the Vercel client of the SandboxSnapshot being reconciled (its
+// class's).
+func (r *SandboxSnapshotReconciler) api(ctx context.Context) SandboxAPI {
+	return apiFor(ctx, r.Vercel)
+}
+
+// sameClass reports whether o (a SandboxSnapshot of the namespace) uses the
+// class of the one being reconciled, so that recipe builds are shared
+// within a class only (each class is its own Vercel project).
+func (r *SandboxSnapshotReconciler) sameClass(ctx context.Context, o client.Object) bool {
+	if r.Classes == nil {
+		return true
+	}
+	n, err := r.Classes.className(ctx, o)
+	return err == nil && n == classNameIn(ctx)
+}
+
+// inheritClass gives an object a SandboxFork creates (its capture, its
+// children) the fork's class: spec.className, and the label that pins it,
+// so that a fork of no class makes children of no class even when a
+// default class exists.
+func (r *SandboxForkReconciler) inheritClass(ctx context.Context, o client.Object) {
+	if r.Classes == nil {
+		return
+	}
+	name := classNameIn(ctx)
+	l := o.GetLabels()
+	if l == nil {
+		l = map[string]string{}
+	}
+	l[sandboxv1.LabelClass] = name
+	o.SetLabels(l)
+	if name == "" {
+		return
+	}
+	switch o := o.(type) {
+	case *sandboxv1.Sandbox:
+		o.Spec.ClassName = &name
+	case *sandboxv1.SandboxSnapshot:
+		o.Spec.ClassName = &name
+	}
+}
+
+// classMismatch reports a fork whose source is of another class; it waits
+// (both are immutable, so only a new fork helps).
+func (r *SandboxForkReconciler) classMismatch(fork *sandboxv1.SandboxFork, msg string) ctrl.Result {
+	st := &fork.Status
+	st.Phase = sandboxv1.ForkPending
+	setCondition(&st.Conditions, fork.Generation, sandboxv1.ConditionResolvedRefs, metav1.ConditionFalse, sandboxv1.ReasonClassMismatch, msg)
+	setCondition(&st.Conditions, fork.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonClassMismatch, msg)
+	return ctrl.Result{RequeueAfter: time.Minute}
+}
+
+// maxSessionLengthOf is the maximum session length of sbx: its class's
+// defaults.maxSessionLengthSeconds, else the manager's.
+func (r *SandboxReconciler) maxSessionLengthOf(sbx *sandboxv1.Sandbox) time.Duration {
+	name, ok := pinnedClass(sbx)
+	if r.Classes == nil || !ok || name == "" {
+		return r.maxSessionLength()
+	}
+	cl := &sandboxv1.SandboxClass{}
+	// A read from the manager's cache: no request leaves the process.
+	if err := r.Classes.Client.Get(context.Background(), types.NamespacedName{Name: name}, cl); err != nil ||
+		cl.Spec.Defaults == nil || cl.Spec.Defaults.MaxSessionLengthSeconds == nil {
+		return r.maxSessionLength()
+	}
+	return time.Duration(*cl.Spec.Defaults.MaxSessionLengthSeconds) * time.Second
+}

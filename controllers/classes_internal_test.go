@@ -1,0 +1,107 @@
+package controllers
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+)
+
+func TestPinnedClass(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		spec   *string
+		labels map[string]string
+		want   string
+		known  bool
+	}{
+		{"nothing", nil, nil, "", false},
+		{"spec wins over the label", ptr.To("a"), map[string]string{sandboxv1.LabelClass: "b"}, "a", true},
+		{"label pins", nil, map[string]string{sandboxv1.LabelClass: "b"}, "b", true},
+		{"empty label pins no class", nil, map[string]string{sandboxv1.LabelClass: ""}, "", true},
+	} {
+		sbx := &sandboxv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Labels: c.labels}, Spec: sandboxv1.SandboxSpec{ClassName: c.spec}}
+		got, known := pinnedClass(sbx)
+		if got != c.want || known != c.known {
+			t.Errorf("%s: pinnedClass = %q, %v; want %q, %v", c.name, got, known, c.want, c.known)
+		}
+	}
+}
+
+func TestClassMismatch(t *testing.T) {
+	in := func(class string) context.Context {
+		if class == "" {
+			return context.Background()
+		}
+		return context.WithValue(context.Background(), classKey{}, &classBinding{name: class})
+	}
+	snap := func(class *string, label map[string]string) *sandboxv1.SandboxSnapshot {
+		return &sandboxv1.SandboxSnapshot{ObjectMeta: metav1.ObjectMeta{Name: "s", Labels: label}, Spec: sandboxv1.SandboxSnapshotSpec{ClassName: class}}
+	}
+	for _, c := range []struct {
+		name     string
+		ctx      context.Context
+		ref      *sandboxv1.SandboxSnapshot
+		mismatch bool
+	}{
+		{"same class", in("a"), snap(ptr.To("a"), nil), false},
+		{"other class", in("a"), snap(ptr.To("b"), nil), true},
+		{"class against none", in("a"), snap(nil, map[string]string{sandboxv1.LabelClass: ""}), true},
+		{"none against a class", in(""), snap(ptr.To("b"), nil), true},
+		{"not known yet", in("a"), snap(nil, nil), false},
+		{"none and none", in(""), snap(nil, map[string]string{sandboxv1.LabelClass: ""}), false},
+	} {
+		msg := classMismatch(c.ctx, c.ref, "SandboxSnapshot", "spec.source.snapshotRef")
+		if (msg != "") != c.mismatch {
+			t.Errorf("%s: classMismatch = %q", c.name, msg)
+		}
+		if msg != "" && !strings.Contains(msg, `SandboxSnapshot "s" (spec.source.snapshotRef)`) {
+			t.Errorf("%s: the message does not name the reference: %q", c.name, msg)
+		}
+	}
+}
+
+func TestApplyClassDefaults(t *testing.T) {
+	d := &sandboxv1.SandboxClassDefaults{
+		Resources:     &sandboxv1.SandboxResources{VCPUs: ptr.To[int32](4)},
+		Idle:          &sandboxv1.IdlePolicy{Action: sandboxv1.IdleDelete},
+		NetworkPolicy: &sandboxv1.NetworkPolicy{Mode: sandboxv1.NetworkDenyAll},
+	}
+	empty := &sandboxv1.Sandbox{}
+	applyClassDefaults(empty, d)
+	if *empty.Spec.Resources.VCPUs != 4 || empty.Spec.Idle.Action != sandboxv1.IdleDelete || empty.Spec.NetworkPolicy.Mode != sandboxv1.NetworkDenyAll {
+		t.Errorf("unset fields not defaulted: %+v", empty.Spec)
+	}
+	empty.Spec.NetworkPolicy.Mode = sandboxv1.NetworkAllowAll
+	if d.NetworkPolicy.Mode != sandboxv1.NetworkDenyAll {
+		t.Error("the object shares the class's defaults instead of a copy")
+	}
+
+	set := &sandboxv1.Sandbox{Spec: sandboxv1.SandboxSpec{
+		Resources:     &sandboxv1.SandboxResources{VCPUs: ptr.To[int32](1)},
+		Idle:          &sandboxv1.IdlePolicy{Action: sandboxv1.IdleStop},
+		NetworkPolicy: &sandboxv1.NetworkPolicy{Mode: sandboxv1.NetworkAllowAll},
+	}}
+	applyClassDefaults(set, d)
+	if *set.Spec.Resources.VCPUs != 1 || set.Spec.Idle.Action != sandboxv1.IdleStop || set.Spec.NetworkPolicy.Mode != sandboxv1.NetworkAllowAll {
+		t.Errorf("fields the object sets were overwritten: %+v", set.Spec)
+	}
+}
+
+// A nil ClassClients (a reconciler built without classes) binds nothing and
+// pins nothing: the manager's own client, as before classes existed.
+func TestNilClassClients(t *testing.T) {
+	var c *ClassClients
+	sbx := &sandboxv1.Sandbox{Spec: sandboxv1.SandboxSpec{ClassName: ptr.To("a")}}
+	ctx, name, err := c.bind(context.Background(), sbx)
+	if err != nil || name != "" || classNameIn(ctx) != "" {
+		t.Errorf("bind = %q, %v", name, err)
+	}
+	if c.pin(context.Background(), sbx, "a") {
+		t.Error("pin changed the object")
+	}
+}
