@@ -65,6 +65,9 @@ type SandboxReconciler struct {
 	// ClusterID names this cluster in the owner tags of the Vercel sandboxes
 	// it creates (the manager's --cluster-id).
 	ClusterID string
+	// Shard is the part of the cluster this manager reconciles (--shards,
+	// --shard-index); the zero value is all of it.
+	Shard Shard
 	// RouteBase is the Vercel API base URL: besides https://*.vercel.run,
 	// readinessProbe httpGet requests only go to route URLs under
 	// RouteBase + "/_routes/" (where the emulator serves routes), never to a
@@ -430,7 +433,7 @@ func (r *SandboxReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&sandboxv1.Sandbox{}, builder.WithPredicates(predicate.Or(
+		For(&sandboxv1.Sandbox{}, builder.WithPredicates(r.Shard.predicate(), predicate.Or(
 			predicate.GenerationChangedPredicate{},
 			predicate.LabelChangedPredicate{},
 			predicate.AnnotationChangedPredicate{},
@@ -439,7 +442,7 @@ func (r *SandboxReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WatchesRawSource(r.VercelHealth.sandboxRetrySource(mgr.GetCache())).
 		WithOptions(controllerOptions(r.MaxConcurrentReconciles, r.BackoffCap)).
 		Named("sandbox").
-		Complete(r)
+		Complete(r.Shard.guard(r))
 }
 
 func routes(in []vercel.Route) []sandboxv1.SandboxRoute {

@@ -400,7 +400,7 @@ func (h *harness) startOperator(ctx context.Context) (*inProcess, error) {
 		Metrics:                metricsserver.Options{BindAddress: addr},
 		HealthProbeBindAddress: "0",
 		// The one difference from production: floor objects are invisible.
-		Cache:      cache.Options{ByObject: map[client.Object]cache.ByObject{&sandboxv1.Sandbox{}: {Label: notFloor}}},
+		Cache:      operatorCache(notFloor),
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	}, h.vcfg, controllers.Options{
 		MaxConcurrentReconciles: h.cfg.Concurrency,
@@ -538,4 +538,12 @@ func freeAddr() (string, error) {
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
+}
+
+// operatorCache is cmd/manager's cache (controllers.CacheOptions) with
+// the floor arm's objects hidden.
+func operatorCache(notFloor labels.Selector) cache.Options {
+	c := controllers.CacheOptions()
+	c.ByObject = map[client.Object]cache.ByObject{&sandboxv1.Sandbox{}: {Label: notFloor}}
+	return c
 }
