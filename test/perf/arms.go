@@ -183,7 +183,6 @@ func (h *harness) runCRArm(ctx context.Context, arm string, n int, m *inProcess)
 	return r, nil
 }
 
-
 // waitReady collects, through a watch on ns, the time after start at which
 // each Sandbox's Ready condition was first True, until n are or the timeout
 // passes (see waitObjectsReady).
