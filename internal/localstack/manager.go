@@ -34,6 +34,10 @@ func (s *Stack) StartManager(ctx context.Context, cfg *rest.Config, mgrOpts ctrl
 	if mgrOpts.Scheme == nil {
 		mgrOpts.Scheme = s.Scheme
 	}
+	if mgrOpts.Cache.DefaultTransform == nil {
+		// As cmd/manager's cache (controllers.CacheOptions).
+		mgrOpts.Cache.DefaultTransform = controllers.CacheOptions().DefaultTransform
+	}
 	mgr, err := ctrl.NewManager(cfg, mgrOpts)
 	if err != nil {
 		return nil, fmt.Errorf("create the manager: %w", err)
