@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -218,21 +219,32 @@ func (h *harness) readySandboxes(ctx context.Context, ns string, n int, build fu
 // deleteAll removes a round's Sandboxes and waits until they are gone, so
 // that the next arm starts on a quiet API server.
 func (h *harness) deleteAll(ctx context.Context, ns string) error {
-	if err := h.kube.DeleteAllOf(ctx, &sandboxv1.Sandbox{}, client.InNamespace(ns)); err != nil {
+	left, err := h.countIn(ctx, &sandboxv1.Sandbox{}, ns)
+	if err != nil {
 		return err
 	}
-	deadline := time.Now().Add(2 * time.Minute)
+	// Two minutes, and one more per 2,000 objects: at 10,000 the manager
+	// removes 10,000 finalizers, each after a Vercel call.
+	wait := 2*time.Minute + time.Duration(left/2000)*time.Minute
+	deadline := time.Now().Add(wait)
 	for time.Now().Before(deadline) {
-		left, err := h.countIn(ctx, &sandboxv1.Sandbox{}, ns)
-		if err != nil {
+		// A collection delete of thousands of objects can outlast the API
+		// server's request timeout while it goes on deleting; it is then
+		// sent again for whatever it had not reached.
+		if err := h.kube.DeleteAllOf(ctx, &sandboxv1.Sandbox{}, client.InNamespace(ns)); err != nil && !apierrors.IsTimeout(err) && !apierrors.IsServerTimeout(err) {
 			return err
 		}
-		if left == 0 {
-			return nil
+		for range 40 {
+			if left, err = h.countIn(ctx, &sandboxv1.Sandbox{}, ns); err != nil {
+				return err
+			}
+			if left == 0 {
+				return nil
+			}
+			time.Sleep(250 * time.Millisecond)
 		}
-		time.Sleep(250 * time.Millisecond)
 	}
-	return fmt.Errorf("sandboxes in %s not deleted within 2 minutes", ns)
+	return fmt.Errorf("%d sandboxes in %s not deleted within %s", left, ns, wait)
 }
 
 // runDirect is what a client would do without the operator: create n named
