@@ -9,7 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -227,12 +226,18 @@ func (h *harness) deleteAll(ctx context.Context, ns string) error {
 	// removes 10,000 finalizers, each after a Vercel call.
 	wait := 2*time.Minute + time.Duration(left/2000)*time.Minute
 	deadline := time.Now().Add(wait)
+	var lastErr error
 	for time.Now().Before(deadline) {
 		// A collection delete of thousands of objects can outlast the API
-		// server's request timeout while it goes on deleting; it is then
-		// sent again for whatever it had not reached.
-		if err := h.kube.DeleteAllOf(ctx, &sandboxv1.Sandbox{}, client.InNamespace(ns)); err != nil && !apierrors.IsTimeout(err) && !apierrors.IsServerTimeout(err) {
-			return err
+		// server's request timeout (a timeout, or the stream reset) while it
+		// goes on deleting; it is then sent again for whatever it had not
+		// reached.
+		if err := h.kube.DeleteAllOf(ctx, &sandboxv1.Sandbox{}, client.InNamespace(ns)); err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
+			lastErr = err
+			h.logf("  delete the Sandboxes of %s (%d left): %v; again", ns, left, err)
 		}
 		for range 40 {
 			if left, err = h.countIn(ctx, &sandboxv1.Sandbox{}, ns); err != nil {
@@ -244,7 +249,7 @@ func (h *harness) deleteAll(ctx context.Context, ns string) error {
 			time.Sleep(250 * time.Millisecond)
 		}
 	}
-	return fmt.Errorf("%d sandboxes in %s not deleted within %s", left, ns, wait)
+	return fmt.Errorf("%d sandboxes in %s not deleted within %s (last delete error: %v)", left, ns, wait, lastErr)
 }
 
 // runDirect is what a client would do without the operator: create n named
