@@ -4,4 +4,5 @@ package controllers
 var (
 	BuilderName = builderName
 	VercelName  = vercelName
+	OwnerTags   = ownerTags
 )

@@ -68,6 +68,8 @@ type skeleton[O object] struct {
 
 // run reconciles the object at key; o is an empty object of the kind.
 func (s skeleton[O]) run(ctx context.Context, key types.NamespacedName, o O) (ctrl.Result, error) {
+	ctx, after := withAfterStatusWrite(ctx)
+	defer after.run()
 	if err := s.client.Get(ctx, key, o); err != nil {
 		if apierrors.IsNotFound(err) && s.forget != nil {
 			s.forget(key)
@@ -256,4 +258,33 @@ func controllerOptions(n int, backoffCap time.Duration) controller.Options {
 		MaxConcurrentReconciles: max(1, n),
 		RateLimiter:             newJitteredBackoff(time.Second, backoffCap),
 	}
+}
+
+// afterStatusWrite holds what a reconcile does once its status is written
+// (or its write failed): the events of its happy path, so that the API
+// server serves the status write — which a client waiting for Ready needs —
+// before the event writes, which nobody waits for.
+type afterStatusWrite struct{ fns []func() }
+
+type afterStatusWriteKey struct{}
+
+func withAfterStatusWrite(ctx context.Context) (context.Context, *afterStatusWrite) {
+	a := &afterStatusWrite{}
+	return context.WithValue(ctx, afterStatusWriteKey{}, a), a
+}
+
+func (a *afterStatusWrite) run() {
+	for _, fn := range a.fns {
+		fn()
+	}
+}
+
+// deferToStatusWrite runs fn when the reconcile of ctx has written its
+// status; at once outside a reconcile.
+func deferToStatusWrite(ctx context.Context, fn func()) {
+	if a, ok := ctx.Value(afterStatusWriteKey{}).(*afterStatusWrite); ok {
+		a.fns = append(a.fns, fn)
+		return
+	}
+	fn()
 }

@@ -125,7 +125,10 @@ func (r *SandboxReconciler) create(ctx context.Context, sbx *sandboxv1.Sandbox) 
 		return ctrl.Result{}, nil, redact(fmt.Errorf("create sandbox %s: %w", st.VercelName, err), secrets.values)
 	}
 	logf.FromContext(ctx).Info("Created Vercel sandbox", "vercelName", st.VercelName, "session", sessionID(resp))
-	r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Created", "Create", "Created Vercel sandbox %s", st.VercelName)
+	name := st.VercelName
+	deferToStatusWrite(ctx, func() {
+		r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Created", "Create", "Created Vercel sandbox %s", name)
+	})
 	if id := source.SnapshotID; id != nil {
 		st.BootedFrom = bootedFrom(sbx, *id)
 		st.BootedFrom.ContentHash = r.bootedContentHash(ctx, sbx, *id)

@@ -71,6 +71,9 @@ type SandboxReconciler struct {
 	// ClusterID names this cluster in the owner tags of the Vercel sandboxes
 	// it creates (the manager's --cluster-id).
 	ClusterID string
+	// Shard is the part of the cluster this manager reconciles (--shards,
+	// --shard-index); the zero value is all of it.
+	Shard Shard
 	// RouteBase is the Vercel API base URL: besides https://*.vercel.run,
 	// readinessProbe httpGet requests only go to route URLs under
 	// RouteBase + "/_routes/" (where the emulator serves routes), never to a
@@ -151,15 +154,14 @@ func (r *SandboxReconciler) reconcileSandbox(ctx context.Context, sbx *sandboxv1
 	st := &sbx.Status
 	fresh := st.VercelName == ""
 	if fresh {
-		// The name is recorded before anything is created, so a crash after
-		// the create call finds (and adopts) the sandbox instead of making a
-		// second one, and a delete always knows what to delete.
-		before := sbx.DeepCopy()
+		// The name is recorded with the outcome of this reconcile, in its
+		// one status write (Ready, for a create that succeeded), not before
+		// the create: it derives from the object, so a crash after the
+		// create call still finds the sandbox — the next create answers
+		// "name exists" and adopts it after checking its owner tag — and a
+		// delete looks it up under the derived name (finalize).
 		st.VercelName = remoteName(sbx)
 		setReady(sbx, readiness{sandboxv1.SandboxCreating, metav1.ConditionFalse, sandboxv1.ReasonCreating, "Creating the Vercel sandbox"})
-		if err := r.Status().Patch(ctx, sbx, client.MergeFrom(before)); err != nil {
-			return ctrl.Result{}, err
-		}
 	} else if name := remoteName(sbx); st.VercelName != name {
 		// Status records the name; it does not choose it. Whoever may patch
 		// status must not aim this object at another Vercel sandbox.
@@ -446,7 +448,7 @@ func (r *SandboxReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&sandboxv1.Sandbox{}, builder.WithPredicates(predicate.Or(
+		For(&sandboxv1.Sandbox{}, builder.WithPredicates(r.Shard.predicate(), predicate.Or(
 			predicate.GenerationChangedPredicate{},
 			predicate.LabelChangedPredicate{},
 			predicate.AnnotationChangedPredicate{},
@@ -459,7 +461,7 @@ func (r *SandboxReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WatchesRawSource(r.Quota.sandboxSource()).
 		WithOptions(controllerOptions(r.MaxConcurrentReconciles, r.BackoffCap)).
 		Named("sandbox").
-		Complete(r)
+		Complete(r.Shard.guard(r))
 }
 
 func routes(in []vercel.Route) []sandboxv1.SandboxRoute {

@@ -23,7 +23,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+	"github.com/getsentry/sandbox-controller/controllers"
 	"github.com/getsentry/sandbox-controller/internal/emulator"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
@@ -34,7 +37,7 @@ var _ = Describe("Sandbox", func() {
 	BeforeEach(func() { ns = newNamespace() })
 
 	Context("created from a runtime", func() {
-		It("becomes one running Vercel sandbox, with routes and times in status, in 2 writes", func() {
+		It("becomes one running Vercel sandbox, with routes and times in status, in one write", func() {
 			key := types.NamespacedName{Namespace: ns, Name: "box"}
 			created := newSandbox(ns, "box", sandboxv1.SandboxSpec{
 				Source:         runtimeSource("node24"),
@@ -61,8 +64,9 @@ var _ = Describe("Sandbox", func() {
 			Expect(remote.VCPUs).To(Equal(int64(2)))
 			Expect(remote.Tags).To(HaveKeyWithValue("k8s-uid", string(sbx.UID)))
 			expectEvent(key, "Normal Created")
-			// The name recorded before the create, and the result.
-			Expect(writes.get(key)).To(BeNumerically("<=", 2))
+			// One write from create to Ready: the name is recorded with the
+			// result (the finalizer was added at admission).
+			Expect(writes.get(key)).To(Equal(1))
 
 			By("writing nothing on a reconcile that finds nothing to do")
 			before := writes.get(key)
@@ -397,6 +401,53 @@ var _ = Describe("Sandbox", func() {
 			}
 			Expect(owned).To(Equal(1))
 			Expect(sbx.Status.BootedFrom).To(Equal(&sandboxv1.BootedFrom{SnapshotID: snapID, SnapshotName: "lost-base"}), "recorded from the adopted session")
+		})
+
+		// The name is recorded with the create's result, in one status write:
+		// a manager that dies between the create and that write leaves a
+		// tagged Vercel sandbox and a status that names none. Simulated with a
+		// paused Sandbox and the sandbox its create would have made.
+		createdButNotRecorded := func(name string) (*sandboxv1.Sandbox, string) {
+			sbx := &sandboxv1.Sandbox{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: map[string]string{sandboxv1.AnnotationPaused: "true"}},
+				Spec:       sandboxv1.SandboxSpec{Source: runtimeSource("node24")},
+			}
+			Expect(k8sClient.Create(ctx, sbx)).To(Succeed())
+			vname := controllers.VercelName(ns, name, sbx.UID)
+			_, err := vc.CreateSandbox(ctx, vercel.CreateSandboxRequest{Name: vname, Runtime: "node24", Tags: controllers.OwnerTags(clusterID, sbx.UID)})
+			Expect(err).NotTo(HaveOccurred())
+			Eventually(readyCondition(client.ObjectKeyFromObject(sbx))).Should(BeNil())
+			Expect(getSandbox(client.ObjectKeyFromObject(sbx)).Status.VercelName).To(BeEmpty())
+			return sbx, vname
+		}
+
+		It("adopts the sandbox of a create whose status write never happened", func() {
+			sbx, vname := createdButNotRecorded("unrecorded")
+			creates := emu.RequestCount("createSandbox")
+			annotateObj(sbx, sandboxv1.AnnotationPaused, "")
+			got := waitReady(client.ObjectKeyFromObject(sbx))
+			Expect(got.Status.VercelName).To(Equal(vname))
+			remote, ok := emu.Sandbox(vname)
+			Expect(ok).To(BeTrue())
+			Expect(got.Status.SessionID).To(Equal(remote.CurrentSessionID))
+			Expect(emu.RequestCount("createSandbox")-creates).To(BeNumerically("<=", 1), "one create, answered 'name exists'")
+			owned := 0
+			for _, s := range emu.LiveSandboxes() {
+				if s.Tags["k8s-uid"] == string(sbx.UID) {
+					owned++
+				}
+			}
+			Expect(owned).To(Equal(1))
+		})
+
+		It("deletes the sandbox of a create whose status write never happened", func() {
+			sbx, vname := createdButNotRecorded("unrecorded-delete")
+			Expect(k8sClient.Delete(ctx, sbx)).To(Succeed())
+			Eventually(func() bool {
+				return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(sbx), &sandboxv1.Sandbox{}))
+			}).Should(BeTrue())
+			_, ok := emu.Sandbox(vname)
+			Expect(ok).To(BeFalse(), "the Vercel sandbox was deleted before the finalizer went")
 		})
 
 		It("confirms a delete whose answer was lost, across a manager restart", func() {

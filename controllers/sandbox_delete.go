@@ -24,10 +24,17 @@ import (
 // left alone and reported.
 func (r *SandboxReconciler) finalize(ctx context.Context, sbx *sandboxv1.Sandbox) (bool, ctrl.Result, error) {
 	st := &sbx.Status
-	if st.VercelName == "" {
-		return true, ctrl.Result{}, nil
-	}
 	name := remoteName(sbx)
+	if st.VercelName == "" {
+		// No reconcile recorded an outcome, but one may have created the
+		// sandbox and stopped before its status write: look it up under the
+		// derived name.
+		done, err := r.neverRecorded(ctx, sbx, name)
+		if done || err != nil {
+			return done, ctrl.Result{}, err
+		}
+		st.VercelName = name
+	}
 	if st.VercelName != name {
 		r.statusNameIgnored(ctx, sbx, name)
 		st.VercelName = name
@@ -148,4 +155,20 @@ func (r *SandboxReconciler) snapshotIDsInUse(ctx context.Context, namespace stri
 	}
 	delete(ids, "")
 	return ids, nil
+}
+
+// neverRecorded decides the deletion of a Sandbox whose status names no
+// Vercel sandbox: done when Vercel has no sandbox of this object under its
+// derived name (never created, or an adoption never made); not done, to be
+// deleted as usual, when the tagged sandbox is there.
+func (r *SandboxReconciler) neverRecorded(ctx context.Context, sbx *sandboxv1.Sandbox, name string) (bool, error) {
+	resp, err := r.Vercel.GetSandbox(ctx, name, false)
+	switch {
+	case vercel.IsNotFound(err):
+		return true, nil
+	case err != nil:
+		setReady(sbx, readiness{sandboxv1.SandboxDeleting, metav1.ConditionFalse, sandboxv1.ReasonDeleting, "Deleting the Vercel sandbox"})
+		return false, fmt.Errorf("get sandbox %s: %w", name, err)
+	}
+	return !r.ownedBy(&resp.Sandbox, sbx), nil
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -43,6 +44,9 @@ type SandboxForkReconciler struct {
 	// Classes, when set, checks the fork's SandboxClass; its children and
 	// its snapshot are of the same class.
 	Classes *ClassClients
+	// Shard is the part of the cluster this manager reconciles; the zero
+	// value is all of it.
+	Shard Shard
 }
 
 // +kubebuilder:rbac:groups=sandbox.sentry.io,resources=sandboxforks,verbs=get;list;watch;update;patch
@@ -515,13 +519,13 @@ func (r *SandboxForkReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&sandboxv1.SandboxFork{}).
+		For(&sandboxv1.SandboxFork{}, builder.WithPredicates(r.Shard.predicate())).
 		Owns(&sandboxv1.Sandbox{}).
 		Owns(&sandboxv1.SandboxSnapshot{}).
 		Watches(&sandboxv1.SandboxSnapshot{}, handler.EnqueueRequestsFromMapFunc(r.forksReferencing)).
 		WithOptions(controllerOptions(r.MaxConcurrentReconciles, r.BackoffCap)).
 		Named("sandboxfork").
-		Complete(r)
+		Complete(r.Shard.guard(r))
 }
 
 func (r *SandboxForkReconciler) forksReferencing(ctx context.Context, obj client.Object) []reconcile.Request {

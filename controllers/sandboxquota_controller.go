@@ -34,6 +34,9 @@ type SandboxQuotaReconciler struct {
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	Quota     *QuotaLedger
+	// Shard is the part of the cluster this manager reconciles: the
+	// quotas of its own namespaces, whose Sandboxes its ledger counts.
+	Shard Shard
 }
 
 // +kubebuilder:rbac:groups=sandbox.sentry.io,resources=sandboxquotas,verbs=get;list;watch
@@ -146,11 +149,11 @@ func exhausted(hard, used map[string]int64) []string {
 // namespace's SandboxSnapshots (their sizes).
 func (r *SandboxQuotaReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&sandboxv1.SandboxQuota{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&sandboxv1.SandboxSnapshot{}, handler.EnqueueRequestsFromMapFunc(r.quotasOf)).
+		For(&sandboxv1.SandboxQuota{}, builder.WithPredicates(r.Shard.predicate(), predicate.GenerationChangedPredicate{})).
+		Watches(&sandboxv1.SandboxSnapshot{}, handler.EnqueueRequestsFromMapFunc(r.quotasOf), builder.WithPredicates(r.Shard.predicate())).
 		WatchesRawSource(r.Quota.quotaSource()).
 		Named("sandboxquota").
-		Complete(r)
+		Complete(r.Shard.guard(r))
 }
 
 // quotasOf maps an object to the SandboxQuotas of its namespace.

@@ -64,6 +64,9 @@ type SandboxSnapshotReconciler struct {
 	// ClusterID names this cluster in the owner tags and builder names
 	// (the manager's --cluster-id).
 	ClusterID string
+	// Shard is the part of the cluster this manager reconciles; the zero
+	// value is all of it.
+	Shard Shard
 
 	// sentSecrets remembers the clone credentials sent to Vercel, to scrub
 	// them from a step's output after a rotation.
@@ -449,7 +452,7 @@ func (r *SandboxSnapshotReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&sandboxv1.SandboxSnapshot{}, builder.WithPredicates(predicate.Or(
+		For(&sandboxv1.SandboxSnapshot{}, builder.WithPredicates(r.Shard.predicate(), predicate.Or(
 			predicate.GenerationChangedPredicate{},
 			predicate.LabelChangedPredicate{},
 			predicate.AnnotationChangedPredicate{},
@@ -459,7 +462,7 @@ func (r *SandboxSnapshotReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&sandboxv1.SandboxQuota{}, handler.EnqueueRequestsFromMapFunc(r.quotaWaiters)).
 		WithOptions(controllerOptions(r.MaxConcurrentReconciles, r.BackoffCap)).
 		Named("sandboxsnapshot").
-		Complete(r)
+		Complete(r.Shard.guard(r))
 }
 
 // relatedSnapshots maps a SandboxSnapshot to the others that depend on it:

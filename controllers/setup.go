@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -52,6 +53,9 @@ type Options struct {
 	// project never touch each other's. Empty: the UID of the kube-system
 	// namespace (ClusterIDFromKubeSystem).
 	ClusterID string
+	// Shard is the part of the cluster this manager reconciles: the
+	// namespaces whose ShardOf is Shard.Index. The zero value is all of it.
+	Shard Shard
 }
 
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
@@ -86,10 +90,16 @@ const DefaultReconcileTimeout = 2 * time.Minute
 type withReconcileTimeout struct {
 	ctrl.Manager
 	timeout time.Duration
+	// sharded: shards of one cluster may run in one process (the
+	// benchmark's two-shard arm), each with controllers of the same names.
+	sharded bool
 }
 
 func (m withReconcileTimeout) GetControllerOptions() config.Controller {
 	o := m.Manager.GetControllerOptions()
+	if m.sharded {
+		o.SkipNameValidation = ptr.To(true)
+	}
 	if o.ReconciliationTimeout == 0 {
 		o.ReconciliationTimeout = m.timeout
 	}
@@ -130,7 +140,10 @@ func SetupWithManager(mgr ctrl.Manager, vc vercel.Config, o Options) error {
 	if o.ReconcileTimeout == 0 {
 		o.ReconcileTimeout = DefaultReconcileTimeout
 	}
-	mgr = withReconcileTimeout{Manager: mgr, timeout: o.ReconcileTimeout}
+	if err := o.Shard.Validate(); err != nil {
+		return err
+	}
+	mgr = withReconcileTimeout{Manager: mgr, timeout: o.ReconcileTimeout, sharded: o.Shard.Sharded()}
 	health := newVercelHealth()
 	vc.OnRequest = health.ObserveRequest
 	metrics.InstrumentVercel(&vc)
@@ -179,6 +192,7 @@ func SetupWithManager(mgr ctrl.Manager, vc vercel.Config, o Options) error {
 		Quota:                   quota,
 		ClusterID:               o.ClusterID,
 		RouteBase:               vc.BaseURL,
+		Shard:                   o.Shard,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the Sandbox controller: %w", err)
 	}
@@ -195,6 +209,7 @@ func SetupWithManager(mgr ctrl.Manager, vc vercel.Config, o Options) error {
 		BackoffCap:              o.BackoffCap,
 		ReferenceDeadline:       o.ReferenceDeadline,
 		ClusterID:               o.ClusterID,
+		Shard:                   o.Shard,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the SandboxSnapshot controller: %w", err)
 	}
@@ -205,6 +220,7 @@ func SetupWithManager(mgr ctrl.Manager, vc vercel.Config, o Options) error {
 		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 		BackoffCap:              o.BackoffCap,
 		Classes:                 classes,
+		Shard:                   o.Shard,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the SandboxFork controller: %w", err)
 	}
@@ -213,13 +229,19 @@ func SetupWithManager(mgr ctrl.Manager, vc vercel.Config, o Options) error {
 		APIReader: mgr.GetAPIReader(),
 		Recorder:  mgr.GetEventRecorder("sandboxquota-controller"),
 		Quota:     quota,
+		Shard:     o.Shard,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the SandboxQuota controller: %w", err)
 	}
-	if err := (&SandboxClassReconciler{Client: mgr.GetClient(), Classes: classes}).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("set up the SandboxClass controller: %w", err)
+	// SandboxClasses are cluster-scoped: one shard keeps their status and
+	// their finalizer (it counts the users of every shard); every shard
+	// builds its own clients from the classes' Secrets (ClassClients).
+	if !o.Shard.Sharded() || o.Shard.Index == 0 {
+		if err := (&SandboxClassReconciler{Client: mgr.GetClient(), Classes: classes}).SetupWithManager(mgr); err != nil {
+			return fmt.Errorf("set up the SandboxClass controller: %w", err)
+		}
 	}
-	if err := metrics.SetupWithManager(mgr); err != nil {
+	if err := metrics.SetupWithManager(mgr, o.Shard.Owns); err != nil {
 		return fmt.Errorf("set up the metrics: %w", err)
 	}
 	return nil

@@ -164,6 +164,7 @@ func startManager(scheme *runtime.Scheme) {
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
+		Cache:                  controllers.CacheOptions(),
 		// A restarted manager registers the same controller names again.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	})

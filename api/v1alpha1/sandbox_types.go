@@ -777,7 +777,7 @@ type SandboxStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// vercelName is the name of the Vercel sandbox, derived from this object and
-	// recorded before it is created.
+	// recorded with the result of its create.
 	// +optional
 	// +kubebuilder:validation:MaxLength=128
 	VercelName string `json:"vercelName,omitempty"`

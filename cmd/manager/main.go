@@ -51,6 +51,7 @@ func main() {
 		kubeQPS                float64
 		kubeBurst              int
 		clusterID              string
+		shard                  controllers.Shard
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "Address the Prometheus metrics endpoint binds to (HTTPS unless --metrics-secure=false); 0 disables it.")
 	flag.BoolVar(&metrics.secure, "metrics-secure", true, "Serve metrics over HTTPS, only to callers whose token the API server authenticates and authorizes for GET /metrics. --metrics-secure=false serves plain HTTP to anyone who can connect.")
@@ -84,6 +85,8 @@ func main() {
 	flag.DurationVar(&referenceDeadline, "reference-deadline", controllers.DefaultReferenceDeadline, "How long a Sandbox's snapshotRef or a recipe's baseSnapshotRef may name a SandboxSnapshot that does not exist, is Failed, or (for bases) forms a cycle, before the object is Failed.")
 	flag.Float64Var(&kubeQPS, "kube-api-qps", 0, "Client-side limit of Kubernetes API requests per second; 0 keeps controller-runtime's default of none (the API server's priority and fairness applies), a negative value also disables it.")
 	flag.IntVar(&kubeBurst, "kube-api-burst", 0, "Burst allowed above --kube-api-qps when that is positive (default twice the QPS).")
+	flag.IntVar(&shard.Count, "shards", 1, "Managers the namespaces are split between, by FNV-1a of the namespace name modulo this count; each runs with its own --shard-index and its own leader election Lease. 1: this manager reconciles every namespace.")
+	flag.IntVar(&shard.Index, "shard-index", 0, "The shard this manager reconciles, in [0, --shards): the namespaces whose hash modulo --shards is this index.")
 	var notifyOpts notify.Options
 	flag.IntVar(&notifyOpts.Workers, "notify-workers", 4, "Webhook notifications delivered in parallel; each namespace has at most one in flight.")
 	flag.IntVar(&notifyOpts.QueueSize, "notify-queue-size", 1000, "Webhook notifications waiting for delivery at most; when full, the oldest waiting one is dropped.")
@@ -115,6 +118,10 @@ func main() {
 			fmt.Fprintln(os.Stderr, "error: --cluster-id:", err)
 			os.Exit(2)
 		}
+	}
+	if err := shard.Validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "error: --shards/--shard-index:", err)
+		os.Exit(2)
 	}
 	if gracefulShutdown < 0 {
 		fmt.Fprintln(os.Stderr, "error: --graceful-shutdown-timeout must not be negative")
@@ -168,7 +175,7 @@ func main() {
 		HealthProbeBindAddress:  probeAddr,
 		GracefulShutdownTimeout: &gracefulShutdown,
 		LeaderElection:          leaderElect,
-		LeaderElectionID:        "sandbox-controller.sandbox.sentry.io",
+		LeaderElectionID:        controllers.LeaderElectionID(shard),
 		LeaderElectionNamespace: leaderElection.namespace,
 		LeaseDuration:           &leaderElection.leaseDuration,
 		RenewDeadline:           &leaderElection.renewDeadline,
@@ -178,6 +185,7 @@ func main() {
 		// takes over within a retry period instead of a lease duration. Safe
 		// because main exits as soon as mgr.Start returns.
 		LeaderElectionReleaseOnCancel: true,
+		Cache:                         controllers.CacheOptions(),
 	})
 	if err != nil {
 		log.Error(err, "Failed to create the manager")
@@ -202,6 +210,7 @@ func main() {
 		ReferenceDeadline:       referenceDeadline,
 		Notify:                  notifyOpts,
 		ClusterID:               clusterID,
+		Shard:                   shard,
 	}); err != nil {
 		log.Error(err, "Failed to set up the controllers")
 		os.Exit(1)
@@ -218,7 +227,7 @@ func main() {
 		log.Error(err, "Failed to add the ready check")
 		os.Exit(1)
 	}
-	log.Info("Starting manager", "vercelAPI", vercelURL, "team", teamID, "project", projectID)
+	log.Info("Starting manager", "vercelAPI", vercelURL, "team", teamID, "project", projectID, "shard", shard.String())
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		log.Error(err, "Manager stopped with an error")
 		os.Exit(1)

@@ -34,6 +34,14 @@ func (s *Stack) StartManager(ctx context.Context, cfg *rest.Config, mgrOpts ctrl
 	if mgrOpts.Scheme == nil {
 		mgrOpts.Scheme = s.Scheme
 	}
+	// As cmd/manager's cache (controllers.CacheOptions), unless the caller
+	// set its own.
+	if mgrOpts.Cache.DefaultTransform == nil {
+		mgrOpts.Cache.DefaultTransform = controllers.CacheOptions().DefaultTransform
+	}
+	if mgrOpts.Cache.ByObject == nil {
+		mgrOpts.Cache.ByObject = controllers.CacheOptions().ByObject
+	}
 	mgr, err := ctrl.NewManager(cfg, mgrOpts)
 	if err != nil {
 		return nil, fmt.Errorf("create the manager: %w", err)

@@ -186,3 +186,20 @@ func histogramCount(t *testing.T, h prometheus.Histogram) uint64 {
 }
 
 func seriesCount(t *testing.T, c prometheus.Collector) int { return len(gather(t, c)) }
+
+// A shard's tracker counts its own namespaces only, so that summing the
+// shards' leaders counts each Sandbox once.
+func TestTrackerCountsOwnShardOnly(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	clk := &fakeClock{t: t0}
+	tr := newTracker(clk.now)
+	tr.start = t0
+	tr.owns = func(ns string) bool { return ns == "mine" }
+	tr.observe(sandbox("a", "mine", t0, sandboxv1.SandboxRunning, true, "sess-a", 2))
+	tr.observe(sandbox("b", "theirs", t0, sandboxv1.SandboxRunning, true, "sess-b", 2))
+	clk.t = t0.Add(10 * time.Second)
+	got := collect(t, tr)
+	if !strings.Contains(got, "sandbox_controller_sandboxes{Running} 1\n") || strings.Contains(got, "theirs") {
+		t.Errorf("a shard counted another shard's Sandbox:\n%s", got)
+	}
+}

@@ -61,11 +61,14 @@ func (c *sandboxCollector) Collect(ch chan<- prometheus.Metric) {
 // record per Sandbox (namespace, phase, current session), from which scrapes
 // compute the gauges and counters, and which observes time-to-Ready when a
 // Sandbox's Ready condition first turns True. Nothing is read from the API
-// server for a scrape.
-func SetupWithManager(mgr ctrl.Manager) error {
+// server for a scrape. owns, when not nil, picks the namespaces this manager
+// reconciles (its shard): each shard's leader counts its own Sandboxes, so
+// that summing the shards counts each once.
+func SetupWithManager(mgr ctrl.Manager, owns func(namespace string) bool) error {
 	Register()
 	t := newTracker(time.Now)
 	t.informers = mgr.GetCache()
+	t.owns = owns
 	return mgr.Add(t)
 }
 
@@ -79,6 +82,8 @@ type tracker struct {
 	finished map[string]*cost // closed sessions, per namespace
 
 	informers ctrlcache.Informers
+	// owns picks the namespaces counted (nil: all).
+	owns func(namespace string) bool
 }
 
 type tracked struct {
@@ -122,6 +127,9 @@ func (t *tracker) Start(ctx context.Context) error {
 }
 
 func (t *tracker) observe(s *sandboxv1.Sandbox) {
+	if t.owns != nil && !t.owns(s.Namespace) {
+		return
+	}
 	now := t.now()
 	ready := meta.IsStatusConditionTrue(s.Status.Conditions, sandboxv1.ConditionReady)
 	t.mu.Lock()

@@ -197,10 +197,15 @@ func names(objs []*unstructured.Unstructured) []string {
 	return out
 }
 
-// theDeployment returns the one Deployment among objs, typed.
+// theDeployment returns the one Deployment among objs, typed; with sharding
+// (one Deployment per shard), shard 0's, once shardDeployments checked that
+// the others differ from it in the shard only.
 func theDeployment(t *testing.T, objs []*unstructured.Unstructured) *appsv1.Deployment {
 	t.Helper()
 	deps := ofKind(objs, "Deployment")
+	if len(deps) > 1 {
+		return shardDeployments(t, objs)[0]
+	}
 	if len(deps) != 1 {
 		t.Fatalf("want one Deployment, got %v", names(deps))
 	}

@@ -31,7 +31,14 @@ const (
 	ArmOperator = "operator"
 	ArmDirect   = "direct"
 	ArmFloor    = "floor"
+	// ArmSharded is the operator split between two shards (two managers in
+	// this process, each with its own shard of the arm's namespaces).
+	ArmSharded = "sharded"
 )
+
+// shardedNamespaces is how many namespaces the sharded arm spreads its
+// objects over, so that both shards have some.
+const shardedNamespaces = 8
 
 // armRun is what one arm measured in one round.
 type armRun struct {
@@ -47,6 +54,11 @@ type armRun struct {
 	// creates is the emulator's count of createSandbox requests every 250 ms
 	// from the arm's start: how busy the Vercel side was.
 	creates []int64
+	// shardViolations (sharded arm): objects whose Vercel sandbox was
+	// called by two shards, or by a shard not its own; shardObjects: per
+	// shard, the objects it called Vercel for.
+	shardViolations int
+	shardObjects    []int
 }
 
 // sampleCreates records the emulator's createSandbox count every 250 ms
@@ -98,11 +110,25 @@ func (h *harness) newNamespace(ctx context.Context, prefix string) (string, erro
 // runCRArm creates n Sandboxes in a fresh namespace and waits, through a
 // watch, until each is Ready. It serves the operator and the floor arms.
 func (h *harness) runCRArm(ctx context.Context, arm string, n int, m *inProcess) (*armRun, error) {
-	ns, err := h.newNamespace(ctx, "bench-"+arm)
-	if err != nil {
-		return nil, err
+	namespaces := make([]string, 1, shardedNamespaces)
+	if arm == ArmSharded {
+		namespaces = namespaces[:shardedNamespaces]
 	}
-	w, err := h.kube.Watch(ctx, &sandboxv1.SandboxList{}, client.InNamespace(ns))
+	for i := range namespaces {
+		ns, err := h.newNamespace(ctx, "bench-"+arm)
+		if err != nil {
+			return nil, err
+		}
+		namespaces[i] = ns
+	}
+	inArm := []client.ListOption{client.InNamespace(namespaces[0])}
+	if arm == ArmSharded {
+		// The previous run's objects are gone (deleteAll waits), so the
+		// label selects this run's.
+		inArm = []client.ListOption{client.MatchingLabels{armLabel: arm}}
+		h.rec.startShards()
+	}
+	w, err := h.kube.Watch(ctx, &sandboxv1.SandboxList{}, inArm...)
 	if err != nil {
 		return nil, err
 	}
@@ -121,10 +147,11 @@ func (h *harness) runCRArm(ctx context.Context, arm string, n int, m *inProcess)
 	createErr := make(chan error, 1)
 	go func() {
 		createErr <- forEach(ctx, n, h.cfg.CreateConcurrency, func(ctx context.Context, i int) error {
-			return h.kube.Create(ctx, benchSandbox(ns, fmt.Sprintf("sbx-%05d", i), arm))
+			return h.kube.Create(ctx, benchSandbox(namespaces[i%len(namespaces)], fmt.Sprintf("sbx-%05d", i), arm))
 		})
 	}()
-	ready, err := h.waitReady(ctx, ns, w, n, h.cfg.ReadyTimeout, start)
+	newList := func() client.ObjectList { return &sandboxv1.SandboxList{} }
+	ready, err := h.waitObjectsReady(ctx, w, newList, inArm, n, h.cfg.ReadyTimeout, start, sandboxReady)
 	close(stopSampling)
 	creates := <-samples
 	if cerr := <-createErr; cerr != nil {
@@ -145,7 +172,15 @@ func (h *harness) runCRArm(ctx context.Context, arm string, n int, m *inProcess)
 	r.cpu = cpuDelta(cpu0, h.cpuSnapshot())
 	wt1, wn1 := m.writes.writeLatency()
 	r.writeTime, r.writeN = wt1-wt0, wn1-wn0
-	return r, h.deleteAll(ctx, ns)
+	if arm == ArmSharded {
+		r.shardObjects, r.shardViolations = h.rec.checkShards(2, namespaces)
+	}
+	for _, ns := range namespaces {
+		if err := h.deleteAll(ctx, ns); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
 }
 
 // waitReady collects, through a watch on ns, the time after start at which
@@ -183,21 +218,38 @@ func (h *harness) readySandboxes(ctx context.Context, ns string, n int, build fu
 // deleteAll removes a round's Sandboxes and waits until they are gone, so
 // that the next arm starts on a quiet API server.
 func (h *harness) deleteAll(ctx context.Context, ns string) error {
-	if err := h.kube.DeleteAllOf(ctx, &sandboxv1.Sandbox{}, client.InNamespace(ns)); err != nil {
+	left, err := h.countIn(ctx, &sandboxv1.Sandbox{}, ns)
+	if err != nil {
 		return err
 	}
-	deadline := time.Now().Add(2 * time.Minute)
+	// Two minutes, and one more per 2,000 objects: at 10,000 the manager
+	// removes 10,000 finalizers, each after a Vercel call.
+	wait := 2*time.Minute + time.Duration(left/2000)*time.Minute
+	deadline := time.Now().Add(wait)
+	var lastErr error
 	for time.Now().Before(deadline) {
-		left, err := h.countIn(ctx, &sandboxv1.Sandbox{}, ns)
-		if err != nil {
-			return err
+		// A collection delete of thousands of objects can outlast the API
+		// server's request timeout (a timeout, or the stream reset) while it
+		// goes on deleting; it is then sent again for whatever it had not
+		// reached.
+		if err := h.kube.DeleteAllOf(ctx, &sandboxv1.Sandbox{}, client.InNamespace(ns)); err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
+			lastErr = err
+			h.logf("  delete the Sandboxes of %s (%d left): %v; again", ns, left, err)
 		}
-		if left == 0 {
-			return nil
+		for range 40 {
+			if left, err = h.countIn(ctx, &sandboxv1.Sandbox{}, ns); err != nil {
+				return err
+			}
+			if left == 0 {
+				return nil
+			}
+			time.Sleep(250 * time.Millisecond)
 		}
-		time.Sleep(250 * time.Millisecond)
 	}
-	return fmt.Errorf("sandboxes in %s not deleted within 2 minutes", ns)
+	return fmt.Errorf("%d sandboxes in %s not deleted within %s (last delete error: %v)", left, ns, wait, lastErr)
 }
 
 // runDirect is what a client would do without the operator: create n named

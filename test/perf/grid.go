@@ -13,6 +13,9 @@ func (h *harness) runGrid(ctx context.Context, n int, latency time.Duration, rou
 	h.logf("N=%d latency=%s: %d interleaved rounds", n, latency, rounds)
 	runs := map[string][]*armRun{}
 	order := []string{ArmOperator, ArmDirect, ArmFloor}
+	if h.sharded != nil {
+		order = append(order, ArmSharded)
+	}
 	for round := 0; round < rounds; round++ {
 		for i := range order {
 			arm := order[(i+round)%len(order)]
@@ -29,6 +32,8 @@ func (h *harness) runGrid(ctx context.Context, n int, latency time.Duration, rou
 				r, err = h.runDirect(ctx, n)
 			case ArmFloor:
 				r, err = h.runCRArm(ctx, ArmFloor, n, h.floor)
+			case ArmSharded:
+				r, err = h.runCRArm(ctx, ArmSharded, n, h.sharded)
 			}
 			if err != nil {
 				return nil, err

@@ -98,6 +98,13 @@ type Config struct {
 	Snapshots    int
 	ForkReplicas int
 
+	// Shards, above 1, adds the sharded arm: the operator split between
+	// this many managers (--shards), over objects spread across several
+	// namespaces. On 2 cores it shows correctness and overhead, not a
+	// speed-up: the shards share the CPU, the API server and the Vercel
+	// request budget.
+	Shards int
+
 	// ManagerBinary, when set, is a built cmd/manager: the idle and outage
 	// phases then run it as a child process, so its RSS and CPU are its own.
 	// Otherwise they run the in-process manager and report the whole
@@ -135,6 +142,7 @@ func DefaultConfig() Config {
 		Outage:            5 * time.Minute,
 		Snapshots:         100,
 		ForkReplicas:      50,
+		Shards:            2,
 		RecoveryTimeout:   5 * time.Minute,
 	}
 }
@@ -212,6 +220,7 @@ type harness struct {
 	operator *inProcess // nil while the child manager runs, or none
 	child    *childManager
 	floor    *inProcess
+	sharded  *inProcess // the two shards of the sharded arm; nil without
 
 	seq atomic.Int64 // namespace sequence
 
@@ -339,6 +348,11 @@ func (h *harness) start(ctx context.Context) error {
 	if h.floor, err = h.startFloor(ctx); err != nil {
 		return err
 	}
+	if h.cfg.Shards > 1 {
+		if h.sharded, err = h.startSharded(ctx, h.cfg.Shards); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -348,6 +362,9 @@ func (h *harness) stop() {
 	}
 	if h.operator != nil {
 		h.operator.stop()
+	}
+	if h.sharded != nil {
+		h.sharded.stop()
 	}
 	if h.floor != nil {
 		h.floor.stop()
@@ -387,7 +404,7 @@ func (h *harness) managerConfig(w *writeCounter) *rest.Config {
 // controllers and the metrics with cmd/manager's settings.
 func (h *harness) startOperator(ctx context.Context) (*inProcess, error) {
 	w := newWriteCounter()
-	notFloor, err := labels.Parse(armLabel + " notin (" + armFloor + ")")
+	notFloor, err := labels.Parse(armLabel + " notin (" + armFloor + "," + ArmSharded + ")")
 	if err != nil {
 		return nil, err
 	}
@@ -400,7 +417,7 @@ func (h *harness) startOperator(ctx context.Context) (*inProcess, error) {
 		Metrics:                metricsserver.Options{BindAddress: addr},
 		HealthProbeBindAddress: "0",
 		// The one difference from production: floor objects are invisible.
-		Cache:      cache.Options{ByObject: map[client.Object]cache.ByObject{&sandboxv1.Sandbox{}: {Label: notFloor}}},
+		Cache:      operatorCache(notFloor),
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	}, h.vcfg, controllers.Options{
 		MaxConcurrentReconciles: h.cfg.Concurrency,
@@ -416,6 +433,47 @@ func (h *harness) startOperator(ctx context.Context) (*inProcess, error) {
 	m := &inProcess{stopFn: func() { _ = mgr.Stop() }, writes: w}
 	m.metricsAddr = addr
 	return m, nil
+}
+
+// startSharded starts the sharded arm's managers: the operator as
+// startOperator starts it, split into count shards (controllers.Shard), each
+// seeing only the sharded arm's objects and calling Vercel with its own user
+// agent, so that the recorder can tell which shard called for what. Their
+// writes are counted together.
+func (h *harness) startSharded(ctx context.Context, count int) (*inProcess, error) {
+	w := newWriteCounter()
+	only := labels.SelectorFromSet(labels.Set{armLabel: ArmSharded})
+	var mgrs []*localstack.Manager
+	stop := func() {
+		for _, m := range mgrs {
+			_ = m.Stop()
+		}
+	}
+	for i := range count {
+		c := controllers.CacheOptions()
+		c.ByObject = map[client.Object]cache.ByObject{&sandboxv1.Sandbox{}: {Label: only}}
+		vc := h.vcfg
+		vc.UserAgent = shardUserAgent(i)
+		mgr, err := h.stack.StartManager(ctx, h.managerConfig(w), ctrl.Options{
+			Metrics:                metricsserver.Options{BindAddress: "0"},
+			HealthProbeBindAddress: "0",
+			Cache:                  c,
+			Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+		}, vc, controllers.Options{
+			MaxConcurrentReconciles: h.cfg.Concurrency,
+			VercelInFlight:          h.cfg.VercelInFlight,
+			VercelReservedInFlight:  1,
+			PollInterval:            h.cfg.PollInterval,
+			BackoffCap:              h.cfg.BackoffCap,
+			Shard:                   controllers.Shard{Index: i, Count: count},
+		})
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("shard %d: %w", i, err)
+		}
+		mgrs = append(mgrs, mgr)
+	}
+	return &inProcess{stopFn: stop, writes: w}, nil
 }
 
 // runManager starts mgr and returns once its controllers run.
@@ -538,4 +596,12 @@ func freeAddr() (string, error) {
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
+}
+
+// operatorCache is cmd/manager's cache (controllers.CacheOptions) with
+// the floor arm's objects hidden.
+func operatorCache(notFloor labels.Selector) cache.Options {
+	c := controllers.CacheOptions()
+	c.ByObject = map[client.Object]cache.ByObject{&sandboxv1.Sandbox{}: {Label: notFloor}}
+	return c
 }

@@ -113,6 +113,11 @@ type ArmResult struct {
 	// CreatesTimeline is, for the last round, the number of Vercel creates
 	// received every 250 ms from the arm's start.
 	CreatesTimeline []int64 `json:"createsTimeline,omitempty"`
+	// Sharded arm: per shard, the objects it called Vercel for (last
+	// round), and over all rounds the objects called for by two shards or
+	// by the wrong one (must be 0).
+	ShardObjects    []int `json:"shardObjects,omitempty"`
+	ShardViolations int   `json:"shardViolations"`
 }
 
 func summarizeGrid(n int, latency time.Duration, runs map[string][]*armRun) *GridResult {
@@ -134,6 +139,8 @@ func summarizeGrid(n int, latency time.Duration, runs map[string][]*armRun) *Gri
 			sw, ew, vr = sw+r.sandboxWrites, ew+r.eventWrites, vr+r.vercelRequests
 			a.Drains = append(a.Drains, ms(r.drain))
 			a.CreatesTimeline = r.creates
+			a.ShardObjects = r.shardObjects
+			a.ShardViolations += r.shardViolations
 		}
 		sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
 		sort.Slice(drains, func(i, j int) bool { return drains[i] < drains[j] })
@@ -234,7 +241,7 @@ func (r *Report) Markdown(w io.Writer) {
 	fmt.Fprintln(w, "| N | latency | arm | p50 | p95 | p99 | drain | failed | k8s writes/obj | events/obj | Vercel req/obj |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, g := range r.Runs {
-		for _, arm := range []string{ArmOperator, ArmDirect, ArmFloor} {
+		for _, arm := range []string{ArmOperator, ArmDirect, ArmFloor, ArmSharded} {
 			a := g.Arms[arm]
 			if a == nil {
 				continue
@@ -250,7 +257,7 @@ func (r *Report) Markdown(w io.Writer) {
 	fmt.Fprintln(w, "| N | latency | arm | harness (manager+emulator+client) | kube-apiserver | etcd | mean write |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
 	for _, g := range r.Runs {
-		for _, arm := range []string{ArmOperator, ArmDirect, ArmFloor} {
+		for _, arm := range []string{ArmOperator, ArmDirect, ArmFloor, ArmSharded} {
 			if a := g.Arms[arm]; a != nil {
 				fmt.Fprintf(w, "| %d | %gms | %s | %.2f | %.2f | %.2f | %.1fms |\n", g.N, g.LatencyMs, arm,
 					a.CPUMsPerObject["harness"], a.CPUMsPerObject["kube-apiserver"], a.CPUMsPerObject["etcd"], a.MeanWriteMs)
@@ -262,6 +269,12 @@ func (r *Report) Markdown(w io.Writer) {
 	fmt.Fprintln(w, "|---|---|---|---|---|---|")
 	for _, g := range r.Runs {
 		fmt.Fprintf(w, "| %d | %gms | %.3f | %.3f | %.2f | %.2f |\n", g.N, g.LatencyMs, g.RatioABP50, g.RatioABDrain, g.RatioACP50, g.RatioACDrain)
+	}
+	for _, g := range r.Runs {
+		if a := g.Arms[ArmSharded]; a != nil {
+			fmt.Fprintf(w, "\nSharded arm, N=%d, %gms: objects per shard (last round) %v, objects called for by two shards or the wrong one %d; sharded/operator drain %.3f (2 managers on the same cores: overhead, not speed-up)\n",
+				g.N, g.LatencyMs, a.ShardObjects, a.ShardViolations, ratio(a.DrainMs, g.Arms[ArmOperator].DrainMs))
+		}
 	}
 	if r.Kinds != nil {
 		markdownKinds(w, r.Kinds)

@@ -40,6 +40,25 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 control-plane: controller-manager
 {{- end }}
 
+{{/*
+The manager Deployment (and PodDisruptionBudget) of the shard in .shardIndex:
+<fullname>-controller-manager unsharded, with -shard-<i> appended otherwise.
+*/}}
+{{- define "sandbox-controller.managerName" -}}
+{{- if gt (int64 .shards) 1 }}
+{{- printf "%s-controller-manager-shard-%d" (include "sandbox-controller.fullname" .) (int .shardIndex) }}
+{{- else }}
+{{- include "sandbox-controller.fullname" . }}-controller-manager
+{{- end }}
+{{- end }}
+
+{{/* The label that tells one shard's pods from another's; nothing unsharded. */}}
+{{- define "sandbox-controller.shardLabel" -}}
+{{- if gt (int64 .shards) 1 }}
+sandbox.sentry.io/shard: {{ .shardIndex | quote }}
+{{- end }}
+{{- end }}
+
 {{/* The manager's ServiceAccount: config/rbac/service_account.yaml, prefixed. */}}
 {{- define "sandbox-controller.serviceAccountName" -}}
 {{ include "sandbox-controller.fullname" . }}-controller-manager
@@ -89,6 +108,9 @@ manager's default applies; 0 and false are passed.
 {{- if $v.metrics.enabled }}{{ $metricsAddr = printf ":%d" (int64 $v.metrics.port) }}{{ end }}
 {{- $certPath := "" }}
 {{- if $v.metrics.certSecret }}{{ $certPath = "/tmp/k8s-metrics-server/metrics-certs" }}{{ end }}
+{{- $shards := "" }}
+{{- $shardIndex := "" }}
+{{- if gt (int64 (.shards | default 1)) 1 }}{{ $shards = .shards }}{{ $shardIndex = .shardIndex }}{{ end }}
 {{- $leaderNamespace := "" }}
 {{- if $v.leaderElection.enabled }}{{ $leaderNamespace = .Release.Namespace }}{{ end }}
 {{- $flags := list
@@ -123,6 +145,8 @@ manager's default applies; 0 and false are passed.
   (list "reference-deadline" $v.controller.referenceDeadline)
   (list "shutdown-warning" $v.controller.shutdownWarning)
   (list "cluster-id" $v.controller.clusterID)
+  (list "shards" $shards)
+  (list "shard-index" $shardIndex)
   (list "kube-api-qps" $v.kubeAPI.qps)
   (list "kube-api-burst" $v.kubeAPI.burst)
   (list "notify-workers" $v.notifications.workers)

@@ -818,7 +818,7 @@ export interface SandboxStatus {
   stoppedAt?: string;
   /**
    * vercelName is the name of the Vercel sandbox, derived from this object and
-   * recorded before it is created.
+   * recorded with the result of its create.
    *
    * maxLength: 128
    */

@@ -53,8 +53,19 @@ func main() {
 	flag.StringVar(&cpuProfile, "cpuprofile", "", "Write a CPU profile of the whole harness process (manager included) to this file.")
 	flag.StringVar(&cfg.APIServerProfile, "apiserver-profile", "", "Write a 10 s CPU profile of kube-apiserver, taken during the first operator arm at the largest -n, to this file.")
 	flag.StringVar(&memProfile, "memprofile", "", "Write a heap profile at the end of the run to this file.")
+	flag.IntVar(&cfg.Shards, "shards", d.Shards, "Managers the sharded arm splits the operator between (--shards); 0 or 1 leaves the arm out.")
+	var large bool
+	flag.BoolVar(&large, "large", false, "The 10,000 grid: -n 100,1000,10000 (unless -n is given) and a -ready-timeout of at least 20m.")
 	flag.BoolVar(&verbose, "v", false, "Show the manager's logs.")
 	flag.Parse()
+	if large {
+		nSet := false
+		flag.Visit(func(f *flag.Flag) { nSet = nSet || f.Name == "n" })
+		if !nSet {
+			sizes = "100,1000,10000"
+		}
+		cfg.ReadyTimeout = max(cfg.ReadyTimeout, 20*time.Minute)
+	}
 
 	if cfg.Snapshots < 0 || cfg.ForkReplicas < 0 || cfg.ForkReplicas > 100 {
 		fail(fmt.Errorf("-snapshots must be ≥ 0 and -fork-replicas between 0 and 100 (a SandboxFork's limit)"))

@@ -33,7 +33,7 @@ type SandboxStatusApplyConfiguration struct {
 	// observedGeneration is the spec generation the controller last acted on.
 	ObservedGeneration *int64 `json:"observedGeneration,omitempty"`
 	// vercelName is the name of the Vercel sandbox, derived from this object and
-	// recorded before it is created.
+	// recorded with the result of its create.
 	VercelName *string `json:"vercelName,omitempty"`
 	// sessionID is the id of the current Vercel session (sbx_…), for data-plane
 	// calls such as running a command.
