@@ -31,26 +31,9 @@ import (
 // project for "deleted": the Sandbox stays Terminating and says why. Started
 // again with the right project, the manager is ready and the delete finishes.
 func TestStartUpVerifiesCredentialsAndProject(t *testing.T) {
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		t.Fatal("KUBEBUILDER_ASSETS is not set: run `make test`, or KUBEBUILDER_ASSETS=$(./hack/envtest.sh) go test ./cmd/manager/")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	stack, err := localstack.Start(ctx, localstack.Options{RepoRoot: filepath.Join("..", ".."), AssetsDir: assets,
-		Emulator: emulator.Options{Teams: []string{localstack.TeamID}, Projects: []string{localstack.ProjectID}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := stack.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := stack.ControlPlane.WriteAdminKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
+	stack, kubeconfig := startStack(ctx, t, emulator.Options{Teams: []string{localstack.TeamID}, Projects: []string{localstack.ProjectID}})
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	writeFile(t, tokenFile, "tok_revoked_canary\n")
 

@@ -12,7 +12,6 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+	"github.com/getsentry/sandbox-controller/internal/emulator"
 	"github.com/getsentry/sandbox-controller/internal/localstack"
 )
 
@@ -35,25 +35,9 @@ import (
 // one is retried, and /healthz — which includes the stalled-slots check —
 // stays healthy: nothing is held past --vercel-stall-threshold.
 func TestBlackHoledVercelCallsDoNotWedgeTheManager(t *testing.T) {
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		t.Fatal("KUBEBUILDER_ASSETS is not set: run `make test`, or KUBEBUILDER_ASSETS=$(./hack/envtest.sh) go test ./cmd/manager/")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	stack, err := localstack.Start(ctx, localstack.Options{RepoRoot: filepath.Join("..", ".."), AssetsDir: assets})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := stack.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := stack.ControlPlane.WriteAdminKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
+	stack, kubeconfig := startStack(ctx, t, emulator.Options{})
 
 	// The proxy: every request naming "-stuck-" (path or body) waits until
 	// the client gives up.

@@ -12,7 +12,6 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -28,6 +27,7 @@ import (
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 	"github.com/getsentry/sandbox-controller/controllers"
+	"github.com/getsentry/sandbox-controller/internal/emulator"
 	"github.com/getsentry/sandbox-controller/internal/localstack"
 )
 
@@ -41,25 +41,9 @@ import (
 // nothing) and the other replica of shard 0 takes its Lease and reconciles a
 // new Sandbox of that shard.
 func TestShardsOwnDisjointObjectsAndHandOver(t *testing.T) {
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		t.Fatal("KUBEBUILDER_ASSETS is not set: run `make test`, or KUBEBUILDER_ASSETS=$(./hack/envtest.sh) go test ./cmd/manager/")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	stack, err := localstack.Start(ctx, localstack.Options{RepoRoot: filepath.Join("..", ".."), AssetsDir: assets})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := stack.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := stack.ControlPlane.WriteAdminKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
+	stack, kubeconfig := startStack(ctx, t, emulator.Options{})
 	c := stack.Client
 
 	target, _ := url.Parse(stack.EmulatorURL)
