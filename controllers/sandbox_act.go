@@ -112,6 +112,10 @@ func (r *SandboxReconciler) create(ctx context.Context, sbx *sandboxv1.Sandbox) 
 		Persistent:    sbx.Spec.Persistent,
 		NetworkPolicy: cfg.networkPolicy,
 		Tags:          ownerTags(r.ClusterID, sbx.UID),
+		// Every session can serve an interactive shell (`kubectl sandbox
+		// shell`, the SDK's openInteractive), as the official CLI asks for
+		// on every create; docs/dev/interactive-sessions.md.
+		Interactive: true,
 	}
 	if err := buildSource(ctx, secrets, &source, &req); err != nil {
 		return ctrl.Result{RequeueAfter: snapshotRefPoll}, nil, err

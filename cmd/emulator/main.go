@@ -79,6 +79,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 		srcFileBytes = fs.Int64("source-max-file-bytes", 0, "cap: bytes of one file in a tarball source (default 256 MiB)")
 		maxRead      = fs.Int64("max-read-bytes", 0, "cap: size of a file fs/read returns (default 256 MiB)")
 		serveRoutes  = fs.Bool("serve-routes", false, "serve the sandboxes' public routes at <emulator URL>/_routes/<subdomain>, forwarded to the port on loopback")
+		anyTerminal  = fs.Bool("interactive-any-session", false, "serve interactive shells on every session, not only those of sandboxes created with __interactive (whether Vercel does is unknown)")
 		hostRootSudo = fs.Bool("allow-host-root-sudo", false, "run sudo commands as HOST ROOT where no user namespace can contain them (default: refuse them)")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -134,8 +135,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 		DuplicateNameStatus: *dupStatus, SecondStopStatus: *secondStop,
 		DeletedSnapshotGetStatus: *deletedSnap, PendingOps: *pendingOps, Logger: logger,
 		OIDCIssuer: *oidcIssuer, AllowedSourceDir: *sourceDir, MaxReadBytes: *maxRead, AllowHostRootSudo: *hostRootSudo,
-		ServeRoutes:  *serveRoutes,
-		SourceLimits: sandboxruntime.TarLimits{MaxEntries: *srcEntries, MaxBytes: *srcBytes, MaxFileBytes: *srcFileBytes},
+		InteractiveAnySession: *anyTerminal,
+		ServeRoutes:           *serveRoutes,
+		SourceLimits:          sandboxruntime.TarLimits{MaxEntries: *srcEntries, MaxBytes: *srcBytes, MaxFileBytes: *srcFileBytes},
 	}
 	if *jwksFile != "" {
 		b, err := os.ReadFile(*jwksFile)

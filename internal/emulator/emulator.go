@@ -130,6 +130,13 @@ type Options struct {
 	// Logger receives request and lifecycle logs; nil discards them.
 	Logger *slog.Logger
 
+	// InteractiveAnySession lets POST …/interactive open a terminal on any
+	// running session. Whether Vercel serves a terminal on a sandbox that
+	// was not created with `__interactive` is unknown, so by default the
+	// emulator refuses it (400 bad_request): a client that works here then
+	// also works if Vercel refuses.
+	InteractiveAnySession bool
+
 	// OIDCJWKS is a JSON Web Key Set (RS256 and ES256 keys). When set, OIDC
 	// tokens (JWTs) whose signature verifies with one of its keys are accepted,
 	// scoped to their owner_id/project_id; when nil only Token is accepted.

@@ -101,6 +101,9 @@ func (e *Emulator) handleInteractive(rc *reqCtx) {
 		return
 	}
 	serve(e, rc, e.liveSessionLocked, func(s *sessionRec) (any, *apiError) {
+		if !s.sb.interactive && !e.opts.InteractiveAnySession {
+			return nil, badRequest("Sandbox %s was not created with `__interactive: true`: its sessions serve no interactive shell.", s.sb.name)
+		}
 		host := rc.r.Host
 		if host == "" {
 			host = "127.0.0.1"

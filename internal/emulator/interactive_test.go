@@ -151,3 +151,28 @@ func TestInteractiveSession(t *testing.T) {
 		t.Fatalf("shell of a stopped session: exit %v, want 137", c.exit)
 	}
 }
+
+// TestInteractiveOnlyWhenCreatedSo: POST …/interactive on the session of a
+// sandbox created without __interactive is refused, unless the emulator is
+// told that Vercel serves any session (Options.InteractiveAnySession).
+func TestInteractiveOnlyWhenCreatedSo(t *testing.T) {
+	te := newEnv(t, Options{})
+	plain := te.create(nil)
+	r := te.must(400, "POST", "/v2/sandboxes/sessions/"+plain.Session.ID+"/interactive", map[string]any{}, nil)
+	if !strings.Contains(string(r.body), "__interactive") {
+		t.Errorf("the refusal does not say why: %s", r.body)
+	}
+	inter := te.create(map[string]any{"__interactive": true})
+	var grant map[string]string
+	te.must(200, "POST", "/v2/sandboxes/sessions/"+inter.Session.ID+"/interactive", map[string]any{}, &grant)
+	if !strings.HasPrefix(grant["url"], "ws://") || grant["token"] == "" {
+		t.Errorf("interactive sandbox: %v", grant)
+	}
+
+	loose := newEnv(t, Options{InteractiveAnySession: true})
+	plain = loose.create(nil)
+	loose.must(200, "POST", "/v2/sandboxes/sessions/"+plain.Session.ID+"/interactive", map[string]any{}, &grant)
+	if grant["token"] == "" {
+		t.Errorf("InteractiveAnySession: %v", grant)
+	}
+}
