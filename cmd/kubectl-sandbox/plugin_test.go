@@ -512,7 +512,16 @@ func TestSnapshotForkScaleTree(t *testing.T) {
 	}
 
 	// The lineage: src → snap1 → fromsnap, src → tries → (tries' capture, tries-0).
-	roots := decodeJSON[[]treeNodeJSON](t, ok(t, sandbox(ns, "tree", "fromsnap", "-o", "json")...))
+	// scale returns once the fork counts one replica; tries-1 may still be
+	// Terminating (its finalizer deletes the Vercel sandbox), and the tree
+	// shows what exists, so wait until it is gone.
+	var roots []treeNodeJSON
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		roots = decodeJSON[[]treeNodeJSON](t, ok(t, sandbox(ns, "tree", "fromsnap", "-o", "json")...))
+		if !strings.Contains(fmt.Sprint(roots), "tries-1") || time.Now().After(deadline) {
+			break
+		}
+	}
 	if len(roots) != 1 || roots[0].Name != "src" {
 		t.Fatalf("tree fromsnap: want the one tree from src, got %v", roots)
 	}
