@@ -336,9 +336,7 @@ var _ = Describe("Sandbox", func() {
 			waitReady(key)
 
 			By("pausing it, which makes Vercel take an automatic snapshot")
-			sbx = getSandbox(key)
-			sbx.Spec.State = sandboxv1.SandboxStateStopped
-			Expect(k8sClient.Update(ctx, sbx)).To(Succeed())
+			setState(key, sandboxv1.SandboxStateStopped)
 			Eventually(func() sandboxv1.SandboxPhase { return getSandbox(key).Status.Phase }).Should(Equal(sandboxv1.SandboxStopped))
 			automatic := func() []string {
 				snaps, err := vc.ListAllSnapshots(ctx, vercel.ListSnapshotsOptions{Name: name})

@@ -132,9 +132,7 @@ var _ = Describe("Secret rotation", func() {
 		Expect(envIs(ctx, first, "API_KEY", oldValue)).To(BeTrue(), "a running session's env cannot change")
 
 		By("pausing it, then rotating again: the watch wakes the resting Sandbox, which nothing polls")
-		sbx = getSandbox(key)
-		sbx.Spec.State = sandboxv1.SandboxStateStopped
-		Expect(k8sClient.Update(ctx, sbx)).To(Succeed())
+		setState(key, sandboxv1.SandboxStateStopped)
 		Eventually(func() sandboxv1.SandboxPhase { return getSandbox(key).Status.Phase }).Should(Equal(sandboxv1.SandboxStopped))
 		Eventually(secretsCurrent(key)).Should(HaveField("Status", metav1.ConditionTrue), "no session keeps old values")
 		// At rest nothing looks at it (no poll, no requeue): only the
@@ -148,9 +146,7 @@ var _ = Describe("Secret rotation", func() {
 		Expect(getSandbox(key).Status.Phase).To(Equal(sandboxv1.SandboxStopped), "a rotation does not resume it")
 
 		By("resuming it: the next session has the value of the last rotation")
-		sbx = getSandbox(key)
-		sbx.Spec.State = sandboxv1.SandboxStateRunning
-		Expect(k8sClient.Update(ctx, sbx)).To(Succeed())
+		setState(key, sandboxv1.SandboxStateRunning)
 		Eventually(func(g Gomega) {
 			s := getSandbox(key)
 			g.Expect(s.Status.SessionID).NotTo(Equal(first))
