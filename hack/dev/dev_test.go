@@ -116,7 +116,9 @@ func TestDev(t *testing.T) {
 	// The commands the banner suggests, with the real kubectl.
 	kenv := []string{"KUBECONFIG=" + kubeconfig}
 	step := time.Now()
-	runCmd(t, root, kenv, "kubectl", "apply", "-f", "config/samples/")
+	if out := runCmd(t, root, kenv, "kubectl", "apply", "-f", "config/samples/"); strings.Contains(out, "Warning") {
+		t.Errorf("kubectl apply -f config/samples/ warns:\n%s", out)
+	}
 	runCmd(t, root, kenv, "kubectl", "wait", "--for=condition=Ready", "sandbox", "--all", "--timeout=90s")
 	t.Logf("samples Ready in %s", time.Since(step).Round(time.Millisecond))
 	got := runCmd(t, root, kenv, "kubectl", "get", "sbx")

@@ -32,6 +32,14 @@ func createSampleQuota(ctx context.Context, c client.Client) error {
 		return fmt.Errorf("parse %s: %w", sampleQuotaFile, err)
 	}
 	q.Namespace = sampleQuotaNamespace
+	// As `kubectl create --save-config` would: the annotation kubectl apply
+	// diffs against, so that applying config/samples/ (which holds the same
+	// file) updates the quota without warning that it was not applied.
+	applied, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return fmt.Errorf("convert %s: %w", sampleQuotaFile, err)
+	}
+	q.Annotations = map[string]string{"kubectl.kubernetes.io/last-applied-configuration": string(applied) + "\n"}
 	if err := c.Create(ctx, q); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create SandboxQuota %s/%s: %w", q.Namespace, q.Name, err)
 	}
