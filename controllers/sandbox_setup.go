@@ -176,14 +176,9 @@ func setupHash(steps []sandboxv1.SetupCommand) string {
 
 func (r *SandboxReconciler) reportSetupFailed(ctx context.Context, sbx *sandboxv1.Sandbox, sessionID string, step sandboxv1.SetupCommand, cmd *vercel.Command) error {
 	st := &sbx.Status
-	secrets := &secretReader{reader: r.APIReader, namespace: sbx.Namespace}
-	// Secret values are known only after resolving the spec; they are scrubbed
-	// from the output, which a command may have echoed: the current values,
-	// and those sent to Vercel when the sandbox was created or updated (the
-	// command ran with those if the Secret was rotated since).
-	_, _ = buildConfig(ctx, secrets, &sbx.Spec)
-	_ = buildSource(ctx, secrets, &sbx.Spec.Source, &vercel.CreateSandboxRequest{})
-	values := r.sentSecrets.with(sbx.UID, secrets.values)
+	// The output is scrubbed of every Secret value the command may have
+	// echoed (knownSecrets: the current ones and those sent before a rotation).
+	values := r.knownSecrets(ctx, sbx)
 	tail, err := commandOutputTail(ctx, r.api(ctx), sessionID, cmd.ID, values)
 	if err != nil {
 		return fmt.Errorf("read output of setup command %s: %w", cmd.ID, err)
