@@ -28,7 +28,6 @@ import (
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 	"github.com/getsentry/sandbox-controller/internal/httplimit"
-	"github.com/getsentry/sandbox-controller/internal/metrics"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
 
@@ -270,10 +269,7 @@ func (c *ClassClients) apiOf(ctx context.Context, cl *sandboxv1.SandboxClass) (*
 	cfg.TeamID = string(sec.Data[sandboxv1.ClassSecretTeamIDKey])
 	cfg.ProjectID = string(sec.Data[sandboxv1.ClassSecretProjectIDKey])
 	cfg.TokenFile, cfg.OIDCToken = "", ""
-	cfg.HTTPClient = e.hc
-	cfg.OnRequest = e.health.ObserveRequest
-	metrics.InstrumentVercel(&cfg)
-	api, err := vercel.New(cfg)
+	api, err := instrumentedClient(cfg, e.hc, e.health)
 	if err != nil {
 		// vercel.New's errors name no token.
 		return nil, e.health, &classError{sandboxv1.ReasonSecretRefused, fmt.Sprintf("SandboxClass %q: Secret %s/%s: %v", cl.Name, ref.Namespace, ref.Name, err)}

@@ -81,6 +81,16 @@ func ValidateClusterID(id string) error {
 
 var clusterIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,63}$`)
 
+// instrumentedClient is a Vercel client from cfg over hc that reports every
+// request to health and to the metrics: the manager's own client and each
+// SandboxClass's (ClassClients.apiOf) are built the same way.
+func instrumentedClient(cfg vercel.Config, hc *http.Client, health *VercelHealth) (*vercel.Client, error) {
+	cfg.HTTPClient = hc
+	cfg.OnRequest = health.ObserveRequest
+	metrics.InstrumentVercel(&cfg)
+	return vercel.New(cfg)
+}
+
 // DefaultReconcileTimeout bounds a reconcile: a few Vercel calls of at most
 // vercel.DefaultCallTimeout each, and Kubernetes writes.
 const DefaultReconcileTimeout = 2 * time.Minute
@@ -129,7 +139,6 @@ func SetupWithManager(mgr ctrl.Manager, vc vercel.Config, o Options) error {
 		// The same convention as vc.CallTimeout: 0 default, negative none.
 		ResponseHeaderTimeout: vc.CallTimeout,
 	})
-	vc.HTTPClient = hc
 	if o.VercelStallThreshold > 0 {
 		if err := mgr.AddHealthzCheck("vercel-in-flight", func(*http.Request) error {
 			return slots.Stalled(o.VercelStallThreshold)
@@ -145,9 +154,7 @@ func SetupWithManager(mgr ctrl.Manager, vc vercel.Config, o Options) error {
 	}
 	mgr = withReconcileTimeout{Manager: mgr, timeout: o.ReconcileTimeout, sharded: o.Shard.Sharded()}
 	health := newVercelHealth()
-	vc.OnRequest = health.ObserveRequest
-	metrics.InstrumentVercel(&vc)
-	api, err := vercel.New(vc)
+	api, err := instrumentedClient(vc, hc, health)
 	if err != nil {
 		return fmt.Errorf("vercel client: %w", err)
 	}
