@@ -153,7 +153,7 @@ func (r *SandboxReconciler) adopt(ctx context.Context, sbx *sandboxv1.Sandbox) (
 	if err != nil {
 		return ctrl.Result{}, nil, fmt.Errorf("get sandbox %s: %w", sbx.Status.VercelName, err)
 	}
-	o := r.observe(sbx, resp)
+	o := r.observe(ctx, sbx, resp)
 	return ctrl.Result{}, &o, nil
 }
 

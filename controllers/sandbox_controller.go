@@ -190,7 +190,7 @@ func (r *SandboxReconciler) reconcileSandbox(ctx context.Context, sbx *sandboxv1
 		case err != nil:
 			return ctrl.Result{}, fmt.Errorf("get sandbox %s: %w", st.VercelName, err)
 		default:
-			o, now = r.observe(sbx, resp), r.now()
+			o, now = r.observe(ctx, sbx, resp), r.now()
 		}
 	}
 	for {
@@ -233,7 +233,7 @@ func (r *SandboxReconciler) fromStatus(sbx *sandboxv1.Sandbox, now time.Time) (o
 
 // observe is what Vercel answered about the sandbox: a sandbox that was not
 // created for this object, or one whose state it records in status.
-func (r *SandboxReconciler) observe(sbx *sandboxv1.Sandbox, resp *vercel.SandboxResponse) observation {
+func (r *SandboxReconciler) observe(ctx context.Context, sbx *sandboxv1.Sandbox, resp *vercel.SandboxResponse) observation {
 	if !r.ownedBy(&resp.Sandbox, sbx) {
 		if sbx.Spec.Source.Adopt != nil && sbx.Status.SessionID == "" {
 			// Not adopted yet: the adoption decides whether it can be.
@@ -241,7 +241,30 @@ func (r *SandboxReconciler) observe(sbx *sandboxv1.Sandbox, resp *vercel.Sandbox
 		}
 		return observation{state: remoteForeign, fromVercel: true}
 	}
-	return record(sbx, resp)
+	unrecorded := sbx.Status.SessionID == "" && sbx.Status.BootedFrom == nil
+	o := record(sbx, resp)
+	if unrecorded && sbx.Status.BootedFrom != nil {
+		r.resolveUnrecorded(ctx, sbx)
+	}
+	return o
+}
+
+// resolveUnrecorded records, for a sandbox found under this object's name
+// whose create's status write was lost, what that create had resolved before
+// it ran: the snapshotRef (ResolvedRefs) and the content hash booted from.
+// Nothing else records them again once the sandbox runs.
+func (r *SandboxReconciler) resolveUnrecorded(ctx context.Context, sbx *sandboxv1.Sandbox) {
+	ref, booted := sbx.Spec.Source.SnapshotRef, sbx.Status.BootedFrom
+	if ref == nil {
+		return
+	}
+	snap := &sandboxv1.SandboxSnapshot{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: sbx.Namespace, Name: ref.Name}, snap); err != nil || snap.Status.SnapshotID != booted.SnapshotID {
+		// Gone or replaced since: ResolvedRefs keeps what was last seen.
+		return
+	}
+	markResolved(&sbx.Status.Conditions, sbx.Generation, fmt.Sprintf("SandboxSnapshot %q exists", ref.Name))
+	booted.ContentHash = snap.Status.ContentHash
 }
 
 // record copies what Vercel answered into status and returns it as an

@@ -438,6 +438,35 @@ var _ = Describe("Sandbox", func() {
 			Expect(owned).To(Equal(1))
 		})
 
+		// The flake behind this spec: a create from a snapshotRef whose
+		// status write was lost is found by name on the next look at Vercel,
+		// which goes straight to the running path; what the create had
+		// resolved (ResolvedRefs, the content hash booted from) was lost with
+		// the write and never recorded again.
+		It("adopts an unrecorded create from a snapshotRef with its reference resolved", func() {
+			// The status names the sandbox (written while the reference was
+			// missing) but no session: every look at Vercel then finds it.
+			snapID := snapshotWithFile("unrecorded-ref.txt", "booted\n")
+			key := types.NamespacedName{Namespace: ns, Name: "unrecorded-ref"}
+			newSandbox(ns, key.Name, sandboxv1.SandboxSpec{Source: sandboxv1.SandboxSource{SnapshotRef: &sandboxv1.LocalObjectReference{Name: "unrecorded-base"}}})
+			Eventually(func() string { return getSandbox(key).Status.VercelName }).ShouldNot(BeEmpty())
+			sbx := getSandbox(key)
+			annotateObj(sbx, sandboxv1.AnnotationPaused, "true")
+			newSnapshot(ns, "unrecorded-base", sandboxv1.SandboxSnapshotSpec{Source: sandboxv1.SandboxSnapshotSource{SnapshotID: &snapID}})
+			snap := waitSnapshotReady(types.NamespacedName{Namespace: ns, Name: "unrecorded-base"})
+			Expect(createsFor(sbx.Status.VercelName)).To(BeEmpty(), "paused: the operator created nothing")
+			// What the operator's create would have made before its status
+			// write was lost.
+			_, err := vc.CreateSandbox(ctx, vercel.CreateSandboxRequest{Name: sbx.Status.VercelName, Tags: controllers.OwnerTags(clusterID, sbx.UID),
+				Source: &vercel.Source{Type: vercel.SourceSnapshot, SnapshotID: snapID}})
+			Expect(err).NotTo(HaveOccurred())
+			annotateObj(sbx, sandboxv1.AnnotationPaused, "")
+			got := waitReady(key)
+			Expect(got.Status.BootedFrom).To(Equal(&sandboxv1.BootedFrom{SnapshotID: snapID, SnapshotName: "unrecorded-base", ContentHash: snap.Status.ContentHash}))
+			Expect(meta.FindStatusCondition(got.Status.Conditions, sandboxv1.ConditionResolvedRefs)).To(And(
+				Not(BeNil()), HaveField("Status", metav1.ConditionTrue), HaveField("Reason", sandboxv1.ReasonResolved)))
+		})
+
 		It("deletes the sandbox of a create whose status write never happened", func() {
 			sbx, vname := createdButNotRecorded("unrecorded-delete")
 			Expect(k8sClient.Delete(ctx, sbx)).To(Succeed())
