@@ -34,6 +34,8 @@ import (
 // +kubebuilder:rbac:groups=sandbox.sentry.io,resources=sandboxclasses,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=sandbox.sentry.io,resources=sandboxclasses/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=sandbox.sentry.io,resources=sandboxclasses/finalizers,verbs=update
+// The class label is the controller's to set (config/admission/class-label.yaml):
+// +kubebuilder:rbac:groups=sandbox.sentry.io,resources=sandboxes/class;sandboxsnapshots/class;sandboxforks/class,verbs=update
 
 // classBinding is the class an object is reconciled with.
 type classBinding struct {

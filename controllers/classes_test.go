@@ -348,3 +348,67 @@ var _ = Describe("SandboxClass", func() {
 		Eventually(func() []string { return remoteNames("team_default", "prj_default") }).Should(BeEmpty())
 	})
 })
+
+// The class label records which Vercel project holds an object's remote
+// objects (pin); config/admission/class-label.yaml keeps it the
+// controller's. A tenant who could write it would reach the manager's own
+// credentials past the default class (an empty value), or point a running
+// object at another project and orphan its sandbox.
+var _ = Describe("The class label", func() {
+	ctx := context.Background()
+
+	It("is refused to a namespace editor at create and on any change, and points to spec.className", func() {
+		ns := newNamespace()
+		out, err := kubectl("create", "role", "sandbox-editor", "-n", ns, "--verb=create,get,list,update,patch",
+			"--resource=sandboxes.sandbox.sentry.io,sandboxsnapshots.sandbox.sentry.io,sandboxforks.sandbox.sentry.io")
+		Expect(err).NotTo(HaveOccurred(), out)
+		out, err = kubectl("create", "rolebinding", "alice-edits", "-n", ns, "--role=sandbox-editor", "--user=alice")
+		Expect(err).NotTo(HaveOccurred(), out)
+		asAlice := func(manifest string) (string, error) {
+			f := filepath.Join(GinkgoT().TempDir(), "manifest.yaml")
+			Expect(os.WriteFile(f, []byte(manifest), 0o600)).To(Succeed())
+			return kubectl("create", "--as=alice", "-n", ns, "-f", f)
+		}
+		refusal := And(ContainSubstring("is set by the controller"), ContainSubstring("spec.className"), ContainSubstring("user alice"))
+
+		By("creating objects that carry the label, even empty (the manager's own credentials)")
+		labelled := func(kind, name, value, spec string) string {
+			return fmt.Sprintf("apiVersion: sandbox.sentry.io/v1alpha1\nkind: %s\nmetadata:\n  name: %s\n  labels:\n    %s: %q\nspec:\n%s", kind, name, sandboxv1.LabelClass, value, spec)
+		}
+		Eventually(func() string {
+			out, _ := asAlice(labelled("Sandbox", "escape", "", "  source:\n    runtime: node24\n"))
+			return out
+		}).Should(refusal)
+		out, err = asAlice(labelled("SandboxSnapshot", "escape", "beta", "  source:\n    sandboxRef:\n      name: plain\n"))
+		Expect(err).To(HaveOccurred())
+		Expect(out).To(refusal)
+		out, err = asAlice(labelled("SandboxFork", "escape", "beta", "  source:\n    snapshotRef:\n      name: base\n  replicas: 1\n"))
+		Expect(err).To(HaveOccurred())
+		Expect(out).To(refusal)
+		Expect(apierrors.IsNotFound(k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: "escape"}, &sandboxv1.Sandbox{}))).To(BeTrue())
+
+		By("adding, changing or removing it on an object she may edit")
+		out, err = asAlice("apiVersion: sandbox.sentry.io/v1alpha1\nkind: Sandbox\nmetadata:\n  name: plain\nspec:\n  source:\n    runtime: node24\n")
+		Expect(err).NotTo(HaveOccurred(), out)
+		key := types.NamespacedName{Namespace: ns, Name: "plain"}
+		waitReady(key)
+		out, err = kubectl("label", "--as=alice", "-n", ns, "sandbox", "plain", sandboxv1.LabelClass+"=beta")
+		Expect(err).To(HaveOccurred())
+		Expect(out).To(refusal)
+		// One allowed to (here the administrator, as the manager is by
+		// its ClusterRole) sets it; she can then neither change nor remove it.
+		out, err = kubectl("label", "-n", ns, "sandbox", "plain", sandboxv1.LabelClass+"=")
+		Expect(err).NotTo(HaveOccurred(), out)
+		out, err = kubectl("label", "--as=alice", "--overwrite", "-n", ns, "sandbox", "plain", sandboxv1.LabelClass+"=beta")
+		Expect(err).To(HaveOccurred())
+		Expect(out).To(refusal)
+		out, err = kubectl("label", "--as=alice", "-n", ns, "sandbox", "plain", sandboxv1.LabelClass+"-")
+		Expect(err).To(HaveOccurred())
+		Expect(out).To(refusal)
+		Expect(getSandbox(key).Labels).To(HaveKeyWithValue(sandboxv1.LabelClass, ""))
+
+		By("while other edits of a labelled object pass")
+		out, err = kubectl("annotate", "--as=alice", "-n", ns, "sandbox", "plain", "example.com/note=kept")
+		Expect(err).NotTo(HaveOccurred(), out)
+	})
+})

@@ -86,8 +86,8 @@ func TestDefaults(t *testing.T) {
 	}
 	// The validating policies are always installed (docs/security.md), and
 	// name the release namespace as the manager's own.
-	if o := ofKind(objs, "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"); len(o) != 8 {
-		t.Errorf("a default install renders the validating policies %v, want 4 policies (secret references, snapshot ids, adopt, abandon-remote) and their 4 bindings", names(o))
+	if o := ofKind(objs, "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"); len(o) != 10 {
+		t.Errorf("a default install renders the validating policies %v, want 5 policies (secret references, snapshot ids, adopt, abandon-remote, class label) and their 5 bindings", names(o))
 	}
 	if p := find(objs, "ValidatingAdmissionPolicy", "r-sandbox-controller-secret-references.sandbox.sentry.io"); p == nil {
 		t.Errorf("no secret-references policy among %v", names(objs))

@@ -361,6 +361,10 @@ func checkLiveManagerRBAC(t *testing.T, e *env) {
 	canI(true, "list", "sandboxes.sandbox.sentry.io", "-A")
 	canI(true, "update", "sandboxforks.sandbox.sentry.io", "--subresource=status", "-A")
 	canI(true, "update", "sandboxquotas.sandbox.sentry.io", "--subresource=status", "-A")
+	// The class label is the manager's to write (config/admission/class-label.yaml).
+	for _, kind := range []string{"sandboxes", "sandboxsnapshots", "sandboxforks"} {
+		canI(true, "update", kind+".sandbox.sentry.io", "--subresource=class", "-A")
+	}
 	// A budget is set by people, never by the manager it limits.
 	canI(false, "update", "sandboxquotas.sandbox.sentry.io", "-A")
 	canI(true, "create", "events.events.k8s.io", "-n", "default")
