@@ -11,6 +11,7 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -207,11 +208,29 @@ var _ = Describe("ResourceQuota on count/sandboxes.sandbox.sentry.io", func() {
 			g.Expect(rq.Status.Hard).To(HaveKey(corev1.ResourceName("count/sandboxes.sandbox.sentry.io")))
 		}).Should(Succeed())
 		newSandbox(ns, "first", sandboxv1.SandboxSpec{Source: runtimeSource("node24")})
-		second := &sandboxv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "second"},
-			Spec: sandboxv1.SandboxSpec{Source: runtimeSource("node24")}}
-		err := k8sClient.Create(ctx, second)
-		Expect(err).To(HaveOccurred())
-		Expect(err.Error()).To(And(ContainSubstring("exceeded quota: sandbox-count"), ContainSubstring("count/sandboxes.sandbox.sentry.io")))
+		// The quota admission works from its own watch of ResourceQuotas: a
+		// Sandbox created before it saw this one is counted only once the
+		// quota controller recounts (status.used), so wait for that.
+		Eventually(func(g Gomega) {
+			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(rq), rq)).To(Succeed())
+			used := rq.Status.Used[corev1.ResourceName("count/sandboxes.sandbox.sentry.io")]
+			g.Expect(used.Value()).To(Equal(int64(1)))
+		}).Should(Succeed())
+		// Its watch may still lag the recount by a moment: a second Sandbox
+		// admitted meanwhile is deleted and the create tried again.
+		Eventually(func() error {
+			second := &sandboxv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "second"},
+				Spec: sandboxv1.SandboxSpec{Source: runtimeSource("node24")}}
+			err := k8sClient.Create(ctx, second)
+			if err == nil {
+				Expect(k8sClient.Delete(ctx, second)).To(Succeed())
+				Eventually(func() bool {
+					return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(second), &sandboxv1.Sandbox{}))
+				}).Should(BeTrue())
+				return fmt.Errorf("admitted a second Sandbox")
+			}
+			return err
+		}).Should(MatchError(And(ContainSubstring("exceeded quota: sandbox-count"), ContainSubstring("count/sandboxes.sandbox.sentry.io"))))
 	})
 })
 
