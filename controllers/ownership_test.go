@@ -2,6 +2,7 @@ package controllers_test
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -107,6 +108,62 @@ var _ = Describe("Ownership: the operator deletes and adopts only what is its ow
 		Expect(alive(own)).To(BeFalse(), "its own sandbox was deleted")
 		Expect(alive(victim)).To(BeTrue(), "the victim was deleted")
 		Expect(recorder.requests("DELETE", "/sandboxes/"+victim)).To(BeEmpty())
+	})
+
+	It("acts on no status.sessionID it did not observe: a shutdown stops its own session, not the one status was pointed at", func() {
+		victim := foreign(ns+"-victim-session", map[string]string{"team": "other"})
+		victimRemote, _ := emu.Sandbox(victim)
+		victimSession := victimRemote.CurrentSessionID
+		editor("mallory", "sandboxes/status")
+		mallory := as("mallory")
+		key := types.NamespacedName{Namespace: ns, Name: "timed"}
+		shutdown := metav1.NewTime(time.Now().Add(20 * time.Second))
+		Eventually(func() error {
+			return mallory.Create(ctx, &sandboxv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: key.Name}, Spec: sandboxv1.SandboxSpec{
+				Source: runtimeSource("node24"), DeletionPolicy: sandboxv1.DeletionPolicyRetain, ShutdownTime: &shutdown, ShutdownPolicy: sandboxv1.ShutdownDelete}})
+		}).Should(Succeed())
+		own := waitReady(key).Status.SessionID
+
+		// Between two looks at Vercel (the suite polls every 2 s) the
+		// controller works from status: mallory keeps it pointed at the
+		// victim's session across the shutdown.
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer GinkgoRecover()
+			defer close(done)
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(50 * time.Millisecond):
+				}
+				sbx := &sandboxv1.Sandbox{}
+				if k8sClient.Get(ctx, key, sbx) != nil || !sbx.DeletionTimestamp.IsZero() {
+					return
+				}
+				if sbx.Status.SessionID != victimSession {
+					before := sbx.DeepCopy()
+					sbx.Status.SessionID = victimSession
+					_ = mallory.Status().Patch(ctx, sbx, client.MergeFrom(before))
+				}
+			}
+		}()
+		DeferCleanup(func() { close(stop); <-done })
+		Eventually(func() bool { return apierrors.IsNotFound(k8sClient.Get(ctx, key, &sandboxv1.Sandbox{})) }, time.Minute).Should(BeTrue())
+		Expect(recorder.requests(http.MethodPost, victimSession)).To(BeEmpty(), "a call on the session status was pointed at")
+		remote, _ := emu.Sandbox(victim)
+		Expect(remote.CurrentSessionID).To(Equal(victimSession))
+		status := func(id string) vercel.SessionStatus {
+			for _, s := range emu.Sessions() {
+				if s.ID == id {
+					return s.Status
+				}
+			}
+			return ""
+		}
+		Expect(status(victimSession)).To(Equal(vercel.SessionRunning), "the victim's session was stopped")
+		Expect(status(own)).To(Equal(vercel.SessionStopped), "its own session still runs past the shutdown")
 	})
 
 	It("reports a sandbox of another owner under its derived name, and leaves it when deleted", func() {

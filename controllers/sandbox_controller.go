@@ -89,9 +89,10 @@ type SandboxReconciler struct {
 	sentSecrets sentSecrets
 
 	// nextPoll holds, per object, when its running session is next observed
-	// in Vercel; reconciles before then (heartbeats, timers) work from
-	// status. It is lost on restart, which only makes the first reconcile poll.
-	nextPoll sync.Map // types.NamespacedName -> time.Time
+	// in Vercel and which session Vercel showed; reconciles before then
+	// (heartbeats, timers) work from status while it names that session. It
+	// is lost on restart, which only makes the first reconcile poll.
+	nextPoll sync.Map // types.NamespacedName -> pollMark
 	// warned holds, per object, the shutdownTime it was warned about.
 	warned sync.Map // types.NamespacedName -> time.Time
 	// idleWarned holds, per object, the idle deletion time it was warned about.
@@ -180,18 +181,18 @@ func (r *SandboxReconciler) reconcileSandbox(ctx context.Context, sbx *sandboxv1
 	o, ok := r.fromStatus(sbx, now)
 	if !ok {
 		resp, err := r.getSandbox(ctx, st.VercelName, fresh || waitsToCreate(sbx))
-		if err == nil || vercel.IsNotFound(err) {
-			r.polled(sbx, now)
-			st.LastHandledReconcileAt = sbx.Annotations[sandboxv1.AnnotationReconcileRequestedAt]
-		}
 		switch {
 		case vercel.IsNotFound(err):
 			o = observation{state: remoteMissing, fromVercel: true}
 		case err != nil:
 			return ctrl.Result{}, fmt.Errorf("get sandbox %s: %w", st.VercelName, err)
 		default:
-			o, now = r.observe(ctx, sbx, resp), r.now()
+			o = r.observe(ctx, sbx, resp)
 		}
+		// After observe: the mark keeps the session Vercel showed.
+		r.polled(sbx, now)
+		st.LastHandledReconcileAt = sbx.Annotations[sandboxv1.AnnotationReconcileRequestedAt]
+		now = r.now()
 	}
 	for {
 		res, next, err := r.act(ctx, sbx, r.lifecycle(sbx, o, now))
@@ -201,6 +202,7 @@ func (r *SandboxReconciler) reconcileSandbox(ctx context.Context, sbx *sandboxv1
 		}
 		// The action answered with the sandbox's new state (a create, an
 		// adoption, a resume): decide again on it.
+		r.sawSession(sbx)
 		o, now = *next, r.now()
 	}
 }
@@ -221,7 +223,7 @@ func (r *SandboxReconciler) fromStatus(sbx *sandboxv1.Sandbox, now time.Time) (o
 	case ready == nil:
 		return observation{}, false
 	case st.Phase == sandboxv1.SandboxRunning && (ready.Status == metav1.ConditionTrue || probeReasons[ready.Reason]):
-		if st.StartedAt == nil || st.ExpiresAt == nil || r.pollDue(client.ObjectKeyFromObject(sbx), now) || !now.Before(st.ExpiresAt.Time) {
+		if st.StartedAt == nil || st.ExpiresAt == nil || r.pollDue(sbx, now) || !now.Before(st.ExpiresAt.Time) {
 			return observation{}, false
 		}
 		return observation{state: sessionRunning, sessionID: st.SessionID, sameSession: true, start: st.StartedAt.Time, deadline: st.ExpiresAt.Time}, true
@@ -346,7 +348,7 @@ func (r *SandboxReconciler) lifecycle(sbx *sandboxv1.Sandbox, o observation, now
 		l.ready = c.Reason
 	}
 	if next, ok := r.nextPoll.Load(key); ok {
-		l.pollAt = next.(time.Time)
+		l.pollAt = next.(pollMark).at
 	}
 	return l
 }
@@ -402,16 +404,41 @@ func (r *SandboxReconciler) getSandbox(ctx context.Context, name string, fresh b
 	return r.api(ctx).GetSandbox(ctx, name, false)
 }
 
-// polled records that the object was just observed in Vercel.
-func (r *SandboxReconciler) polled(sbx *sandboxv1.Sandbox, now time.Time) {
-	r.nextPoll.Store(client.ObjectKeyFromObject(sbx), now.Add(r.pollInterval()))
+// pollMark is when an object's running session is next observed in Vercel,
+// and the session Vercel last showed for it.
+type pollMark struct {
+	at      time.Time
+	session string
 }
 
-// pollDue reports whether the object's running session should be observed.
-func (r *SandboxReconciler) pollDue(key types.NamespacedName, now time.Time) bool {
-	v, ok := r.nextPoll.Load(key)
+// polled records that the object was just observed in Vercel.
+func (r *SandboxReconciler) polled(sbx *sandboxv1.Sandbox, now time.Time) {
+	r.nextPoll.Store(client.ObjectKeyFromObject(sbx), pollMark{now.Add(r.pollInterval()), sbx.Status.SessionID})
+}
+
+// sawSession records the session a create or resume answered with as the
+// one Vercel showed, so the next reconciles may work from status.
+func (r *SandboxReconciler) sawSession(sbx *sandboxv1.Sandbox) {
+	key := client.ObjectKeyFromObject(sbx)
+	if v, ok := r.nextPoll.Load(key); ok {
+		m := v.(pollMark)
+		m.session = sbx.Status.SessionID
+		r.nextPoll.Store(key, m)
+	}
+}
+
+// pollDue reports whether the object's running session should be observed:
+// its time has come, or status names another session than the one Vercel
+// showed. Whoever may patch status could otherwise aim extensions, setup and
+// probe commands or a stop at any session of the project.
+func (r *SandboxReconciler) pollDue(sbx *sandboxv1.Sandbox, now time.Time) bool {
+	v, ok := r.nextPoll.Load(client.ObjectKeyFromObject(sbx))
+	if !ok {
+		return true
+	}
+	m := v.(pollMark)
 	// A timer may fire a little early; that still counts as due.
-	return !ok || !now.Before(v.(time.Time).Add(-minRequeue))
+	return m.session != sbx.Status.SessionID || !now.Before(m.at.Add(-minRequeue))
 }
 
 func (r *SandboxReconciler) forgetPoll(key types.NamespacedName) { r.nextPoll.Delete(key) }
