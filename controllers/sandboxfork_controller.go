@@ -90,13 +90,14 @@ func (r *SandboxForkReconciler) reconcileFork(ctx context.Context, fork *sandbox
 			phase, reason = sandboxv1.ForkCapturing, sandboxv1.ReasonCapturingSource
 		}
 		if r.pastDeadline(fork) {
-			return r.fail(fork, fmt.Sprintf("SandboxSnapshot %q was not ready within %ds: %s", snap.Name, *fork.Spec.FailureDeadlineSeconds, readyMessage(snap.Status.Conditions))), nil
+			return r.fail(fork, fmt.Sprintf("SandboxSnapshot %q was not ready within %ds: %s", snap.Name, failureDeadline(fork), readyMessage(snap.Status.Conditions))), nil
 		}
 		st.Phase = phase
 		setCondition(&st.Conditions, fork.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, reason,
 			fmt.Sprintf("Waiting for SandboxSnapshot %q: %s", snap.Name, readyMessage(snap.Status.Conditions)))
 		return ctrl.Result{RequeueAfter: r.untilDeadline(fork)}, nil
 	}
+	st.WaitingSince = nil
 	inherited, unknown := inheritedSpec(fork, snap)
 	if unknown != "" {
 		r.refuseUnknownSpec(fork, snap, unknown)
@@ -214,7 +215,7 @@ func (r *SandboxForkReconciler) snapshot(ctx context.Context, fork *sandboxv1.Sa
 // waitForSource reports a missing source, failing the fork past its deadline.
 func (r *SandboxForkReconciler) waitForSource(fork *sandboxv1.SandboxFork, why string) ctrl.Result {
 	if r.pastDeadline(fork) {
-		return r.fail(fork, fmt.Sprintf("%s after %ds", why, *fork.Spec.FailureDeadlineSeconds))
+		return r.fail(fork, fmt.Sprintf("%s after %ds", why, failureDeadline(fork)))
 	}
 	fork.Status.Phase = sandboxv1.ForkPending
 	setCondition(&fork.Status.Conditions, fork.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonWaitingForSource, why)
@@ -235,15 +236,32 @@ func (r *SandboxForkReconciler) now() time.Time {
 	return time.Now()
 }
 
-func (r *SandboxForkReconciler) deadline(fork *sandboxv1.SandboxFork) time.Time {
-	secs := int64(600)
+// failureDeadline is spec.failureDeadlineSeconds, defaulted.
+func failureDeadline(fork *sandboxv1.SandboxFork) int64 {
 	if fork.Spec.FailureDeadlineSeconds != nil {
-		secs = *fork.Spec.FailureDeadlineSeconds
+		return *fork.Spec.FailureDeadlineSeconds
 	}
-	return fork.CreationTimestamp.Add(time.Duration(secs) * time.Second)
+	return 600
 }
 
+// deadline is when the current wait for the source fails the fork: the
+// failure deadline after the wait began (status.waitingSince), not after the
+// fork was created — a Ready fork whose SandboxSnapshot is rebuilt waits
+// again for as long as a new one would.
+func (r *SandboxForkReconciler) deadline(fork *sandboxv1.SandboxFork) time.Time {
+	since := fork.CreationTimestamp.Time
+	if w := fork.Status.WaitingSince; w != nil {
+		since = w.Time
+	}
+	return since.Add(time.Duration(failureDeadline(fork)) * time.Second)
+}
+
+// pastDeadline reports whether the wait for the source has lasted the
+// failure deadline; the first call of a wait records when it began.
 func (r *SandboxForkReconciler) pastDeadline(fork *sandboxv1.SandboxFork) bool {
+	if fork.Status.WaitingSince == nil {
+		fork.Status.WaitingSince = &metav1.Time{Time: r.now()}
+	}
 	return !r.now().Before(r.deadline(fork))
 }
 

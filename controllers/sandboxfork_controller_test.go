@@ -202,6 +202,38 @@ var _ = Describe("SandboxFork", func() {
 		expectEvent(types.NamespacedName{Namespace: ns, Name: "orphan"}, "Warning SourceFailed")
 	})
 
+	It("gives a Ready fork whose SandboxSnapshot goes away the whole failure deadline again, counted from the new wait", func() {
+		id := snapshotWithFile("/vercel/sandbox/base.txt", "base\n")
+		snapKey := types.NamespacedName{Namespace: ns, Name: "replaced"}
+		newSnapshot(ns, snapKey.Name, sandboxv1.SandboxSnapshotSpec{Source: sandboxv1.SandboxSnapshotSource{SnapshotID: &id}})
+		waitSnapshotReady(snapKey)
+		created := time.Now()
+		Expect(k8sClient.Create(ctx, &sandboxv1.SandboxFork{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "steady"},
+			Spec: sandboxv1.SandboxForkSpec{
+				Source:                 sandboxv1.SandboxForkSource{SnapshotRef: &sandboxv1.LocalObjectReference{Name: snapKey.Name}},
+				Template:               sandboxv1.SandboxForkTemplate{Inherit: sandboxv1.InheritNone},
+				FailureDeadlineSeconds: ptr.To[int64](8),
+			},
+		})).To(Succeed())
+		forkReady("steady", 1)
+		Expect(getFork("steady").Status.WaitingSince).To(BeNil())
+		// Past the deadline counted from the fork's creation; the
+		// replacement below takes far less than the deadline itself.
+		time.Sleep(time.Until(created.Add(9 * time.Second)))
+
+		By("deleting the SandboxSnapshot: the fork waits for it")
+		deleteAndWait(snapKey)
+		Eventually(func() *metav1.Time { return getFork("steady").Status.WaitingSince }).ShouldNot(BeNil())
+		Expect(getFork("steady").Status.Phase).NotTo(Equal(sandboxv1.ForkFailed))
+
+		By("creating it again within the new deadline: the fork is Ready again, never Failed")
+		newSnapshot(ns, snapKey.Name, sandboxv1.SandboxSnapshotSpec{Source: sandboxv1.SandboxSnapshotSource{SnapshotID: &id}})
+		forkReady("steady", 1)
+		Expect(getFork("steady").Status.WaitingSince).To(BeNil())
+		Expect(eventsFor(types.NamespacedName{Namespace: ns, Name: "steady"})).NotTo(ContainElement(HavePrefix("Warning SourceFailed")))
+	})
+
 	It("fails with SourceFailed, not as an error, when its snapshotRef names a snapshot that expired", func() {
 		gone := "snap_" + strings.Repeat("z", 28) // never existed in Vercel
 		Expect(k8sClient.Create(ctx, &sandboxv1.SandboxSnapshot{

@@ -258,6 +258,13 @@ type SandboxForkStatus struct {
 	// own capture, or spec.source.snapshotRef).
 	// +optional
 	SnapshotRef *LocalObjectReference `json:"snapshotRef,omitempty"`
+
+	// waitingSince is when the fork began waiting for its source to exist
+	// or become ready; spec.failureDeadlineSeconds counts from it. Cleared
+	// once the source is ready, so a later wait (a rebuilt snapshot) gets
+	// the whole deadline again.
+	// +optional
+	WaitingSince *metav1.Time `json:"waitingSince,omitempty"`
 	// replicas is the number of children that exist.
 	// +optional
 	Replicas int32 `json:"replicas"`

@@ -752,6 +752,10 @@ func (in *SandboxForkStatus) DeepCopyInto(out *SandboxForkStatus) {
 		*out = new(LocalObjectReference)
 		**out = **in
 	}
+	if in.WaitingSince != nil {
+		in, out := &in.WaitingSince, &out.WaitingSince
+		*out = (*in).DeepCopy()
+	}
 	if in.Children != nil {
 		in, out := &in.Children, &out.Children
 		*out = make([]ForkChildStatus, len(*in))

@@ -488,4 +488,13 @@ export interface SandboxForkStatus {
      */
     name: string;
   };
+  /**
+   * waitingSince is when the fork began waiting for its source to exist
+   * or become ready; spec.failureDeadlineSeconds counts from it. Cleared
+   * once the source is ready, so a later wait (a rebuilt snapshot) gets
+   * the whole deadline again.
+   *
+   * Format: RFC 3339 time, e.g. "2026-01-02T15:04:05Z".
+   */
+  waitingSince?: string;
 }

@@ -505,6 +505,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: snapshotRef
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.LocalObjectReference
+    - name: waitingSince
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxForkTemplate
   map:
     fields:

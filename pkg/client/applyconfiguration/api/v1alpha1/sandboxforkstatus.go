@@ -10,7 +10,8 @@ package v1alpha1
 
 import (
 	apiv1alpha1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
-	v1 "k8s.io/client-go/applyconfigurations/meta/v1"
+	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1 "k8s.io/client-go/applyconfigurations/meta/v1"
 )
 
 // SandboxForkStatusApplyConfiguration represents a declarative configuration of the SandboxForkStatus type for use
@@ -23,6 +24,11 @@ type SandboxForkStatusApplyConfiguration struct {
 	// snapshotRef names the SandboxSnapshot the children boot from (the fork's
 	// own capture, or spec.source.snapshotRef).
 	SnapshotRef *LocalObjectReferenceApplyConfiguration `json:"snapshotRef,omitempty"`
+	// waitingSince is when the fork began waiting for its source to exist
+	// or become ready; spec.failureDeadlineSeconds counts from it. Cleared
+	// once the source is ready, so a later wait (a rebuilt snapshot) gets
+	// the whole deadline again.
+	WaitingSince *v1.Time `json:"waitingSince,omitempty"`
 	// replicas is the number of children that exist.
 	Replicas *int32 `json:"replicas,omitempty"`
 	// readyReplicas is the number of children that are Ready.
@@ -37,7 +43,7 @@ type SandboxForkStatusApplyConfiguration struct {
 	LastError *ErrorStatusApplyConfiguration `json:"lastError,omitempty"`
 	// conditions: Ready (every child Ready) and Synced (the last reconcile
 	// succeeded).
-	Conditions []v1.ConditionApplyConfiguration `json:"conditions,omitempty"`
+	Conditions []metav1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 	// observedGeneration is the spec generation the controller last acted on.
 	ObservedGeneration *int64 `json:"observedGeneration,omitempty"`
 	// lastHandledReconcileAt is the value of the
@@ -64,6 +70,14 @@ func (b *SandboxForkStatusApplyConfiguration) WithPhase(value apiv1alpha1.Sandbo
 // If called multiple times, the SnapshotRef field is set to the value of the last call.
 func (b *SandboxForkStatusApplyConfiguration) WithSnapshotRef(value *LocalObjectReferenceApplyConfiguration) *SandboxForkStatusApplyConfiguration {
 	b.SnapshotRef = value
+	return b
+}
+
+// WithWaitingSince sets the WaitingSince field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the WaitingSince field is set to the value of the last call.
+func (b *SandboxForkStatusApplyConfiguration) WithWaitingSince(value v1.Time) *SandboxForkStatusApplyConfiguration {
+	b.WaitingSince = &value
 	return b
 }
 
@@ -123,7 +137,7 @@ func (b *SandboxForkStatusApplyConfiguration) WithLastError(value *ErrorStatusAp
 // WithConditions adds the given value to the Conditions field in the declarative configuration
 // and returns the receiver, so that objects can be build by chaining "With" function invocations.
 // If called multiple times, values provided by each call will be appended to the Conditions field.
-func (b *SandboxForkStatusApplyConfiguration) WithConditions(values ...*v1.ConditionApplyConfiguration) *SandboxForkStatusApplyConfiguration {
+func (b *SandboxForkStatusApplyConfiguration) WithConditions(values ...*metav1.ConditionApplyConfiguration) *SandboxForkStatusApplyConfiguration {
 	for i := range values {
 		if values[i] == nil {
 			panic("nil value passed to WithConditions")
