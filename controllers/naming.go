@@ -26,8 +26,7 @@ func vercelName(namespace, name string, uid types.UID) string {
 	if len(full) <= maxVercelNameLength {
 		return full
 	}
-	sum := sha256.Sum256([]byte(namespace + "/" + name + "/" + string(uid)))
-	suffix := "-" + hex.EncodeToString(sum[:])[:16]
+	suffix := "-" + shortHash(namespace+"/"+name+"/"+string(uid), 16)
 	return full[:maxVercelNameLength-len(suffix)] + suffix
 }
 
@@ -81,8 +80,15 @@ func derivedName(base, suffix string) string {
 // characters long. The prefix loses trailing '-' and '.' so that no DNS label
 // of the result starts or ends with one.
 func hashedName(name, suffix string, max int) string {
-	sum := sha256.Sum256([]byte(name))
-	hash := hex.EncodeToString(sum[:])[:nameHashLength]
+	hash := shortHash(name, nameHashLength)
 	prefix := strings.TrimRight(name[:max-len(suffix)-1-nameHashLength], "-.")
 	return prefix + "-" + hash + suffix
+}
+
+// shortHash is the first n hex digits of the SHA-256 of s: a short, stable
+// stand-in for s in names, labels and status. Changing it renames remote
+// objects, so every caller's output must stay as it is.
+func shortHash(s string, n int) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])[:n]
 }

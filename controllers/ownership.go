@@ -11,8 +11,6 @@ package controllers
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"maps"
 	"regexp"
@@ -132,8 +130,7 @@ func remoteName(sbx *sandboxv1.Sandbox) string {
 // clusterShort is the cluster id as it appears in builder names: a hash, so
 // that any id fits the name's character set and length.
 func clusterShort(cluster string) string {
-	sum := sha256.Sum256([]byte(cluster))
-	return hex.EncodeToString(sum[:])[:8]
+	return shortHash(cluster, 8)
 }
 
 // builderNamePattern matches the names builderName gives the builders of one

@@ -75,6 +75,18 @@ func (s *secretReader) value(ctx context.Context, name, key string) (string, err
 	return string(v), nil
 }
 
+// gitCredentials reads the keys "username" and "password" of a git
+// credentials Secret (spec.source.git.credentials, a recipe's repository).
+func (s *secretReader) gitCredentials(ctx context.Context, name string) (username, password string, err error) {
+	if username, err = s.value(ctx, name, "username"); err != nil {
+		return "", "", err
+	}
+	if password, err = s.value(ctx, name, "password"); err != nil {
+		return "", "", err
+	}
+	return username, password, nil
+}
+
 // buildConfig resolves the mutable part of a Sandbox's spec.
 func buildConfig(ctx context.Context, secrets *secretReader, spec *sandboxv1.SandboxSpec) (*sandboxConfig, error) {
 	cfg := &sandboxConfig{}
@@ -183,11 +195,7 @@ func buildSource(ctx context.Context, secrets *secretReader, src *sandboxv1.Sand
 			s.Depth = int64(*g.Depth)
 		}
 		if g.Credentials != nil {
-			u, err := secrets.value(ctx, g.Credentials.SecretName, "username")
-			if err != nil {
-				return err
-			}
-			p, err := secrets.value(ctx, g.Credentials.SecretName, "password")
+			u, p, err := secrets.gitCredentials(ctx, g.Credentials.SecretName)
 			if err != nil {
 				return err
 			}

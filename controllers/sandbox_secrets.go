@@ -78,12 +78,8 @@ func readGitCredentials(ctx context.Context, secrets *secretReader, src *sandbox
 	if src.Git == nil || src.Git.Credentials == nil {
 		return nil
 	}
-	for _, key := range []string{"username", "password"} {
-		if _, err := secrets.value(ctx, src.Git.Credentials.SecretName, key); err != nil {
-			return err
-		}
-	}
-	return nil
+	_, _, err := secrets.gitCredentials(ctx, src.Git.Credentials.SecretName)
+	return err
 }
 
 // secretDigest identifies the values of the keys read from one Secret. It is

@@ -9,8 +9,6 @@ package controllers
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 
@@ -170,8 +168,7 @@ func setupHash(steps []sandboxv1.SetupCommand) string {
 		return ""
 	}
 	b, _ := json.Marshal(steps)
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:8])
+	return shortHash(string(b), 16)
 }
 
 func (r *SandboxReconciler) reportSetupFailed(ctx context.Context, sbx *sandboxv1.Sandbox, sessionID string, step sandboxv1.SetupCommand, cmd *vercel.Command) error {

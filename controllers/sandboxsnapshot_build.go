@@ -2,8 +2,6 @@ package controllers
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"slices"
 	"strings"
@@ -68,8 +66,7 @@ func buildSteps(r *sandboxv1.SnapshotRecipe) []buildStep {
 func builderName(cluster, ns, hash, replaces string) string {
 	gen := "0"
 	if replaces != "" {
-		sum := sha256.Sum256([]byte(replaces))
-		gen = hex.EncodeToString(sum[:])[:8]
+		gen = shortHash(replaces, 8)
 	}
 	h := hash
 	if len(h) > 16 {
@@ -736,11 +733,7 @@ func (r *SandboxSnapshotReconciler) stepRequest(ctx context.Context, snap *sandb
 	}
 	secrets := &secretReader{reader: r.APIReader, namespace: snap.Namespace}
 	if c := repo.Credentials; c != nil {
-		u, err := secrets.value(ctx, c.SecretName, "username")
-		if err != nil {
-			return vercel.RunCommandRequest{}, nil, err
-		}
-		p, err := secrets.value(ctx, c.SecretName, "password")
+		u, p, err := secrets.gitCredentials(ctx, c.SecretName)
 		if err != nil {
 			return vercel.RunCommandRequest{}, nil, err
 		}
