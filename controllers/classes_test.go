@@ -365,9 +365,7 @@ var _ = Describe("The class label", func() {
 		out, err = kubectl("create", "rolebinding", "alice-edits", "-n", ns, "--role=sandbox-editor", "--user=alice")
 		Expect(err).NotTo(HaveOccurred(), out)
 		asAlice := func(manifest string) (string, error) {
-			f := filepath.Join(GinkgoT().TempDir(), "manifest.yaml")
-			Expect(os.WriteFile(f, []byte(manifest), 0o600)).To(Succeed())
-			return kubectl("create", "--as=alice", "-n", ns, "-f", f)
+			return kubectlWithManifest(manifest, "create", "--as=alice", "-n", ns)
 		}
 		refusal := And(ContainSubstring("is set by the controller"), ContainSubstring("spec.className"), ContainSubstring("user alice"))
 

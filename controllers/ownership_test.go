@@ -154,16 +154,8 @@ var _ = Describe("Ownership: the operator deletes and adopts only what is its ow
 		Expect(recorder.requests(http.MethodPost, victimSession)).To(BeEmpty(), "a call on the session status was pointed at")
 		remote, _ := emu.Sandbox(victim)
 		Expect(remote.CurrentSessionID).To(Equal(victimSession))
-		status := func(id string) vercel.SessionStatus {
-			for _, s := range emu.Sessions() {
-				if s.ID == id {
-					return s.Status
-				}
-			}
-			return ""
-		}
-		Expect(status(victimSession)).To(Equal(vercel.SessionRunning), "the victim's session was stopped")
-		Expect(status(own)).To(Equal(vercel.SessionStopped), "its own session still runs past the shutdown")
+		Expect(sessionStatus(victimSession)).To(Equal(vercel.SessionRunning), "the victim's session was stopped")
+		Expect(sessionStatus(own)).To(Equal(vercel.SessionStopped), "its own session still runs past the shutdown")
 	})
 
 	It("reports a sandbox of another owner under its derived name, and leaves it when deleted", func() {

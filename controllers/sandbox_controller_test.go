@@ -594,11 +594,7 @@ func lastCreateFor(name string) []byte {
 	return creates[len(creates)-1].Body
 }
 
-func kubectlApply(manifest string) (string, error) {
-	f := filepath.Join(GinkgoT().TempDir(), "manifest.yaml")
-	Expect(os.WriteFile(f, []byte(manifest), 0o600)).To(Succeed())
-	return kubectl("apply", "-f", f)
-}
+func kubectlApply(manifest string) (string, error) { return kubectlWithManifest(manifest, "apply") }
 
 // snapshotWithFile makes a Vercel snapshot holding one file, directly through
 // the client, and cleans up the sandbox it used.

@@ -475,3 +475,10 @@ func kubectl(args ...string) (string, error) {
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
+
+// kubectlWithManifest runs kubectl args... -f FILE, FILE holding manifest.
+func kubectlWithManifest(manifest string, args ...string) (string, error) {
+	f := filepath.Join(GinkgoT().TempDir(), "manifest.yaml")
+	Expect(os.WriteFile(f, []byte(manifest), 0o600)).To(Succeed())
+	return kubectl(append(args, "-f", f)...)
+}

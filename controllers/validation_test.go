@@ -2,8 +2,6 @@ package controllers_test
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -20,9 +18,7 @@ var _ = Describe("Validation of every kind by the API server", func() {
 
 	dryRun := func(kind, spec string) (string, error) {
 		manifest := fmt.Sprintf("apiVersion: sandbox.sentry.io/v1alpha1\nkind: %s\nmetadata:\n  name: probe\n  namespace: %s\nspec:\n%s", kind, ns, spec)
-		f := filepath.Join(GinkgoT().TempDir(), "manifest.yaml")
-		Expect(os.WriteFile(f, []byte(manifest), 0o600)).To(Succeed())
-		return kubectl("apply", "--dry-run=server", "-f", f)
+		return kubectlWithManifest(manifest, "apply", "--dry-run=server")
 	}
 	refused := func(kind string) func(spec string, want ...string) {
 		return func(spec string, want ...string) {
