@@ -135,7 +135,9 @@ func (r *SandboxReconciler) create(ctx context.Context, sbx *sandboxv1.Sandbox) 
 	})
 	if id := source.SnapshotID; id != nil {
 		st.BootedFrom = bootedFrom(sbx, *id)
-		st.BootedFrom.ContentHash = r.bootedContentHash(ctx, sbx, *id)
+		if snap := r.bootedSnapshot(ctx, sbx, *id); snap != nil {
+			st.BootedFrom.ContentHash = snap.Status.ContentHash
+		}
 	}
 	st.ObservedGeneration = sbx.Generation
 	if st.Secrets != nil {

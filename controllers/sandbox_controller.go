@@ -256,16 +256,14 @@ func (r *SandboxReconciler) observe(ctx context.Context, sbx *sandboxv1.Sandbox,
 // it ran: the snapshotRef (ResolvedRefs) and the content hash booted from.
 // Nothing else records them again once the sandbox runs.
 func (r *SandboxReconciler) resolveUnrecorded(ctx context.Context, sbx *sandboxv1.Sandbox) {
-	ref, booted := sbx.Spec.Source.SnapshotRef, sbx.Status.BootedFrom
-	if ref == nil {
+	booted := sbx.Status.BootedFrom
+	snap := r.bootedSnapshot(ctx, sbx, booted.SnapshotID)
+	if snap == nil {
+		// No reference, or gone or replaced since: ResolvedRefs keeps
+		// what was last seen.
 		return
 	}
-	snap := &sandboxv1.SandboxSnapshot{}
-	if err := r.Get(ctx, types.NamespacedName{Namespace: sbx.Namespace, Name: ref.Name}, snap); err != nil || snap.Status.SnapshotID != booted.SnapshotID {
-		// Gone or replaced since: ResolvedRefs keeps what was last seen.
-		return
-	}
-	markResolved(&sbx.Status.Conditions, sbx.Generation, fmt.Sprintf("SandboxSnapshot %q exists", ref.Name))
+	markResolved(&sbx.Status.Conditions, sbx.Generation, fmt.Sprintf("SandboxSnapshot %q exists", snap.Name))
 	booted.ContentHash = snap.Status.ContentHash
 }
 

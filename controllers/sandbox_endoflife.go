@@ -294,16 +294,17 @@ func snapshotChanged(booted *sandboxv1.BootedFrom, snap *sandboxv1.SandboxSnapsh
 	return booted.SnapshotID != snap.SnapshotID
 }
 
-// bootedContentHash is the content hash of the SandboxSnapshot a new
-// sandbox boots from under snapshot id id, if it still serves that id.
-func (r *SandboxReconciler) bootedContentHash(ctx context.Context, sbx *sandboxv1.Sandbox, id string) string {
+// bootedSnapshot is the SandboxSnapshot of spec.source.snapshotRef when it
+// (still) serves snapshot id id, the one a session booted from; nil when
+// there is no reference, it is gone, or it serves another snapshot since.
+func (r *SandboxReconciler) bootedSnapshot(ctx context.Context, sbx *sandboxv1.Sandbox, id string) *sandboxv1.SandboxSnapshot {
 	ref := sbx.Spec.Source.SnapshotRef
 	if ref == nil {
-		return ""
+		return nil
 	}
 	snap := &sandboxv1.SandboxSnapshot{}
 	if err := r.Get(ctx, types.NamespacedName{Namespace: sbx.Namespace, Name: ref.Name}, snap); err != nil || snap.Status.SnapshotID != id {
-		return ""
+		return nil
 	}
-	return snap.Status.ContentHash
+	return snap
 }
