@@ -245,23 +245,20 @@ func failureDeadline(fork *sandboxv1.SandboxFork) int64 {
 }
 
 // deadline is when the current wait for the source fails the fork: the
-// failure deadline after the wait began (status.waitingSince), not after the
-// fork was created — a Ready fork whose SandboxSnapshot is rebuilt waits
-// again for as long as a new one would.
+// failure deadline after the wait began, not after the fork was created — a
+// Ready fork whose SandboxSnapshot is rebuilt waits again for as long as a
+// new one would. The first call of a wait starts it (status.waitingSince,
+// written with the status).
 func (r *SandboxForkReconciler) deadline(fork *sandboxv1.SandboxFork) time.Time {
-	since := fork.CreationTimestamp.Time
-	if w := fork.Status.WaitingSince; w != nil {
-		since = w.Time
-	}
-	return since.Add(time.Duration(failureDeadline(fork)) * time.Second)
-}
-
-// pastDeadline reports whether the wait for the source has lasted the
-// failure deadline; the first call of a wait records when it began.
-func (r *SandboxForkReconciler) pastDeadline(fork *sandboxv1.SandboxFork) bool {
 	if fork.Status.WaitingSince == nil {
 		fork.Status.WaitingSince = &metav1.Time{Time: r.now()}
 	}
+	return fork.Status.WaitingSince.Add(time.Duration(failureDeadline(fork)) * time.Second)
+}
+
+// pastDeadline reports whether the wait for the source has lasted the
+// failure deadline.
+func (r *SandboxForkReconciler) pastDeadline(fork *sandboxv1.SandboxFork) bool {
 	return !r.now().Before(r.deadline(fork))
 }
 
