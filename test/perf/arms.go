@@ -54,6 +54,9 @@ type armRun struct {
 	// creates is the emulator's count of createSandbox requests every 250 ms
 	// from the arm's start: how busy the Vercel side was.
 	creates []int64
+	// inFlightToP50 is the mean number of Vercel requests in flight until
+	// the median object was Ready.
+	inFlightToP50 float64
 	// shardViolations (sharded arm): objects whose Vercel sandbox was
 	// called by two shards, or by a shard not its own; shardObjects: per
 	// shard, the objects it called Vercel for.
@@ -61,22 +64,52 @@ type armRun struct {
 	shardObjects    []int
 }
 
-// sampleCreates records the emulator's createSandbox count every 250 ms
-// until stop is closed.
-func (h *harness) sampleCreates(stop <-chan struct{}) <-chan []int64 {
-	out := make(chan []int64, 1)
+// vercelSamples is how busy the Vercel side was during an arm.
+type vercelSamples struct {
+	// creates is the emulator's count of createSandbox requests every 250 ms
+	// from the arm's start.
+	creates []int64
+	// inFlight is the number of requests the emulator was serving, sampled
+	// every inFlightEvery from the arm's start.
+	inFlight []int64
+}
+
+const inFlightEvery = 10 * time.Millisecond
+
+// meanInFlight is the mean number of requests in flight from the arm's
+// start until until: how full the operator kept the Vercel pipe while the
+// first half of its objects waited for Ready.
+func (v vercelSamples) meanInFlight(until time.Duration) float64 {
+	n := min(len(v.inFlight), int(until/inFlightEvery))
+	if n == 0 {
+		return 0
+	}
+	var sum int64
+	for _, x := range v.inFlight[:n] {
+		sum += x
+	}
+	return float64(sum) / float64(n)
+}
+
+// sampleVercel samples the emulator (see vercelSamples) until stop is closed.
+func (h *harness) sampleVercel(stop <-chan struct{}) <-chan vercelSamples {
+	out := make(chan vercelSamples, 1)
 	base := h.emu.RequestCount("createSandbox")
 	go func() {
-		var s []int64
+		var s vercelSamples
 		t := time.NewTicker(250 * time.Millisecond)
 		defer t.Stop()
+		f := time.NewTicker(inFlightEvery)
+		defer f.Stop()
 		for {
 			select {
 			case <-stop:
 				out <- s
 				return
+			case <-f.C:
+				s.inFlight = append(s.inFlight, h.rec.inFlight.Load())
 			case <-t.C:
-				s = append(s, h.emu.RequestCount("createSandbox")-base)
+				s.creates = append(s.creates, h.emu.RequestCount("createSandbox")-base)
 			}
 		}
 	}()
@@ -142,7 +175,7 @@ func (h *harness) runCRArm(ctx context.Context, arm string, n int, m *inProcess)
 		go h.profileAPIServer(ctx, h.cfg.APIServerProfile, 10*time.Second)
 	}
 	stopSampling := make(chan struct{})
-	samples := h.sampleCreates(stopSampling)
+	samples := h.sampleVercel(stopSampling)
 	start := time.Now()
 	createErr := make(chan error, 1)
 	go func() {
@@ -153,7 +186,7 @@ func (h *harness) runCRArm(ctx context.Context, arm string, n int, m *inProcess)
 	newList := func() client.ObjectList { return &sandboxv1.SandboxList{} }
 	ready, err := h.waitObjectsReady(ctx, w, newList, inArm, n, h.cfg.ReadyTimeout, start, sandboxReady)
 	close(stopSampling)
-	creates := <-samples
+	vs := <-samples
 	if cerr := <-createErr; cerr != nil {
 		return nil, fmt.Errorf("%s arm: create: %w", arm, cerr)
 	}
@@ -163,7 +196,7 @@ func (h *harness) runCRArm(ctx context.Context, arm string, n int, m *inProcess)
 	// Writes made for an object land before the watch shows its result, so
 	// nothing more is expected; a short pause catches any that are not.
 	time.Sleep(200 * time.Millisecond)
-	r := &armRun{latencies: ready, failed: n - len(ready), creates: creates}
+	r := &armRun{latencies: ready, failed: n - len(ready), creates: vs.creates, inFlightToP50: vs.meanInFlight(pct(ready, 50))}
 	if len(ready) > 0 {
 		r.drain = ready[len(ready)-1]
 	}
@@ -263,7 +296,7 @@ func (h *harness) runDirect(ctx context.Context, n int) (*armRun, error) {
 	var mu sync.Mutex
 	var ready []time.Duration
 	stopSampling := make(chan struct{})
-	samples := h.sampleCreates(stopSampling)
+	samples := h.sampleVercel(stopSampling)
 	start := time.Now()
 	err := forEach(ctx, n, h.cfg.Concurrency, func(ctx context.Context, i int) error {
 		name := fmt.Sprintf("%s-%05d", prefix, i)
@@ -288,12 +321,13 @@ func (h *harness) runDirect(ctx context.Context, n int) (*armRun, error) {
 		return nil
 	})
 	close(stopSampling)
-	creates := <-samples
+	vs := <-samples
 	if err != nil {
 		return nil, err
 	}
 	sort.Slice(ready, func(i, j int) bool { return ready[i] < ready[j] })
-	r := &armRun{latencies: ready, drain: ready[len(ready)-1], vercelRequests: h.emu.RequestCount("") - emu0, cpu: cpuDelta(cpu0, h.cpuSnapshot()), creates: creates}
+	r := &armRun{latencies: ready, drain: ready[len(ready)-1], vercelRequests: h.emu.RequestCount("") - emu0, cpu: cpuDelta(cpu0, h.cpuSnapshot()),
+		creates: vs.creates, inFlightToP50: vs.meanInFlight(pct(ready, 50))}
 	return r, nil
 }
 

@@ -68,6 +68,15 @@ func TestShortBench(t *testing.T) {
 				t.Fatalf("latency %gms, arm %s: %+v, want 50 objects Ready", g.LatencyMs, arm, a)
 			}
 		}
+		if g.LatencyMs > 0 {
+			// With latency, requests are seen in flight, never more than
+			// the bound the manager and the direct arm share.
+			for _, arm := range []string{ArmOperator, ArmDirect} {
+				if f := g.Arms[arm].VercelInFlightToP50; f <= 0 || f > float64(rep.Config.VercelInFlight) {
+					t.Errorf("latency %gms, arm %s: %.2f Vercel requests in flight until p50, want in (0, %d]", g.LatencyMs, arm, f, rep.Config.VercelInFlight)
+				}
+			}
+		}
 		op := g.Arms[ArmOperator]
 		// One write: with the finalizer added at admission (the harness
 		// installs config/admission) the controller records the derived name
@@ -206,6 +215,23 @@ func checkKinds(t *testing.T, k *KindsResult, md string) {
 	for _, row := range []string{"| SandboxSnapshot (capture) | 10 |", "| SandboxFork children | 5 |"} {
 		if !strings.Contains(md, row) {
 			t.Errorf("markdown lacks the row %q", row)
+		}
+	}
+}
+
+func TestMeanInFlight(t *testing.T) {
+	v := vercelSamples{inFlight: []int64{4, 4, 2, 2, 0, 0}}
+	for _, c := range []struct {
+		until time.Duration
+		want  float64
+	}{
+		{0, 0},
+		{2 * inFlightEvery, 4},
+		{4 * inFlightEvery, 3},
+		{time.Hour, 2}, // past the samples: all of them
+	} {
+		if got := v.meanInFlight(c.until); got != c.want {
+			t.Errorf("meanInFlight(%s) = %v, want %v", c.until, got, c.want)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/getsentry/sandbox-controller/controllers"
@@ -25,6 +26,8 @@ type requestRecorder struct {
 	// called for it.
 	shardsOn bool
 	shards   map[string]map[int]bool
+	// inFlight is the number of requests the emulator is serving.
+	inFlight atomic.Int64
 }
 
 // shardUserAgent tags the requests of the sharded arm's shard i.
@@ -116,6 +119,8 @@ func (r *requestRecorder) wrap(next http.Handler) http.Handler {
 			}
 		}
 		r.mu.Unlock()
+		r.inFlight.Add(1)
+		defer r.inFlight.Add(-1)
 		next.ServeHTTP(w, req)
 	})
 }

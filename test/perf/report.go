@@ -113,6 +113,11 @@ type ArmResult struct {
 	// CreatesTimeline is, for the last round, the number of Vercel creates
 	// received every 250 ms from the arm's start.
 	CreatesTimeline []int64 `json:"createsTimeline,omitempty"`
+	// VercelInFlightToP50 is the mean number of Vercel requests in flight
+	// (at the emulator) from the arm's start until its median object was
+	// Ready, averaged over rounds: how full the arm kept the pipe that
+	// --vercel-max-in-flight bounds.
+	VercelInFlightToP50 float64 `json:"vercelInFlightToP50"`
 	// Sharded arm: per shard, the objects it called Vercel for (last
 	// round), and over all rounds the objects called for by two shards or
 	// by the wrong one (must be 0).
@@ -139,6 +144,7 @@ func summarizeGrid(n int, latency time.Duration, runs map[string][]*armRun) *Gri
 			sw, ew, vr = sw+r.sandboxWrites, ew+r.eventWrites, vr+r.vercelRequests
 			a.Drains = append(a.Drains, ms(r.drain))
 			a.CreatesTimeline = r.creates
+			a.VercelInFlightToP50 += r.inFlightToP50 / float64(len(rs))
 			a.ShardObjects = r.shardObjects
 			a.ShardViolations += r.shardViolations
 		}
@@ -252,15 +258,15 @@ func (r *Report) Markdown(w io.Writer) {
 		}
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "CPU per object (ms) by process, and the manager's mean Sandbox write round trip:")
+	fmt.Fprintf(w, "CPU per object (ms) by process, the manager's mean Sandbox write round trip, and the mean number of Vercel requests in flight until the median object was Ready (of --vercel-max-in-flight=%d):\n", r.Config.VercelInFlight)
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| N | latency | arm | harness (manager+emulator+client) | kube-apiserver | etcd | mean write |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| N | latency | arm | harness (manager+emulator+client) | kube-apiserver | etcd | mean write | Vercel in flight to p50 |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
 	for _, g := range r.Runs {
 		for _, arm := range []string{ArmOperator, ArmDirect, ArmFloor, ArmSharded} {
 			if a := g.Arms[arm]; a != nil {
-				fmt.Fprintf(w, "| %d | %gms | %s | %.2f | %.2f | %.2f | %.1fms |\n", g.N, g.LatencyMs, arm,
-					a.CPUMsPerObject["harness"], a.CPUMsPerObject["kube-apiserver"], a.CPUMsPerObject["etcd"], a.MeanWriteMs)
+				fmt.Fprintf(w, "| %d | %gms | %s | %.2f | %.2f | %.2f | %.1fms | %.2f |\n", g.N, g.LatencyMs, arm,
+					a.CPUMsPerObject["harness"], a.CPUMsPerObject["kube-apiserver"], a.CPUMsPerObject["etcd"], a.MeanWriteMs, a.VercelInFlightToP50)
 			}
 		}
 	}
