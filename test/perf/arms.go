@@ -77,8 +77,8 @@ type vercelSamples struct {
 const inFlightEvery = 10 * time.Millisecond
 
 // meanInFlight is the mean number of requests in flight from the arm's
-// start until until: how full the operator kept the Vercel pipe while the
-// first half of its objects waited for Ready.
+// start until until: with until the arm's p50, how full the arm kept the
+// Vercel pipe while the first half of its objects waited for Ready.
 func (v vercelSamples) meanInFlight(until time.Duration) float64 {
 	n := min(len(v.inFlight), int(until/inFlightEvery))
 	if n == 0 {
