@@ -164,7 +164,32 @@ type Options struct {
 	// host, or namespace without user namespaces). Off, such commands are
 	// refused with 403: sudo never means host root unless asked for.
 	AllowHostRootSudo bool
+
+	// The emulator runs tenants' commands on one shared machine; these bound
+	// what one session can take of it (docs/dev/emulator-security.md).
+	//
+	// SessionOutputBytes is how much output all the commands of one session
+	// keep together (0 = 256 MiB, negative = no budget besides the 64 MiB per
+	// command). Beyond it a command's output ends with one stderr notice.
+	SessionOutputBytes int64
+	// MaxLiveCommands is how many commands of one session may run at once,
+	// interactive shells included (0 = 32, negative = no cap). One more
+	// answers 429 too_many_commands.
+	MaxLiveCommands int
+	// MaxProcessesPerCommand bounds the processes and threads of one
+	// command and everything it starts, however they detach (0 = 256,
+	// negative = no limit): a fork beyond it fails with EAGAIN. With
+	// MaxLiveCommands it bounds a session. Enforced where commands get a user
+	// namespace (exec mode namespace as root); ExecDescription says when not.
+	MaxProcessesPerCommand int
 }
+
+// Defaults of the per-session bounds (Options).
+const (
+	DefaultSessionOutputBytes     = 256 << 20
+	DefaultMaxLiveCommands        = 32
+	DefaultMaxProcessesPerCommand = 256
+)
 
 // DefaultSourceLimits are the caps of a tarball source: 100,000 entries,
 // 1 GiB of content, 256 MiB per file.
@@ -376,7 +401,13 @@ func New(opts Options) (*Emulator, error) {
 	if e.opts.MaxReadBytes <= 0 {
 		e.opts.MaxReadBytes = defaultMaxReadBytes
 	}
-	r, err := sandboxruntime.NewRunner(sandboxruntime.Mode(opts.Exec), sandboxruntime.RunnerOptions{AllowHostRootSudo: opts.AllowHostRootSudo})
+	e.opts.SessionOutputBytes = orDefault(e.opts.SessionOutputBytes, DefaultSessionOutputBytes)
+	e.opts.MaxLiveCommands = orDefault(e.opts.MaxLiveCommands, DefaultMaxLiveCommands)
+	e.opts.MaxProcessesPerCommand = orDefault(e.opts.MaxProcessesPerCommand, DefaultMaxProcessesPerCommand)
+	r, err := sandboxruntime.NewRunner(sandboxruntime.Mode(opts.Exec), sandboxruntime.RunnerOptions{
+		AllowHostRootSudo: opts.AllowHostRootSudo,
+		MaxProcesses:      max(0, e.opts.MaxProcessesPerCommand),
+	})
 	if err != nil {
 		return nil, fmt.Errorf("emulator: exec mode %q: %w", opts.Exec, err)
 	}
@@ -690,4 +721,15 @@ func (e *Emulator) kickSweeper() {
 	case e.kick <- struct{}{}:
 	default:
 	}
+}
+
+// orDefault returns def for 0, -1 for a negative v (no bound), else v.
+func orDefault[T int | int64](v, def T) T {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return -1
+	}
+	return v
 }

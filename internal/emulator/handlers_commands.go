@@ -3,6 +3,7 @@ package emulator
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"net/http"
 	"os"
@@ -112,7 +113,11 @@ func (e *Emulator) startCommandLocked(s *sessionRec, b *runCommandBody) (*comman
 		env = map[string]string{}
 	}
 	maps.Copy(env, b.Env)
-	spec := sandboxruntime.Command{FS: fsys, Name: *b.Command, Args: b.Args, Cwd: cwd, Env: env, Sudo: b.Sudo != nil && *b.Sudo}
+	if err := e.admitCommandLocked(s); err != nil {
+		return nil, err
+	}
+	spec := sandboxruntime.Command{FS: fsys, Name: *b.Command, Args: b.Args, Cwd: cwd, Env: env, Sudo: b.Sudo != nil && *b.Sudo,
+		OutputBudget: s.output}
 	if b.Timeout != nil {
 		spec.Timeout = time.Duration(*b.Timeout) * time.Millisecond
 	}
@@ -138,6 +143,33 @@ func (e *Emulator) startCommandLocked(s *sessionRec, b *runCommandBody) (*comman
 		go e.waitCommand(c, p)
 	}
 	return c, nil
+}
+
+// admitCommandLocked refuses a new command of s while Options.MaxLiveCommands
+// of its commands run, and gives s its output budget on its first command.
+// The real API publishes no such cap (docs/dev/emulator-gaps.md): 429, as for
+// Vercel's other "too many at once" limit, tells clients to try again later.
+func (e *Emulator) admitCommandLocked(s *sessionRec) *apiError {
+	if s.output == nil && e.opts.SessionOutputBytes > 0 {
+		s.output = sandboxruntime.NewOutputBudget(e.opts.SessionOutputBytes)
+	}
+	max := e.opts.MaxLiveCommands
+	if max <= 0 {
+		return nil
+	}
+	live := 0
+	for _, c := range s.commands {
+		e.observeExit(c)
+		if !c.exited {
+			live++
+		}
+	}
+	if live < max {
+		return nil
+	}
+	return &apiError{status: http.StatusTooManyRequests, code: "too_many_commands", message: fmt.Sprintf(
+		"Session %s already runs %d commands, the most the emulator allows at once (--max-live-commands). "+
+			"Wait for one to exit or kill one, then try again.", s.id, live)}
 }
 
 // runtimeError maps an error of package sandboxruntime to an API answer (nil

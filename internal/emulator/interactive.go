@@ -321,7 +321,10 @@ func (e *Emulator) startInteractive(sid string, m interactiveMsg) (*sandboxrunti
 	if m.Cwd != "" {
 		cwd = m.Cwd
 	}
-	spec := sandboxruntime.Command{FS: fsys, Name: m.Command, Args: m.Args, Cwd: cwd, Env: env}
+	if err := e.admitCommandLocked(s); err != nil {
+		return nil, nil, errors.New(err.message)
+	}
+	spec := sandboxruntime.Command{FS: fsys, Name: m.Command, Args: m.Args, Cwd: cwd, Env: env, OutputBudget: s.output}
 	if spec.Name == "sudo" && len(spec.Args) > 0 {
 		spec.Sudo, spec.Name, spec.Args = true, spec.Args[0], spec.Args[1:]
 	}

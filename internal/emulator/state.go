@@ -121,6 +121,9 @@ type sessionRec struct {
 
 	fs       *sandboxruntime.FS // nil until needed
 	commands []*commandRec
+	// output is what the session's commands may still keep of their output
+	// together (Options.SessionOutputBytes); nil until the first command.
+	output *sandboxruntime.OutputBudget
 }
 
 func (s *sessionRec) deadline() int64 {

@@ -82,6 +82,11 @@ type RunnerOptions struct {
 	// AllowHostRootSudo lets sudo commands run as the host's root where no
 	// user namespace can contain them. Off by default.
 	AllowHostRootSudo bool
+	// MaxProcesses bounds the processes (and threads) of one command, all
+	// its descendants included, however they detach: a fork beyond it fails
+	// with EAGAIN. 0 = no bound. It is enforced only where commands get a user
+	// namespace (see processLimit); Describe says when it is not.
+	MaxProcesses int
 }
 
 // Runner starts commands in one exec mode. It is safe for concurrent use.
@@ -95,6 +100,10 @@ type Runner struct {
 	sudoRefused bool
 	// sudoHostRoot: a sudo command is host root (allowed explicitly).
 	sudoHostRoot bool
+	// nproc is the process limit of every command (RunnerOptions.MaxProcesses)
+	// when it can be enforced, else 0, with nprocReason saying why not.
+	nproc       int
+	nprocReason string
 
 	mu       sync.RWMutex
 	scripted map[string]int // exec mode none: exit codes by command name
@@ -135,8 +144,33 @@ func NewRunner(mode Mode, opts RunnerOptions) (*Runner, error) {
 		r.sudoHostRoot = opts.AllowHostRootSudo
 		r.sudoRefused = !opts.AllowHostRootSudo
 	}
+	if opts.MaxProcesses < 0 {
+		return nil, fmt.Errorf("the process limit must not be negative (%d)", opts.MaxProcesses)
+	}
+	if opts.MaxProcesses > 0 && r.m != ModeNone {
+		switch {
+		case !r.userns:
+			// RLIMIT_NPROC counts the processes of a host uid: without a user
+			// namespace per command it would be shared by every session's
+			// commands (and, not as root, by all of the emulator user's processes).
+			r.nprocReason = "commands get no user namespace"
+			if r.usernsReason != "" {
+				r.nprocReason += " (" + r.usernsReason + ")"
+			}
+		default:
+			if err := probeProcessLimit(); err != nil {
+				r.nprocReason = err.Error()
+			} else {
+				r.nproc = opts.MaxProcesses
+			}
+		}
+	}
 	return r, nil
 }
+
+// ProcessLimit returns the process limit commands run under, 0 when there
+// is none, and why a limit asked for is not enforced.
+func (r *Runner) ProcessLimit() (int, string) { return r.nproc, r.nprocReason }
 
 // SandboxUserID is the uid and gid of vercel-sandbox inside a command's user
 // namespace, where /etc/passwd names it (sandboxIdentityFiles). Vercel's value
@@ -174,6 +208,12 @@ func (r *Runner) Describe() string {
 			why = "no user namespaces: " + r.usernsReason
 		}
 		who += "; sudo commands are refused (" + why + "; --allow-host-root-sudo runs them as host root)"
+	}
+	switch {
+	case r.nproc > 0:
+		who += fmt.Sprintf("; at most %d processes per command", r.nproc)
+	case r.nprocReason != "":
+		who += "; the process limit is NOT enforced: " + r.nprocReason
 	}
 	switch r.m {
 	case ModeNamespace:
@@ -222,6 +262,9 @@ type Command struct {
 	Env     map[string]string // already merged (sandbox env overlaid by command env)
 	Sudo    bool              // root vs the unprivileged user "vercel-sandbox" (as far as the host allows)
 	Timeout time.Duration     // 0 = none; SIGKILL when exceeded
+	// OutputBudget is shared by the commands of one session; nil = only the
+	// per-command cap.
+	OutputBudget *OutputBudget
 }
 
 // Process is a started command.
@@ -342,7 +385,7 @@ func (r *Runner) start(spec Command, tty *os.File) (*Process, error) {
 	}
 	cwd := sandboxAbs(".", spec.Cwd)
 
-	l := &procLaunch{spec: spec, cwd: cwd, ns: r.m == ModeNamespace, userns: r.userns, tty: tty}
+	l := &procLaunch{spec: spec, cwd: cwd, ns: r.m == ModeNamespace, userns: r.userns, tty: tty, nproc: r.nproc}
 	home := sandboxUserHome
 	if spec.Sudo {
 		home = "/root"
@@ -380,6 +423,7 @@ func (r *Runner) start(spec Command, tty *os.File) (*Process, error) {
 	}
 
 	p := &Process{log: newOutput(), doneCh: make(chan struct{})}
+	p.log.budget = spec.OutputBudget
 	started := make(chan error, 1)
 	go func() {
 		// The thread is never unlocked: in namespace mode it has entered the
@@ -410,6 +454,7 @@ type procLaunch struct {
 	pathEnv string
 	cred    *syscall.Credential
 	tty     *os.File // StartTerminal: the terminal's slave side
+	nproc   int      // the command's process limit; 0 = none
 }
 
 // spawn starts the process for p on the current (locked) thread. It returns a nil
@@ -464,6 +509,9 @@ func (l *procLaunch) spawn(p *Process) (*os.Process, error) {
 	if l.tty != nil {
 		setTerminalAttr(attr.Sys)
 	}
+	// The process limit is set while the command is stopped at its first
+	// instruction (processLimit), so nothing forks before it holds.
+	attr.Sys.Ptrace = l.nproc > 0
 	if !l.ns {
 		attr.Dir = l.hostCwd
 	}
@@ -494,6 +542,17 @@ func (l *procLaunch) spawn(p *Process) (*os.Process, error) {
 		return nil, fmt.Errorf("start %s: %w", l.spec.Name, err)
 	}
 
+	if l.nproc > 0 {
+		if err := processLimit(proc.Pid, l.nproc); err != nil {
+			_ = syscall.Kill(proc.Pid, syscall.SIGKILL)
+			_, _ = proc.Wait()
+			if outR != nil {
+				outR.Close()
+				errR.Close()
+			}
+			return nil, fmt.Errorf("start %s: set its process limit: %w", l.spec.Name, err)
+		}
+	}
 	p.mu.Lock()
 	p.pid = proc.Pid
 	p.mu.Unlock()

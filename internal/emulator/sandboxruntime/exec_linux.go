@@ -365,3 +365,81 @@ func waitExited(proc *os.Process) (*os.ProcessState, error) {
 		}
 	}
 }
+
+// rlimitNPROC is RLIMIT_NPROC: the processes (threads included) a user may
+// have. The kernel counts them per user id and user namespace, so for a
+// command in its own user namespace it bounds the command's processes
+// however they detach (setsid, double fork, a nested user namespace).
+const rlimitNPROC = 6
+
+// processLimit gives the command pid, which was started traced
+// (SysProcAttr.Ptrace) and so stops at its first instruction after exec, a
+// process limit of n, and lets it run. The limit is set before the command
+// can fork: there is no window in which a child escapes it. The caller's
+// thread must be the one that started pid (its tracer). A command that was
+// killed before it stopped is left for its waiter to reap.
+func processLimit(pid, n int) error {
+	const (
+		pPID       = 1          // P_PID
+		cldTrapped = 4          // CLD_TRAPPED: a ptrace stop
+		wALL       = 0x40000000 // __WALL
+	)
+	var info [128]byte // siginfo_t; si_code at offset 8
+	for {
+		_, _, errno := syscall.Syscall6(syscall.SYS_WAITID, pPID, uintptr(pid), uintptr(unsafe.Pointer(&info[0])),
+			syscall.WSTOPPED|syscall.WEXITED|syscall.WNOWAIT|wALL, 0, 0)
+		if errno == syscall.EINTR {
+			continue
+		}
+		if errno != 0 {
+			return fmt.Errorf("wait for the exec stop: %w", errno)
+		}
+		break
+	}
+	if code := *(*int32)(unsafe.Pointer(&info[8])); code != cldTrapped {
+		return nil // it exited (was killed) before it ran: nothing to limit
+	}
+	lim := syscall.Rlimit{Cur: uint64(n), Max: uint64(n)}
+	if _, _, errno := syscall.RawSyscall6(syscall.SYS_PRLIMIT64, uintptr(pid), rlimitNPROC,
+		uintptr(unsafe.Pointer(&lim)), 0, 0, 0); errno != 0 {
+		return fmt.Errorf("prlimit RLIMIT_NPROC: %w", errno)
+	}
+	if err := syscall.PtraceDetach(pid); err != nil {
+		return fmt.Errorf("ptrace detach: %w", err)
+	}
+	return nil
+}
+
+// probeProcessLimit reports whether commands can be given a process limit
+// as processLimit does: it runs `true` that way, in a user namespace.
+func probeProcessLimit() error {
+	prog, err := exec.LookPath("true")
+	if err != nil {
+		return fmt.Errorf("no `true` program to probe with: %w", err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the tracer thread is discarded
+		errc <- func() error {
+			attr := newSysProcAttr(&syscall.Credential{Groups: []uint32{}}, true)
+			attr.Ptrace = true
+			proc, err := os.StartProcess(prog, []string{"true"}, &os.ProcAttr{Sys: attr})
+			if err != nil {
+				return fmt.Errorf("start a traced command: %w", err)
+			}
+			err = processLimit(proc.Pid, 1)
+			if err != nil {
+				_ = proc.Kill()
+			}
+			st, werr := proc.Wait()
+			if err != nil {
+				return err
+			}
+			if werr != nil || !st.Success() {
+				return fmt.Errorf("a command with a process limit failed: %v %v", werr, st)
+			}
+			return nil
+		}()
+	}()
+	return <-errc
+}

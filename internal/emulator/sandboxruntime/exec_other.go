@@ -26,3 +26,9 @@ func newSysProcAttr(cred *syscall.Credential, _ bool) *syscall.SysProcAttr {
 // waitExited reaps proc; without waitid(WNOWAIT) the background processes of a
 // finished command cannot be killed safely, so they are left running.
 func waitExited(proc *os.Process) (*os.ProcessState, error) { return proc.Wait() }
+
+// probeProcessLimit reports that process limits need Linux.
+func probeProcessLimit() error { return errors.New("process limits need Linux") }
+
+// processLimit is never called outside Linux (probeProcessLimit fails).
+func processLimit(int, int) error { return errors.New("process limits need Linux") }

@@ -2,7 +2,9 @@ package sandboxruntime
 
 import (
 	"context"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 )
 
@@ -13,6 +15,50 @@ const maxOutputBytes = 64 << 20
 
 // outputTruncatedNotice is the record appended once when maxOutputBytes is reached.
 const outputTruncatedNotice = "\n[sandbox emulator: output truncated after 64 MiB]\n"
+
+// OutputBudget is how many bytes of output all the commands of one session
+// may keep together (Command.OutputBudget). A command whose output would
+// exceed what is left gets one stderr notice, and the rest of its output is
+// dropped, as at the per-command cap. It is safe for concurrent use.
+type OutputBudget struct {
+	total int64
+	left  atomic.Int64
+}
+
+// NewOutputBudget returns a budget of n bytes; n <= 0 is unlimited (nil).
+func NewOutputBudget(n int64) *OutputBudget {
+	if n <= 0 {
+		return nil
+	}
+	b := &OutputBudget{total: n}
+	b.left.Store(n)
+	return b
+}
+
+// Left returns the bytes still available.
+func (b *OutputBudget) Left() int64 { return b.left.Load() }
+
+// take reserves n bytes, or reports false when fewer are left: the budget
+// is then used up, so no later chunk, however small, slips in after a
+// truncation notice.
+func (b *OutputBudget) take(n int) bool {
+	for {
+		left := b.left.Load()
+		if left < int64(n) {
+			b.left.Store(0)
+			return false
+		}
+		if b.left.CompareAndSwap(left, left-int64(n)) {
+			return true
+		}
+	}
+}
+
+// notice is the record appended when the budget is used up.
+func (b *OutputBudget) notice() string {
+	return fmt.Sprintf("\n[sandbox emulator: output truncated: this session's commands have kept %d bytes of output, "+
+		"the emulator's per-session output budget (--session-output-bytes)]\n", b.total)
+}
 
 // Record is one chunk of a command's output, as read from the process: a chunk
 // is whatever one read returned (not necessarily a line), never splitting a UTF-8
@@ -27,6 +73,7 @@ type Record struct {
 // (the command has exited and its pipes are drained) it never changes again.
 type Output struct {
 	mu        sync.Mutex
+	budget    *OutputBudget // the session's; nil = only the per-command cap
 	records   []Record
 	size      int  // bytes of output kept
 	truncated bool // maxOutputBytes reached: further output is dropped
@@ -59,10 +106,14 @@ func (l *Output) append(stream, data string) {
 	if l.closed || l.truncated {
 		return
 	}
-	if l.size+len(data) > maxOutputBytes {
+	switch {
+	case l.size+len(data) > maxOutputBytes:
 		l.records = append(l.records, Record{Stream: "stderr", Data: outputTruncatedNotice})
 		l.truncated = true
-	} else {
+	case l.budget != nil && !l.budget.take(len(data)):
+		l.records = append(l.records, Record{Stream: "stderr", Data: l.budget.notice()})
+		l.truncated = true
+	default:
 		l.records = append(l.records, Record{Stream: stream, Data: data})
 		l.size += len(data)
 	}
