@@ -786,6 +786,14 @@ type SandboxStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	SessionID string `json:"sessionID,omitempty"`
+	// sessionVCPUs is the number of vCPUs the current session was started
+	// with. A change of spec.resources.vcpus applies to the next session
+	// only, so SandboxQuotas count this number, not the spec's, until the
+	// session stops. Unset for a session the controller did not start (an
+	// adoption): the spec's number is counted then.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	SessionVCPUs int32 `json:"sessionVCPUs,omitempty"`
 	// routes are the public URLs of spec.ports.
 	// +optional
 	// +listType=map

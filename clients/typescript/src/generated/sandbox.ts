@@ -768,6 +768,16 @@ export interface SandboxStatus {
    */
   sessionID?: string;
   /**
+   * sessionVCPUs is the number of vCPUs the current session was started
+   * with. A change of spec.resources.vcpus applies to the next session
+   * only, so SandboxQuotas count this number, not the spec's, until the
+   * session stops. Unset for a session the controller did not start (an
+   * adoption): the spec's number is counted then.
+   *
+   * minimum: 0
+   */
+  sessionVCPUs?: number;
+  /**
    * setup tracks the spec.setup commands.
    */
   setup?: {

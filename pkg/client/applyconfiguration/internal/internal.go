@@ -872,6 +872,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: sessionID
       type:
         scalar: string
+    - name: sessionVCPUs
+      type:
+        scalar: numeric
     - name: setup
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SetupStatus

@@ -38,6 +38,12 @@ type SandboxStatusApplyConfiguration struct {
 	// sessionID is the id of the current Vercel session (sbx_…), for data-plane
 	// calls such as running a command.
 	SessionID *string `json:"sessionID,omitempty"`
+	// sessionVCPUs is the number of vCPUs the current session was started
+	// with. A change of spec.resources.vcpus applies to the next session
+	// only, so SandboxQuotas count this number, not the spec's, until the
+	// session stops. Unset for a session the controller did not start (an
+	// adoption): the spec's number is counted then.
+	SessionVCPUs *int32 `json:"sessionVCPUs,omitempty"`
 	// routes are the public URLs of spec.ports.
 	Routes []SandboxRouteApplyConfiguration `json:"routes,omitempty"`
 	// startedAt is when the current session started running.
@@ -118,6 +124,14 @@ func (b *SandboxStatusApplyConfiguration) WithVercelName(value string) *SandboxS
 // If called multiple times, the SessionID field is set to the value of the last call.
 func (b *SandboxStatusApplyConfiguration) WithSessionID(value string) *SandboxStatusApplyConfiguration {
 	b.SessionID = &value
+	return b
+}
+
+// WithSessionVCPUs sets the SessionVCPUs field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the SessionVCPUs field is set to the value of the last call.
+func (b *SandboxStatusApplyConfiguration) WithSessionVCPUs(value int32) *SandboxStatusApplyConfiguration {
+	b.SessionVCPUs = &value
 	return b
 }
 
