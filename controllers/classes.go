@@ -98,22 +98,40 @@ func pinnedClass(o client.Object) (string, bool) {
 }
 
 // classOfFresh is the class of an object that neither names one nor was
-// pinned: none (the manager's flags) for an object a controller reconciled
-// before classes existed (it has conditions: its remote objects are in the
-// flags' project), else the default class.
+// pinned. Every object is pinned at its first reconcile (pin), so an
+// unlabelled object was either never reconciled or reconciled by a version
+// that pinned no label for the manager's own credentials. Which of the two
+// it uses is decided by something no tenant can produce — the API server's
+// creationTimestamp against the default class's: an object created before
+// the default class existed used (and uses) the manager's own credentials,
+// any later one the default class. A condition, an annotation or a status a
+// tenant may write never decides it (the red-team review reached the
+// manager's credentials past the default class through a Paused or
+// ClassNotAllowed condition).
 func (c *ClassClients) classOfFresh(ctx context.Context, o client.Object) (string, error) {
-	if len(*statusOf(o).conditions) > 0 {
-		return "", nil
+	def, err := c.defaultClass(ctx)
+	if err != nil {
+		return "", err
 	}
-	return c.defaultClass(ctx)
+	return freshClass(o.GetCreationTimestamp(), def), nil
 }
 
-// defaultClass is the name of the oldest class annotated as the default
-// that is not being deleted, or "".
-func (c *ClassClients) defaultClass(ctx context.Context) (string, error) {
+// freshClass is the class of an unpinned object created at created, when def
+// is the default class (nil: none). An object created in the same second as
+// the default class (the timestamps' resolution) gets the default class.
+func freshClass(created metav1.Time, def *sandboxv1.SandboxClass) string {
+	if def == nil || (!created.IsZero() && created.Before(&def.CreationTimestamp)) {
+		return ""
+	}
+	return def.Name
+}
+
+// defaultClass is the oldest class annotated as the default that is not
+// being deleted, or nil.
+func (c *ClassClients) defaultClass(ctx context.Context) (*sandboxv1.SandboxClass, error) {
 	list := &sandboxv1.SandboxClassList{}
 	if err := c.Client.List(ctx, list); err != nil {
-		return "", fmt.Errorf("list SandboxClasses: %w", err)
+		return nil, fmt.Errorf("list SandboxClasses: %w", err)
 	}
 	var defaults []sandboxv1.SandboxClass
 	for _, cl := range list.Items {
@@ -122,7 +140,7 @@ func (c *ClassClients) defaultClass(ctx context.Context) (string, error) {
 		}
 	}
 	if len(defaults) == 0 {
-		return "", nil
+		return nil, nil
 	}
 	sort.Slice(defaults, func(i, j int) bool {
 		ti, tj := defaults[i].CreationTimestamp, defaults[j].CreationTimestamp
@@ -131,7 +149,7 @@ func (c *ClassClients) defaultClass(ctx context.Context) (string, error) {
 		}
 		return defaults[i].Name < defaults[j].Name
 	})
-	return defaults[0].Name, nil
+	return &defaults[0], nil
 }
 
 // ClassClients resolves objects' classes and keeps one Vercel client per
@@ -281,7 +299,8 @@ func (c *ClassClients) apiOf(ctx context.Context, cl *sandboxv1.SandboxClass) (*
 }
 
 // className is the class object o is reconciled with ("" for the manager's
-// own client) and whether the class was pinned already.
+// own client). An error means the class could not be resolved (the
+// SandboxClasses could not be listed): nothing may be pinned then.
 func (c *ClassClients) className(ctx context.Context, o client.Object) (string, error) {
 	if n, ok := pinnedClass(o); ok {
 		return n, nil
@@ -289,38 +308,60 @@ func (c *ClassClients) className(ctx context.Context, o client.Object) (string, 
 	return c.classOfFresh(ctx, o)
 }
 
+// binding is the outcome of bind: the class resolved for the object (when
+// resolved), and why the object may not use it (refused).
+type binding struct {
+	name     string
+	resolved bool
+	// refused is a classError (or a failed read of the class) that keeps
+	// the object from Vercel; the class is still pinned when pinnable.
+	refused error
+	// pinnable is false for a class that is being deleted and that the
+	// object never used: pinning it would make it a user of the class.
+	pinnable bool
+}
+
 // bind resolves the class of o and returns ctx carrying its client. For an
 // object being deleted the namespace selector is not checked: the remote
 // objects of a namespace that left the selector are still cleaned up.
-func (c *ClassClients) bind(ctx context.Context, o client.Object) (context.Context, string, error) {
+func (c *ClassClients) bind(ctx context.Context, o client.Object) (context.Context, binding) {
 	if c == nil {
-		return ctx, "", nil
+		return ctx, binding{resolved: true}
 	}
 	name, err := c.className(ctx, o)
-	if err != nil || name == "" {
-		return ctx, name, err
+	if err != nil {
+		return ctx, binding{refused: err}
+	}
+	b := binding{name: name, resolved: true, pinnable: true}
+	if name == "" {
+		return ctx, b
 	}
 	cl := &sandboxv1.SandboxClass{}
 	if err := c.Client.Get(ctx, types.NamespacedName{Name: name}, cl); err != nil {
 		if apierrors.IsNotFound(err) {
-			return ctx, name, &classError{sandboxv1.ReasonClassNotFound, fmt.Sprintf("SandboxClass %q does not exist", name)}
+			err = &classError{sandboxv1.ReasonClassNotFound, fmt.Sprintf("SandboxClass %q does not exist", name)}
 		}
-		return ctx, name, err
+		b.refused = err
+		return ctx, b
 	}
 	deleting := !o.GetDeletionTimestamp().IsZero()
 	if !deleting {
 		if _, pinned := o.GetLabels()[sandboxv1.LabelClass]; !pinned && !cl.DeletionTimestamp.IsZero() {
-			return ctx, name, &classError{sandboxv1.ReasonClassNotFound, fmt.Sprintf("SandboxClass %q is being deleted: no new object may use it", name)}
+			b.pinnable = false
+			b.refused = &classError{sandboxv1.ReasonClassNotFound, fmt.Sprintf("SandboxClass %q is being deleted: no new object may use it", name)}
+			return ctx, b
 		}
 		if err := c.checkNamespace(ctx, cl, o.GetNamespace()); err != nil {
-			return ctx, name, err
+			b.refused = err
+			return ctx, b
 		}
 	}
 	api, _, err := c.apiOf(ctx, cl)
 	if err != nil {
-		return ctx, name, err
+		b.refused = err
+		return ctx, b
 	}
-	return context.WithValue(ctx, classKey{}, &classBinding{name: name, api: api}), name, nil
+	return context.WithValue(ctx, classKey{}, &classBinding{name: name, api: api}), b
 }
 
 // checkNamespace refuses a namespace outside the class's namespaceSelector.
@@ -344,18 +385,16 @@ func (c *ClassClients) checkNamespace(ctx context.Context, cl *sandboxv1.Sandbox
 	return nil
 }
 
-// pin records the class on o's label (an object of no class keeps none),
-// and applies the class's defaults to a
-// Sandbox's spec the first time; it reports whether it changed o.
+// pin records the class on o's label — an empty value for the manager's
+// own credentials, so that no later reconcile infers it — and applies the
+// class's defaults to a Sandbox's spec the first time; it reports whether
+// it changed o.
 func (c *ClassClients) pin(ctx context.Context, o client.Object, name string) bool {
 	if c == nil {
 		return false
 	}
 	old, pinned := o.GetLabels()[sandboxv1.LabelClass]
-	if (pinned && old == name) || (!pinned && name == "") {
-		// An object of no class needs no label: once reconciled it has
-		// conditions, which keep it on the manager's own client
-		// (classOfFresh) without a write of its own.
+	if pinned && old == name {
 		return false
 	}
 	l := o.GetLabels()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -97,11 +98,42 @@ func TestApplyClassDefaults(t *testing.T) {
 func TestNilClassClients(t *testing.T) {
 	var c *ClassClients
 	sbx := &sandboxv1.Sandbox{Spec: sandboxv1.SandboxSpec{ClassName: ptr.To("a")}}
-	ctx, name, err := c.bind(context.Background(), sbx)
-	if err != nil || name != "" || classNameIn(ctx) != "" {
-		t.Errorf("bind = %q, %v", name, err)
+	ctx, b := c.bind(context.Background(), sbx)
+	if b.refused != nil || !b.resolved || b.name != "" || classNameIn(ctx) != "" {
+		t.Errorf("bind = %+v", b)
 	}
 	if c.pin(context.Background(), sbx, "a") {
 		t.Error("pin changed the object")
+	}
+}
+
+// An unpinned object's class is decided by its creationTimestamp, which only
+// the API server sets, against the default class's; never by its status
+// (a tenant with status rights writes conditions, and a pause or a refusal
+// writes them too).
+func TestFreshClass(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	def := &sandboxv1.SandboxClass{ObjectMeta: metav1.ObjectMeta{Name: "default", CreationTimestamp: metav1.NewTime(t0)}}
+	for _, c := range []struct {
+		name    string
+		created time.Time
+		def     *sandboxv1.SandboxClass
+		want    string
+	}{
+		{"no default class", t0, nil, ""},
+		{"created before the default class", t0.Add(-time.Second), def, ""},
+		{"created in the same second", t0, def, "default"},
+		{"created after", t0.Add(time.Hour), def, "default"},
+		{"not created yet (no timestamp)", time.Time{}, def, "default"},
+	} {
+		if got := freshClass(metav1.NewTime(c.created), c.def); got != c.want {
+			t.Errorf("%s: freshClass = %q, want %q", c.name, got, c.want)
+		}
+	}
+	// The conditions an object carries play no part.
+	sbx := &sandboxv1.Sandbox{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(t0.Add(time.Hour))}}
+	sbx.Status.Conditions = []metav1.Condition{{Type: sandboxv1.ConditionPaused, Status: metav1.ConditionTrue}}
+	if got := freshClass(sbx.CreationTimestamp, def); got != "default" {
+		t.Errorf("an object with conditions created after the default class: %q", got)
 	}
 }

@@ -34,6 +34,7 @@ var tenantCredentials = []emulator.Credential{
 	{Token: "tok_rotate", Teams: []string{"team_rotate"}, Projects: []string{"prj_rotate"}},
 	{Token: "tok_held", Teams: []string{"team_held"}, Projects: []string{"prj_held"}},
 	{Token: "tok_default", Teams: []string{"team_default"}, Projects: []string{"prj_default"}},
+	{Token: "tok_crash", Teams: []string{"team_crash"}, Projects: []string{"prj_crash"}},
 }
 
 // classSecretNamespace holds the classes' Secrets, as a cluster admin would
@@ -338,7 +339,7 @@ var _ = Describe("SandboxClass", func() {
 		By("reconciling the older Sandbox again: it stays where its Vercel sandbox is")
 		annotate(client.ObjectKeyFromObject(old), sandboxv1.AnnotationReconcileRequestedAt, time.Now().Format(time.RFC3339Nano))
 		Eventually(func() string { return getSandbox(client.ObjectKeyFromObject(old)).Status.LastHandledReconcileAt }).ShouldNot(BeEmpty())
-		Expect(getSandbox(client.ObjectKeyFromObject(old)).Labels).NotTo(HaveKey(sandboxv1.LabelClass))
+		Expect(getSandbox(client.ObjectKeyFromObject(old)).Labels).To(HaveKeyWithValue(sandboxv1.LabelClass, ""))
 		Expect(readyCondition(client.ObjectKeyFromObject(old))(Default).Status).To(Equal(metav1.ConditionTrue))
 		Expect(remoteNames(localstack.TeamID, localstack.ProjectID)).To(ContainElement(oldSt.VercelName))
 		Expect(remoteNames("team_default", "prj_default")).NotTo(ContainElement(oldSt.VercelName))

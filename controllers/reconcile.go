@@ -83,20 +83,24 @@ func (s skeleton[O]) run(ctx context.Context, key types.NamespacedName, o O) (ct
 		if !controllerutil.ContainsFinalizer(o, s.finalizer) {
 			return ctrl.Result{}, nil
 		}
-		ctx, _, cerr := s.classes.bind(ctx, o)
-		if cerr != nil {
+		ctx, b := s.classes.bind(ctx, o)
+		if b.refused != nil {
 			// The finalizer keeps trying: the remote side is cleaned up with
 			// the class's client or not at all.
-			return s.finish(ctx, o.DeepCopyObject().(O), o, ctrl.Result{}, cerr)
+			return s.finish(ctx, o.DeepCopyObject().(O), o, ctrl.Result{}, b.refused)
 		}
 		return s.delete(ctx, o)
 	}
-	if s.pausable && o.GetAnnotations()[sandboxv1.AnnotationPaused] == "true" {
-		return ctrl.Result{}, s.reportPaused(ctx, o)
+	// The class is resolved and pinned before anything else happens to the
+	// object — before a pause or a refusal writes a condition — so that
+	// which credentials it uses is decided once, on the first reconcile,
+	// and recorded where only the controller may write.
+	ctx, b := s.classes.bind(ctx, o)
+	if !b.resolved {
+		return ctrl.Result{}, b.refused
 	}
-	ctx, className, cerr := s.classes.bind(ctx, o)
 	changed := controllerutil.AddFinalizer(o, s.finalizer)
-	if cerr == nil && s.classes.pin(ctx, o, className) {
+	if b.pinnable && s.classes.pin(ctx, o, b.name) {
 		changed = true
 	}
 	if s.labels != nil && s.labels(ctx, o) {
@@ -107,11 +111,14 @@ func (s skeleton[O]) run(ctx context.Context, key types.NamespacedName, o O) (ct
 			return ctrl.Result{}, err
 		}
 	}
+	if s.pausable && o.GetAnnotations()[sandboxv1.AnnotationPaused] == "true" {
+		return ctrl.Result{}, s.reportPaused(ctx, o)
+	}
 	before := o.DeepCopyObject().(O)
 	if s.pausable {
 		meta.RemoveStatusCondition(statusOf(o).conditions, sandboxv1.ConditionPaused)
 	}
-	if cerr != nil {
+	if cerr := b.refused; cerr != nil {
 		// Refused by its class (or the class cannot be read): nothing is
 		// called in Vercel.
 		return s.finish(ctx, before, o, ctrl.Result{}, cerr)

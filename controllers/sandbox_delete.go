@@ -162,7 +162,9 @@ func (r *SandboxReconciler) snapshotIDsInUse(ctx context.Context, namespace stri
 // derived name (never created, or an adoption never made); not done, to be
 // deleted as usual, when the tagged sandbox is there.
 func (r *SandboxReconciler) neverRecorded(ctx context.Context, sbx *sandboxv1.Sandbox, name string) (bool, error) {
-	resp, err := r.Vercel.GetSandbox(ctx, name, false)
+	// The class's client: a class Sandbox's sandbox is in the class's
+	// project, where the manager's own client would find nothing and leak it.
+	resp, err := r.api(ctx).GetSandbox(ctx, name, false)
 	switch {
 	case vercel.IsNotFound(err):
 		return true, nil
