@@ -113,6 +113,35 @@ func TestDev(t *testing.T) {
 		t.Fatalf("/proc scan for %s found %v, want it to include %v", stateDir, found, pids)
 	}
 
+	// The manager is not an administrator: it runs as the ServiceAccount of
+	// the Deployment `make deploy` installs, bound to the ClusterRole and
+	// Roles rendered from config/, so a rule it lacks fails here as there.
+	const wantManager = "system:serviceaccount:sandbox-controller-system:sandbox-controller-controller-manager"
+	if got := match(t, printed, `(?m)^Started the manager as (\S+), with the RBAC of config/default`)[1]; got != wantManager {
+		t.Errorf("the manager runs as %s, want %s", got, wantManager)
+	}
+	menv := []string{"KUBECONFIG=" + filepath.Join(stateDir, "manager-kubeconfig")}
+	if who := runCmd(t, root, menv, "kubectl", "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"); who != wantManager {
+		t.Errorf("the manager's kubeconfig authenticates as %q, want %s", who, wantManager)
+	}
+	canI := func(args ...string) string {
+		cmd := exec.Command("kubectl", append([]string{"auth", "can-i"}, args...)...)
+		cmd.Dir, cmd.Env = root, append(os.Environ(), menv...)
+		out, _ := cmd.Output() // exit 1 means "no"
+		return strings.TrimSpace(string(out))
+	}
+	for _, denied := range [][]string{
+		{"create", "clusterrolebindings"}, {"escalate", "clusterroles"}, {"impersonate", "users"},
+		{"create", "secrets", "-n", "default"}, {"delete", "namespaces"}, {"create", "pods", "-n", "default"},
+	} {
+		if got := canI(denied...); got != "no" {
+			t.Errorf("the manager may %v (kubectl auth can-i says %q): it must have only the deployed RBAC", denied, got)
+		}
+	}
+	if got := canI("watch", "sandboxes.sandbox.sentry.io", "--all-namespaces"); got != "yes" {
+		t.Errorf("the manager may not watch Sandboxes (kubectl auth can-i says %q)", got)
+	}
+
 	// The commands the banner suggests, with the real kubectl.
 	kenv := []string{"KUBECONFIG=" + kubeconfig}
 	step := time.Now()
@@ -227,6 +256,14 @@ func TestDev(t *testing.T) {
 		t.Errorf("Vercel sandboxes %v outlived their deleted namespace", n)
 	}
 	t.Logf("namespace with a Ready Sandbox deleted in %s", time.Since(step).Round(time.Millisecond))
+
+	// Everything above ran on the deployed RBAC: the API server refused the
+	// manager nothing.
+	if b, err := os.ReadFile(filepath.Join(stateDir, "manager.log")); err != nil {
+		t.Error(err)
+	} else if i := strings.Index(string(b), "forbidden"); i >= 0 {
+		t.Errorf("the API server refused the manager a request its RBAC lacks:\n%s", string(b)[max(0, i-400):min(len(b), i+400)])
+	}
 
 	// Ctrl-C: a clean exit, and nothing left behind.
 	step = time.Now()

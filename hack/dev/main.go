@@ -4,8 +4,12 @@
 // them, the Vercel Sandbox API emulator, and the manager pointed at both, in
 // the foreground until Ctrl-C. It needs no cluster, no Vercel account and no Docker.
 //
+// The manager runs as the ServiceAccount `make deploy` gives it, with the
+// ClusterRole and Roles rendered from config/ (localstack.InstallManagerRBAC),
+// not as an administrator: a permission it lacks fails here as in a cluster.
+//
 // Everything it writes lives in the state directory (--state-dir, default
-// bin/dev): the admin kubeconfig, a sourceable env file, the logs, the
+// bin/dev): the admin kubeconfig, the manager's kubeconfig, a sourceable env file, the logs, the
 // emulator's data and the control plane's files. A lock file in it makes a
 // second instance on the same directory refuse to start.
 package main
@@ -143,6 +147,7 @@ func run(c config) int {
 		}
 		_ = os.RemoveAll(paths.controlPlane)
 		_ = os.Remove(paths.kubeconfig)
+		_ = os.Remove(paths.managerKubeconfig)
 		_ = os.Remove(paths.env)
 		fmt.Println("Stopped.")
 	}()
@@ -193,9 +198,18 @@ func run(c config) int {
 	emuURL, emu := stack.EmulatorURL, stack.Emulator
 	fmt.Printf("Started the Vercel Sandbox API emulator at %s (data in %s)\n", emuURL, paths.emulatorData)
 
+	// The manager acts as its ServiceAccount, with the RBAC `make deploy`
+	// installs: local behaviour is production behaviour.
+	mgrCfg, mgrID, err := stack.InstallManagerRBAC(ctx)
+	if err != nil {
+		return fail("install the manager's RBAC: %v", err)
+	}
+	if err := stack.WriteManagerKubeconfig(mgrCfg, paths.managerKubeconfig); err != nil {
+		return fail("manager kubeconfig: %v", err)
+	}
 	vc := stack.Vercel("")
 	vc.RequestsPerMinute, vc.UserAgent = c.requestsPerMinute, "sandbox-controller (make dev)"
-	mgr, err := stack.StartManager(ctx, nil, ctrl.Options{
+	mgr, err := stack.StartManager(ctx, mgrCfg, ctrl.Options{
 		Metrics:                metricsserver.Options{BindAddress: c.metricsAddr},
 		HealthProbeBindAddress: c.probeAddr,
 	}, vc, controllers.Options{
@@ -217,7 +231,8 @@ func run(c config) int {
 			fmt.Fprintf(os.Stderr, "dev: manager: %v\n", err)
 		}
 	})
-	fmt.Printf("Started the manager (logs: %s)\n", paths.managerLog)
+	fmt.Printf("Started the manager as %s, with the RBAC of config/default (logs: %s; try its permissions with kubectl --kubeconfig %s auth can-i …)\n",
+		mgrID.User(), paths.managerLog, paths.managerKubeconfig)
 	if err := createSampleQuota(ctx, stack.Client); err != nil {
 		return fail("%v", err)
 	}
@@ -285,7 +300,7 @@ Other clients (e.g. the official Vercel SDK) reach the same backend with:
 
 // layout is where the files of one environment live.
 type layout struct {
-	kubeconfig, env                          string
+	kubeconfig, managerKubeconfig, env       string
 	managerLog, emulatorLog, controlPlaneLog string
 	controlPlane, emulatorData               string
 }
@@ -293,13 +308,14 @@ type layout struct {
 func newLayout(stateDir string) layout {
 	p := func(name string) string { return filepath.Join(stateDir, name) }
 	return layout{
-		kubeconfig:      p("kubeconfig"),
-		env:             p("env"),
-		managerLog:      p("manager.log"),
-		emulatorLog:     p("emulator.log"),
-		controlPlaneLog: p("control-plane.log"),
-		controlPlane:    p("control-plane"),
-		emulatorData:    p("emulator"),
+		kubeconfig:        p("kubeconfig"),
+		managerKubeconfig: p("manager-kubeconfig"),
+		env:               p("env"),
+		managerLog:        p("manager.log"),
+		emulatorLog:       p("emulator.log"),
+		controlPlaneLog:   p("control-plane.log"),
+		controlPlane:      p("control-plane"),
+		emulatorData:      p("emulator"),
 	}
 }
 
