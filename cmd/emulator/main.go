@@ -81,6 +81,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 		serveRoutes  = fs.Bool("serve-routes", false, "serve the sandboxes' public routes at <emulator URL>/_routes/<subdomain>, forwarded to the port on loopback")
 		anyTerminal  = fs.Bool("interactive-any-session", false, "serve interactive shells on every session, not only those of sandboxes created with __interactive (whether Vercel does is unknown)")
 		hostRootSudo = fs.Bool("allow-host-root-sudo", false, "run sudo commands as HOST ROOT where no user namespace can contain them (default: refuse them)")
+		sessOutput   = fs.Int64("session-output-bytes", 0, "cap: output all commands of one session keep together (default 256 MiB; -1: none)")
+		liveCmds     = fs.Int("max-live-commands", 0, "cap: commands of one session running at once; one more answers 429 (default 32; -1: none)")
+		cmdProcs     = fs.Int("max-processes-per-command", 0, "cap: processes and threads of one command and all it starts (default 256; -1: none; needs user namespaces)")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -136,8 +139,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 		DeletedSnapshotGetStatus: *deletedSnap, PendingOps: *pendingOps, Logger: logger,
 		OIDCIssuer: *oidcIssuer, AllowedSourceDir: *sourceDir, MaxReadBytes: *maxRead, AllowHostRootSudo: *hostRootSudo,
 		InteractiveAnySession: *anyTerminal,
-		ServeRoutes:           *serveRoutes,
-		SourceLimits:          sandboxruntime.TarLimits{MaxEntries: *srcEntries, MaxBytes: *srcBytes, MaxFileBytes: *srcFileBytes},
+		SessionOutputBytes:    *sessOutput, MaxLiveCommands: *liveCmds, MaxProcessesPerCommand: *cmdProcs,
+		ServeRoutes:  *serveRoutes,
+		SourceLimits: sandboxruntime.TarLimits{MaxEntries: *srcEntries, MaxBytes: *srcBytes, MaxFileBytes: *srcFileBytes},
 	}
 	if *jwksFile != "" {
 		b, err := os.ReadFile(*jwksFile)
