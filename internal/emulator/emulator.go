@@ -62,6 +62,11 @@
 //     forwards them to the port on loopback (routes.go).
 //   - Exec mode "none" never creates a session directory unless a file is
 //     written; idle sandboxes cost no goroutine in any mode.
+//   - Per-session bounds Vercel does not publish (Options.SessionOutputBytes,
+//     MaxLiveCommands, MaxProcessesPerCommand): output beyond the session's
+//     budget ends with one stderr notice; one command more than the live cap
+//     answers 429 too_many_commands; a fork beyond the process limit fails
+//     with EAGAIN inside the command.
 package emulator
 
 import (

@@ -19,10 +19,11 @@
 //
 // Commands (exec.go, exec_linux.go, output.go):
 //
-//	NewRunner(mode, RunnerOptions{AllowHostRootSudo}) (*Runner, error) // ModeNamespace, ModeHost, ModeNone; "" = namespace when possible
+//	NewRunner(mode, RunnerOptions{AllowHostRootSudo, MaxProcesses}) (*Runner, error) // ModeNamespace, ModeHost, ModeNone; "" = namespace when possible
 //	ErrSudoRefused                           // Start: sudo would be host root and was not allowed
-//	(*Runner).Mode(), Describe(), SetScriptedExit(name, code)
-//	(*Runner).Start(Command{FS, Name, Args, Cwd, Env, Sudo, Timeout}) (*Process, error)
+//	(*Runner).Mode(), Describe(), SetScriptedExit(name, code), ProcessLimit()
+//	NewOutputBudget(bytes) *OutputBudget       // shared by one session's commands
+//	(*Runner).Start(Command{FS, Name, Args, Cwd, Env, Sudo, Timeout, OutputBudget}) (*Process, error)
 //	(*Runner).StartTerminal(Command, WindowSize{Cols, Rows}) (*Process, *Terminal, error) // on a pseudo-terminal (terminal.go)
 //	(*Terminal).Read(), Write(), Resize(WindowSize), Close(), File()
 //	ErrNoTerminal                            // StartTerminal in ModeNone

@@ -48,8 +48,16 @@ import (
 // such commands are refused with ErrSudoRefused unless
 // RunnerOptions.AllowHostRootSudo says otherwise. A command's process group is
 // killed as a whole: on kill, on timeout, on terminate, and when the command's main
-// process exits (background jobs it leaves behind are killed then, so nothing
-// outlives its command).
+// process exits (background jobs it leaves behind are killed then; a process that
+// left the group with setsid is not).
+//
+// RunnerOptions.MaxProcesses bounds each command's processes with RLIMIT_NPROC.
+// The kernel counts that limit per user id and user namespace, so it bounds one
+// command only where each command has its own user namespace (namespace mode as
+// root); elsewhere it would be shared by all commands of the host uid and is not
+// applied. The limit is set while the command is stopped by ptrace at its first
+// instruction after exec, so not one fork escapes it; processes that detach
+// (setsid, a nested user namespace) still count.
 
 // Mode selects how commands run; see the file comment.
 type Mode string
