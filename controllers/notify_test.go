@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -14,9 +15,11 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 	"github.com/getsentry/sandbox-controller/internal/metrics"
@@ -91,12 +94,17 @@ func (h *webhook) all() []receivedEvent {
 	return append([]receivedEvent(nil), h.events...)
 }
 
+// notificationKeyLabel marks a Secret made to sign notifications
+// (notify.KeyLabel); spelled out so that a change of the documented label
+// fails these specs.
+const notificationKeyLabel = "sandbox.sentry.io/notification-key"
+
 // configureNotifications turns notifications on in ns: the ConfigMap and its
-// signing Secret.
+// signing Secret, labelled as one.
 func configureNotifications(ns, url string, key []byte) {
 	ctx := context.Background()
 	Expect(k8sClient.Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "webhook-key"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "webhook-key", Labels: map[string]string{notificationKeyLabel: "true"}},
 		Data:       map[string][]byte{"key": key},
 	})).To(Succeed())
 	Expect(k8sClient.Create(ctx, &corev1.ConfigMap{
@@ -209,5 +217,97 @@ var _ = Describe("Notifications", func() {
 		waitSnapshotReady(key)
 		Eventually(func() float64 { return testutil.ToFloat64(metrics.NotifyFailed.WithLabelValues(ns, "config")) - before }, 5*time.Second).Should(BeNumerically(">=", 1))
 		Consistently(hits.Load, time.Second).Should(BeZero())
+		// The writer learns why, on the ConfigMap, by the key to fix.
+		expectEvent(types.NamespacedName{Namespace: ns, Name: notify.ConfigMapName}, "Warning NotificationConfigInvalid: secretName: required")
+	})
+
+	// The suite's manager allows 127.0.0.1 only (--notify-allow-destinations,
+	// as make dev allows loopback). 127.0.0.2 is loopback too — Linux routes
+	// all of 127/8 to lo — and not on the list: it stands for every address a
+	// ConfigMap writer must not make the manager reach (the node, metadata
+	// services, cluster-internal services).
+	It("refuse at dial time a receiver outside the allow-list, deliver nothing to it, and say so on the ConfigMap", func() {
+		ns := newNamespace()
+		var hits atomic.Int32
+		l, err := net.Listen("tcp", "127.0.0.2:0")
+		Expect(err).NotTo(HaveOccurred())
+		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
+		Expect(srv.Listener.Close()).To(Succeed())
+		srv.Listener = l
+		srv.Start()
+		DeferCleanup(srv.Close)
+		signingKey := []byte("internal-receiver-signing-key-0123456789")
+		configureNotifications(ns, srv.URL+"/hook?token=query-token-never-shown", signingKey)
+		refusedBefore := testutil.ToFloat64(metrics.NotifyFailed.WithLabelValues(ns, "refused"))
+
+		key := types.NamespacedName{Namespace: ns, Name: "aimed-inside"}
+		id := vercelSnapshot(ctx, ns+"-notify", nil)
+		newSnapshot(ns, key.Name, sandboxv1.SandboxSnapshotSpec{Source: sandboxv1.SandboxSnapshotSource{SnapshotID: &id}})
+		waitSnapshotReady(key)
+
+		// Attempts and their retries are refused: nothing reaches the receiver.
+		Consistently(hits.Load, 3*time.Second).Should(BeZero(), "a message reached the receiver on 127.0.0.2")
+		cm := types.NamespacedName{Namespace: ns, Name: notify.ConfigMapName}
+		expectEvent(cm, "Warning NotificationDestinationRefused")
+		for _, e := range eventsFor(cm) {
+			// The receiver and the range, not the URL's path or query (which
+			// may carry a token) and never the key.
+			Expect(e).To(ContainSubstring("http://" + l.Addr().String()))
+			Expect(e).To(ContainSubstring("loopback"))
+			Expect(e).NotTo(ContainSubstring("query-token-never-shown"))
+			Expect(e).NotTo(ContainSubstring(string(signingKey)))
+		}
+		Expect(testutil.ToFloat64(metrics.NotifyFailed.WithLabelValues(ns, "refused")) - refusedBefore).To(BeNumerically(">=", 1))
+		Expect(hits.Load()).To(BeZero())
+	})
+
+	// A ConfigMap writer without Secret access must not get messages signed
+	// with a Secret they cannot read: each is an HMAC they can test guesses of
+	// the value against offline.
+	It("sign nothing with a Secret not labelled as a notification key, so a ConfigMap writer gets no oracle for another Secret's value", func() {
+		ns := newNamespace()
+		victim := []byte("database-password-the-writer-cannot-read")
+		Expect(k8sClient.Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db-credentials"},
+			Data:       map[string][]byte{"password": victim},
+		})).To(Succeed())
+		// The attacker's receiver, which would verify with the guessed value.
+		hook := &webhook{key: victim}
+		var hits atomic.Int32
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1); hook.ServeHTTP(w, r) }))
+		DeferCleanup(srv.Close)
+		Expect(k8sClient.Create(ctx, &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: notify.ConfigMapName},
+			Data:       map[string]string{"url": srv.URL, "secretName": "db-credentials", "secretKey": "password"},
+		})).To(Succeed())
+
+		key := types.NamespacedName{Namespace: ns, Name: "oracle"}
+		id := vercelSnapshot(ctx, ns+"-notify", nil)
+		newSnapshot(ns, key.Name, sandboxv1.SandboxSnapshotSpec{Source: sandboxv1.SandboxSnapshotSource{SnapshotID: &id}})
+		waitSnapshotReady(key)
+
+		Consistently(hits.Load, 3*time.Second).Should(BeZero(), "a message signed with the ordinary Secret's value reached the receiver")
+		cm := types.NamespacedName{Namespace: ns, Name: notify.ConfigMapName}
+		expectEvent(cm, `Warning NotificationKeyRefused: secretName "db-credentials"`)
+		expectEvent(cm, notificationKeyLabel+"=true")
+		Expect(hits.Load()).To(BeZero())
+		list := &eventsv1.EventList{}
+		Expect(k8sClient.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+		for _, e := range list.Items {
+			Expect(e.Note).NotTo(ContainSubstring(string(victim)))
+		}
+
+		By("the same Secret, once labelled by someone who may write it, signs the messages")
+		sec := &corev1.Secret{}
+		Expect(k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: "db-credentials"}, sec)).To(Succeed())
+		sec.Labels = map[string]string{notificationKeyLabel: "true"}
+		Expect(k8sClient.Update(ctx, sec)).To(Succeed())
+		second := types.NamespacedName{Namespace: ns, Name: "labelled"}
+		id2 := vercelSnapshot(ctx, ns+"-notify-2", nil)
+		newSnapshot(ns, second.Name, sandboxv1.SandboxSnapshotSpec{Source: sandboxv1.SandboxSnapshotSource{SnapshotID: &id2}})
+		waitSnapshotReady(second)
+		// Behind the first message, whose retries back off (doubling, capped
+		// at a minute), so allow a few of its backoff steps.
+		Eventually(func() []receivedEvent { return hook.received("io.sentry.sandbox.sandboxsnapshot.ready", second.Name) }, 45*time.Second).Should(HaveLen(1))
 	})
 })

@@ -45,8 +45,9 @@ type Options struct {
 	// ReferenceDeadline: see SandboxReconciler.ReferenceDeadline.
 	ReferenceDeadline time.Duration
 	// Notify configures the delivery of webhook notifications (workers,
-	// queue size, request timeout); its Resolve is set here, to the
-	// namespaces' sandbox-notifications ConfigMaps.
+	// queue size, request timeout, the internal destinations allowed); its
+	// Resolve and Recorder are set here, to the namespaces'
+	// sandbox-notifications ConfigMaps and the manager's events.
 	Notify notify.Options
 	// ClusterID names this cluster in the owner tags of every Vercel
 	// sandbox and in builder names, so that clusters sharing a Vercel
@@ -167,6 +168,7 @@ func SetupWithManager(mgr ctrl.Manager, vc vercel.Config, o Options) error {
 		return fmt.Errorf("add the Vercel credentials readiness check: %w", err)
 	}
 	o.Notify.Resolve = notify.ConfigMapResolver(mgr.GetAPIReader())
+	o.Notify.Recorder = mgr.GetEventRecorder("sandbox-controller")
 	notifier := notify.New(o.Notify)
 	if err := mgr.Add(notifier); err != nil {
 		return fmt.Errorf("add the notifier: %w", err)

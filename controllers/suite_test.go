@@ -170,8 +170,16 @@ func startManager(scheme *runtime.Scheme) {
 	})
 	Expect(err).NotTo(HaveOccurred())
 	// Webhook notifications as the manager wires them, with a short request
-	// timeout so that the spec of a hanging receiver sees retries.
-	notifier := notify.New(notify.Options{Resolve: notify.ConfigMapResolver(mgr.GetAPIReader()), Timeout: time.Second, MinBackoff: 200 * time.Millisecond})
+	// timeout so that the spec of a hanging receiver sees retries. The test
+	// receivers listen on 127.0.0.1, which only an explicit allow-list admits
+	// (--notify-allow-destinations); the rest of loopback stays refused.
+	notifyAllow, err := notify.ParseAllowList([]string{"127.0.0.1/32"})
+	Expect(err).NotTo(HaveOccurred())
+	notifier := notify.New(notify.Options{
+		Resolve: notify.ConfigMapResolver(mgr.GetAPIReader()), Allow: notifyAllow,
+		Recorder: mgr.GetEventRecorder("sandbox-controller"),
+		Timeout:  time.Second, MinBackoff: 200 * time.Millisecond,
+	})
 	Expect(mgr.Add(notifier)).To(Succeed())
 	quota := controllers.NewQuotaLedger(mgr.GetCache())
 	classes := &controllers.ClassClients{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Base: classBase, SecretReload: time.Second}

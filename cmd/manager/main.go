@@ -92,6 +92,11 @@ func main() {
 	flag.IntVar(&notifyOpts.QueueSize, "notify-queue-size", 1000, "Webhook notifications waiting for delivery at most; when full, the oldest waiting one is dropped.")
 	flag.DurationVar(&notifyOpts.Timeout, "notify-timeout", 5*time.Second, "Deadline of each webhook delivery attempt.")
 	flag.DurationVar(&notifyOpts.MaxAge, "notify-max-age", 15*time.Minute, "How long a webhook notification is retried before it is dropped.")
+	flag.Func("notify-allow-destinations", "Comma-separated internal destinations webhook receivers may use: CIDRs, IP addresses, host names and *.domain wildcards (e.g. 10.96.0.0/12 or *.notify-receivers.svc.cluster.local; a listed name may resolve to any address). Every other address that is not public unicast (loopback, link-local, private, CGNAT, ...) is refused when dialled. Default: none.", func(v string) error {
+		a, err := notify.ParseAllowList(strings.Split(v, ","))
+		notifyOpts.Allow = a
+		return err
+	})
 	flag.StringVar(&clusterID, "cluster-id", "", "Names this cluster in the owner tags of every Vercel sandbox the manager creates or adopts, and in recipe builder names, so that clusters sharing one Vercel project never touch each other's sandboxes (1-63 characters of [A-Za-z0-9._-]). Default: the UID of the kube-system namespace. Keep it stable: sandboxes tagged with another id are not deleted.")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
@@ -227,7 +232,7 @@ func main() {
 		log.Error(err, "Failed to add the ready check")
 		os.Exit(1)
 	}
-	log.Info("Starting manager", "vercelAPI", vercelURL, "team", teamID, "project", projectID, "shard", shard.String())
+	log.Info("Starting manager", "vercelAPI", vercelURL, "team", teamID, "project", projectID, "shard", shard.String(), "notifyAllowDestinations", notifyOpts.Allow.String())
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		log.Error(err, "Manager stopped with an error")
 		os.Exit(1)

@@ -36,6 +36,7 @@ import (
 	"github.com/getsentry/sandbox-controller/controllers"
 	"github.com/getsentry/sandbox-controller/internal/emulator"
 	"github.com/getsentry/sandbox-controller/internal/localstack"
+	"github.com/getsentry/sandbox-controller/internal/notify"
 	"github.com/getsentry/sandbox-controller/internal/procfs"
 )
 
@@ -207,6 +208,13 @@ func run(c config) int {
 	if err := stack.WriteManagerKubeconfig(mgrCfg, paths.managerKubeconfig); err != nil {
 		return fail("manager kubeconfig: %v", err)
 	}
+	// Receivers of webhook notifications run on this machine here, so
+	// loopback is allowed as an operator allows in-cluster receivers with
+	// --notify-allow-destinations; every other internal range stays refused.
+	notifyAllow, err := notify.ParseAllowList([]string{"127.0.0.0/8", "::1"})
+	if err != nil {
+		return fail("%v", err)
+	}
 	vc := stack.Vercel("")
 	vc.RequestsPerMinute, vc.UserAgent = c.requestsPerMinute, "sandbox-controller (make dev)"
 	mgr, err := stack.StartManager(ctx, mgrCfg, ctrl.Options{
@@ -222,6 +230,7 @@ func run(c config) int {
 		BackoffCap:             c.backoffCap,
 		MaxSessionLength:       c.maxSessionLength,
 		ShutdownWarning:        c.shutdownWarning,
+		Notify:                 notify.Options{Allow: notifyAllow},
 	})
 	if err != nil {
 		return fail("%v", err)

@@ -19,11 +19,12 @@ var (
 
 	// NotifyFailed counts failed delivery attempts; each is retried until
 	// the message is too old. reason is one of timeout, connection, status
-	// (a non-2xx answer) or config (the namespace's configuration is wrong).
+	// (a non-2xx answer), config (the namespace's configuration is wrong) or
+	// refused (the receiver's address is internal and not allowed).
 	NotifyFailed = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace,
 		Name:      "notification_attempts_failed_total",
-		Help:      "Failed webhook delivery attempts, by namespace and reason (timeout, connection, status, config).",
+		Help:      "Failed webhook delivery attempts, by namespace and reason (timeout, connection, status, config, refused).",
 	}, []string{"namespace", "reason"})
 
 	// NotifyDropped counts notifications given up: queue_full (the oldest

@@ -10,6 +10,11 @@
 // other namespaces by more than that. A failed attempt is retried with
 // exponential backoff until the message is older than MaxAge: delivery is at
 // least once while the manager runs; the queue is not persisted.
+//
+// The receiver is chosen by whoever may write a namespace's ConfigMap, so the
+// notifier connects only to public addresses unless the operator allowed
+// others (dial.go), signs only with a Secret labelled for it (config.go), and
+// reports each refusal as a Warning event on the ConfigMap.
 package notify
 
 import (
@@ -21,10 +26,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/getsentry/sandbox-controller/internal/metrics"
@@ -61,11 +70,14 @@ type cloudEvent struct {
 type Endpoint struct {
 	URL string
 	Key []byte
+	// Source is the object that configures it (the ConfigMap), which the
+	// Warning events about refused deliveries are about; nil: none.
+	Source runtime.Object
 }
 
 // Resolver returns the webhook of a namespace; ok is false when it has none.
 // An error (a configuration that cannot be used, or an API error) fails the
-// attempt, which is retried.
+// attempt, which is retried; a *ConfigError is also reported as an event.
 type Resolver func(ctx context.Context, namespace string) (ep Endpoint, ok bool, err error)
 
 // Options configure a Notifier; zero values take the defaults.
@@ -87,13 +99,19 @@ type Options struct {
 	// ConfigTTL is how long a namespace's resolved webhook is reused
 	// (default 30s): a changed ConfigMap or Secret applies after it.
 	ConfigTTL time.Duration
-	// HTTPClient sends the requests (default: one that follows no redirect).
-	HTTPClient *http.Client
+	// Allow lists the internal destinations receivers may use
+	// (--notify-allow-destinations); every other address that is not public
+	// unicast is refused when dialled. The zero value allows none.
+	Allow AllowList
+	// Recorder, when set, receives a Warning event about the ConfigMap for
+	// each attempt refused because of its configuration or destination.
+	Recorder events.EventRecorder
 }
 
 // Notifier queues and delivers events. Start runs its workers.
 type Notifier struct {
 	o    Options
+	http *http.Client
 	wake chan struct{}
 
 	mu     sync.Mutex
@@ -141,13 +159,8 @@ func New(o Options) *Notifier {
 	if o.ConfigTTL <= 0 {
 		o.ConfigTTL = 30 * time.Second
 	}
-	if o.HTTPClient == nil {
-		// A redirect is an answer that is not 2xx: the message is retried to
-		// the configured URL, never sent on somewhere else.
-		o.HTTPClient = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	}
 	metrics.RegisterNotify()
-	return &Notifier{o: o, wake: make(chan struct{}, 1), config: map[string]resolved{}}
+	return &Notifier{o: o, http: newHTTPClient(o.Allow), wake: make(chan struct{}, 1), config: map[string]resolved{}}
 }
 
 // Enqueue queues e for delivery and returns at once. Nothing is queued for a
@@ -283,6 +296,10 @@ func (n *Notifier) deliver(ctx context.Context, e *entry) {
 		}
 	default:
 		metrics.NotifyFailed.WithLabelValues(e.ns, "config").Inc()
+		var ce *ConfigError
+		if errors.As(err, &ce) {
+			n.warn(ce.Object, ce.Reason, ce.Message)
+		}
 	}
 	if ctx.Err() != nil {
 		// Shutting down: the message is lost with the queue.
@@ -358,7 +375,13 @@ func (n *Notifier) post(ctx context.Context, ep Endpoint, e *entry) error {
 	req.Header.Set("Content-Type", ContentType)
 	req.Header.Set(HeaderTimestamp, ts)
 	req.Header.Set(HeaderSignature, Sign(ep.Key, ts, e.body))
-	resp, err := n.o.HTTPClient.Do(req)
+	resp, err := n.http.Do(req)
+	if r := refused(err); r != nil {
+		metrics.NotifyFailed.WithLabelValues(e.ns, "refused").Inc()
+		msg := fmt.Sprintf("url: did not connect to the receiver %s: %s", receiverOf(ep.URL), r)
+		n.warn(ep.Source, ReasonDestinationRefused, msg)
+		return errors.New(msg)
+	}
 	if err != nil {
 		reason := "connection"
 		var ne net.Error
@@ -376,4 +399,25 @@ func (n *Notifier) post(ctx context.Context, ep Endpoint, e *entry) error {
 		return fmt.Errorf("post notification: receiver answered %d", resp.StatusCode)
 	}
 	return nil
+}
+
+// warn reports a refused attempt as a Warning event about obj. Messages name
+// the ConfigMap's key and never carry the signing key or the URL's path and
+// query (which may hold a token); the event recorder counts repeats of one
+// message instead of writing one event per retry.
+func (n *Notifier) warn(obj runtime.Object, reason, msg string) {
+	if n.o.Recorder == nil || obj == nil {
+		return
+	}
+	n.o.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, reason, "Notify", "%s", msg)
+}
+
+// receiverOf is the scheme and host of a receiver's URL: enough to recognise
+// it, without the path or query that may carry a token.
+func receiverOf(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Scheme + "://" + u.Host
 }
