@@ -180,7 +180,11 @@ func (r *SandboxReconciler) reconcileSandbox(ctx context.Context, sbx *sandboxv1
 	now := r.now()
 	o, ok := r.fromStatus(sbx, now)
 	if !ok {
-		resp, err := r.getSandbox(ctx, st.VercelName, fresh || waitsToCreate(sbx))
+		// An object that looks fresh although this manager saw a session of
+		// it is a stale read of the cache (the event of the manager's own
+		// label or finalizer write, handled before its status write reached
+		// the cache): look in Vercel rather than create blind.
+		resp, err := r.getSandbox(ctx, st.VercelName, (fresh && !r.sawAnySession(sbx)) || waitsToCreate(sbx))
 		switch {
 		case vercel.IsNotFound(err):
 			o = observation{state: remoteMissing, fromVercel: true}
@@ -440,6 +444,13 @@ func (r *SandboxReconciler) pollDue(sbx *sandboxv1.Sandbox, now time.Time) bool 
 }
 
 func (r *SandboxReconciler) forgetPoll(key types.NamespacedName) { r.nextPoll.Delete(key) }
+
+// sawAnySession reports whether this manager saw a session of the object
+// (a create, a resume or a poll answered with one) since it last forgot it.
+func (r *SandboxReconciler) sawAnySession(sbx *sandboxv1.Sandbox) bool {
+	v, ok := r.nextPoll.Load(client.ObjectKeyFromObject(sbx))
+	return ok && v.(pollMark).session != ""
+}
 
 func (r *SandboxReconciler) forget(key types.NamespacedName) {
 	r.nextPoll.Delete(key)
