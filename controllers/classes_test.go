@@ -391,7 +391,7 @@ var _ = Describe("The class label", func() {
 		Expect(err).NotTo(HaveOccurred(), out)
 		key := types.NamespacedName{Namespace: ns, Name: "plain"}
 		waitReady(key)
-		out, err = kubectl("label", "--as=alice", "-n", ns, "sandbox", "plain", sandboxv1.LabelClass+"=beta")
+		out, err = kubectl("label", "--as=alice", "--overwrite", "-n", ns, "sandbox", "plain", sandboxv1.LabelClass+"=beta")
 		Expect(err).To(HaveOccurred())
 		Expect(out).To(refusal)
 		// The manager pinned it on the first reconcile (empty: no class);
