@@ -178,7 +178,8 @@ func (a AllowList) checkAddr(address string) error {
 	if err != nil {
 		return fmt.Errorf("refused a connection to %q: not an IP address and port", address)
 	}
-	ip := ap.Addr().Unmap()
+	// A zone (fe80::1%eth0) would make every range miss it.
+	ip := ap.Addr().Unmap().WithZone("")
 	if r := internalRange(ip); r != "" && !a.allowsAddr(ip) {
 		return &RefusedError{Addr: ip, Range: r}
 	}

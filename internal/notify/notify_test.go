@@ -431,6 +431,12 @@ func TestParseAllowList(t *testing.T) {
 	if err := a.checkAddr("[::ffff:169.254.169.254]:80"); refused(err) == nil || refused(err).Range != "link-local" {
 		t.Errorf("the metadata address as IPv4-mapped IPv6: %v", err)
 	}
+	if err := a.checkAddr("[fe80::1%eth0]:80"); refused(err) == nil || refused(err).Range != "link-local" {
+		t.Errorf("a link-local address with a zone: %v", err)
+	}
+	if fe80, _ := ParseAllowList([]string{"fe80::/10"}); fe80.checkAddr("[fe80::1%eth0]:80") != nil {
+		t.Errorf("an allowed range missed an address with a zone")
+	}
 	if err := a.checkAddr("93.184.216.34:443"); err != nil {
 		t.Errorf("a public address refused: %v", err)
 	}
