@@ -1,14 +1,21 @@
 package controllers
 
 // The quota ledger: the manager's one account, per namespace, of what the
-// Sandboxes hold against the namespace's SandboxQuotas. The Sandbox reconciler
-// asks it before a call to Vercel that would start a session (admit), and
-// tells it what each reconcile left (settle). A grant is recorded under the
-// namespace's lock before the call, so parallel reconciles never let more
-// start than the quotas allow; status writes reach the cache later, which is
-// why the ledger, not the cache, is the account. It is rebuilt from the
-// Sandboxes' status when the manager starts (only the leader reconciles, and
-// the account of one namespace never needs another's).
+// Sandboxes and the recipes' builder sandboxes hold against the namespace's
+// SandboxQuotas. The Sandbox reconciler asks it before a call to Vercel that
+// would start a session (admit), and tells it what each reconcile left
+// (settle); the SandboxSnapshot reconciler asks it before it creates a
+// builder (AdmitBuild) and tells it when the builder is gone (ReleaseBuild).
+// A grant is recorded under the namespace's lock before the call, so
+// parallel reconciles never let more start than the quotas allow; status
+// writes reach the cache later, which is why the ledger, not the cache, is
+// the account. It is rebuilt from the Sandboxes' and SandboxSnapshots'
+// status when the manager starts (only the leader reconciles, and the
+// account of one namespace never needs another's).
+//
+// It counts what runs, not what the spec says will run next: a session's
+// vCPUs are those it was started with (status.sessionVCPUs) until it stops,
+// whatever spec.resources.vcpus says meanwhile.
 
 import (
 	"context"
@@ -57,10 +64,10 @@ type nsLedger struct {
 	mu    sync.Mutex
 	built bool
 	// holders are the Sandboxes that hold a Vercel sandbox or a running
-	// session, by name.
+	// session, by name, and the builders of recipe builds, by buildKey.
 	holders map[string]holding
-	// waiters are the Sandboxes refused a start, by name, until they start
-	// or stop waiting.
+	// waiters are the Sandboxes refused a start, by name, and the builds
+	// refused a builder, by buildKey, until they start or stop waiting.
 	waiters map[string]waiter
 }
 
@@ -69,13 +76,46 @@ type holding struct {
 	remote  bool // has a Vercel sandbox (counts against sandboxes)
 	running bool // its session may run (runningSandboxes, runningVCPUs)
 	vcpus   int64
+	// build marks a recipe's builder; granted is when it was admitted (a
+	// builder no SandboxSnapshot names by then is pruned).
+	build   bool
+	granted time.Time
+	// provisional marks a builder counted at a rebuild for a build whose
+	// status says it waited: its builder may have been created just before
+	// the manager stopped. Its next admission asks again.
+	provisional bool
 }
 
 type waiter struct {
 	created time.Time
-	name    string
-	need    usage
+	// name is the waiting object's: a Sandbox, or the SandboxSnapshot whose
+	// build waits (build).
+	name  string
+	need  usage
+	build bool
+	uid   types.UID
+	since time.Time
 }
+
+// buildKey is the ledger's key of a builder sandbox: builder names are
+// shared by every user of a content hash, and no object name holds a colon.
+func buildKey(builder string) string { return "build:" + builder }
+
+// claim is a request to start a session: a Sandbox's or a builder's.
+type claim struct {
+	key     string
+	name    string
+	created time.Time
+	uid     types.UID
+	need    usage // when it holds nothing yet
+	build   bool
+	what    string // "Sandbox", "build", for the refusal
+}
+
+// pruneGrace is how long a builder grant, or a waiting build, is kept
+// without the SandboxSnapshot's status to show it: the cache shows the
+// status write that follows a grant a moment later.
+const pruneGrace = 30 * time.Second
 
 // usage is an amount of the counted resources.
 type usage struct {
@@ -118,19 +158,56 @@ func (l *QuotaLedger) build(ctx context.Context, ns string, n *nsLedger) error {
 			n.holders[s.Name] = h
 		}
 	}
+	snaps := &sandboxv1.SandboxSnapshotList{}
+	if err := l.reader.List(ctx, snaps, client.InNamespace(ns)); err != nil {
+		return fmt.Errorf("list the SandboxSnapshots of namespace %s for its quota: %w", ns, err)
+	}
+	for i := range snaps.Items {
+		s := &snaps.Items[i]
+		if b := builderHeld(s); b != "" {
+			n.holders[buildKey(b)] = holding{uid: s.UID, remote: true, running: true, vcpus: recipeVCPUs(s), build: true, granted: time.Now(),
+				provisional: hasCondition(s.Status.Conditions, sandboxv1.ConditionReady, sandboxv1.ReasonQuotaExceeded)}
+		}
+	}
 	n.built = true
 	return nil
 }
 
 // holdingOf is what a Sandbox holds according to its status: a Vercel
 // sandbox once a session was recorded, and a running session until the
-// session is known to have stopped.
+// session is known to have stopped, with the vCPUs it was started with.
 func holdingOf(s *sandboxv1.Sandbox) (holding, bool) {
 	st := &s.Status
 	if st.SessionID == "" {
 		return holding{}, false
 	}
-	return holding{uid: s.UID, remote: true, running: sessionMayRun(st.Phase) && st.Phase != sandboxv1.SandboxPending, vcpus: vcpusOf(s)}, true
+	vcpus := int64(st.SessionVCPUs)
+	if vcpus == 0 {
+		// A session the controller did not start (an adoption), or one
+		// started before status recorded its vCPUs.
+		vcpus = vcpusOf(s)
+	}
+	return holding{uid: s.UID, remote: true, running: sessionMayRun(st.Phase) && st.Phase != sandboxv1.SandboxPending, vcpus: vcpus}, true
+}
+
+// builderHeld is the builder sandbox a SandboxSnapshot's status says it
+// drives, "" when none: the build failed (its builder is deleted), another
+// user of the hash drives it, or the name is held by a foreign sandbox.
+func builderHeld(s *sandboxv1.SandboxSnapshot) string {
+	b := s.Status.Build
+	if b == nil || b.BuilderName == "" || b.Failed || b.SharedWith != "" ||
+		hasCondition(s.Status.Conditions, sandboxv1.ConditionReady, sandboxv1.ReasonNameConflict) {
+		return ""
+	}
+	return b.BuilderName
+}
+
+// recipeVCPUs is what a recipe's builder runs with.
+func recipeVCPUs(s *sandboxv1.SandboxSnapshot) int64 {
+	if rcp := s.Spec.Source.Recipe; rcp != nil && rcp.Resources != nil && rcp.Resources.VCPUs != nil {
+		return int64(*rcp.Resources.VCPUs)
+	}
+	return defaultVCPUs
 }
 
 func vcpusOf(s *sandboxv1.Sandbox) int64 {
@@ -164,9 +241,27 @@ func (l *QuotaLedger) Admit(ctx context.Context, sbx *sandboxv1.Sandbox) (bool, 
 	if l == nil {
 		return true, "", nil
 	}
-	n := l.namespace(sbx.Namespace)
+	return l.admit(ctx, sbx.Namespace, claim{key: sbx.Name, name: sbx.Name, created: sbx.CreationTimestamp.Time, uid: sbx.UID,
+		need: usage{sandboxes: 1, running: 1, vcpus: vcpusOf(sbx)}, what: "Sandbox"})
+}
+
+// AdmitBuild grants a recipe's build its builder sandbox, which runs the
+// recipe's commands like a Sandbox's session: it counts against sandboxes,
+// runningSandboxes and runningVCPUs (the recipe's resources.vcpus) until
+// the builder is deleted (ReleaseBuild), and waits in creation order with
+// the Sandboxes when it does not fit.
+func (l *QuotaLedger) AdmitBuild(ctx context.Context, snap *sandboxv1.SandboxSnapshot, builder string) (bool, string, error) {
+	if l == nil {
+		return true, "", nil
+	}
+	return l.admit(ctx, snap.Namespace, claim{key: buildKey(builder), name: snap.Name, created: snap.CreationTimestamp.Time, uid: snap.UID,
+		need: usage{sandboxes: 1, running: 1, vcpus: recipeVCPUs(snap)}, build: true, what: "build"})
+}
+
+func (l *QuotaLedger) admit(ctx context.Context, ns string, c claim) (bool, string, error) {
+	n := l.namespace(ns)
 	n.mu.Lock()
-	granted, msg, err := l.admitLocked(ctx, n, sbx)
+	granted, msg, err := l.admitLocked(ctx, n, ns, c)
 	var wake []string
 	if granted && len(n.waiters) > 0 {
 		// A waiter refused only because this one came first may fit now.
@@ -174,68 +269,174 @@ func (l *QuotaLedger) Admit(ctx context.Context, sbx *sandboxv1.Sandbox) (bool, 
 	}
 	n.mu.Unlock()
 	if granted {
-		l.wakeQuotas(ctx, sbx.Namespace)
-		l.wakeSandboxes(sbx.Namespace, wake)
+		l.wakeQuotas(ctx, ns)
+		l.wakeSandboxes(ns, wake)
 	}
 	return granted, msg, err
 }
 
-func (l *QuotaLedger) admitLocked(ctx context.Context, n *nsLedger, sbx *sandboxv1.Sandbox) (bool, string, error) {
-	if err := l.build(ctx, sbx.Namespace, n); err != nil {
+func (l *QuotaLedger) admitLocked(ctx context.Context, n *nsLedger, ns string, c claim) (bool, string, error) {
+	if err := l.build(ctx, ns, n); err != nil {
 		return false, "", err
 	}
-	h, ok := n.holders[sbx.Name]
-	if ok && h.uid != sbx.UID {
-		// A Sandbox of the same name that is gone.
-		h, ok = holding{}, false
+	if err := l.prune(ctx, n, ns); err != nil {
+		return false, "", err
+	}
+	h, ok := n.holders[c.key]
+	switch {
+	case ok && h.uid != c.uid && !c.build:
+		// A Sandbox of the same name that is gone. (A builder is handed
+		// over between the users of its hash: it is the same builder.)
+		h = holding{}
+	case ok && h.provisional:
+		// Asked for, so its builder does not exist: it waits its turn.
+		delete(n.holders, c.key)
+		h = holding{}
 	}
 	if h.running {
 		return true, "", nil
 	}
 	quotas := &sandboxv1.SandboxQuotaList{}
-	if err := l.reader.List(ctx, quotas, client.InNamespace(sbx.Namespace)); err != nil {
-		return false, "", fmt.Errorf("list the SandboxQuotas of namespace %s: %w", sbx.Namespace, err)
+	if err := l.reader.List(ctx, quotas, client.InNamespace(ns)); err != nil {
+		return false, "", fmt.Errorf("list the SandboxQuotas of namespace %s: %w", ns, err)
 	}
-	need := usage{running: 1, vcpus: vcpusOf(sbx)}
-	if !h.remote {
-		need.sandboxes = 1
+	need := c.need
+	if h.remote {
+		need.sandboxes = 0
 	}
 	if len(quotas.Items) > 0 {
-		ahead, err := l.ahead(ctx, n, sbx)
+		ahead, err := l.ahead(ctx, n, ns, c)
 		if err != nil {
 			return false, "", err
 		}
 		used := n.used()
-		if msg := refusal(quotas.Items, used, ahead, need); msg != "" {
-			n.waiters[sbx.Name] = waiter{created: sbx.CreationTimestamp.Time, name: sbx.Name, need: need}
+		if msg := refusal(quotas.Items, used, ahead, need, c.what); msg != "" {
+			since := time.Now()
+			if w, ok := n.waiters[c.key]; ok {
+				since = w.since
+			}
+			n.waiters[c.key] = waiter{created: c.created, name: c.name, need: need, build: c.build, uid: c.uid, since: since}
 			return false, msg, nil
 		}
 	}
-	delete(n.waiters, sbx.Name)
-	n.holders[sbx.Name] = holding{uid: sbx.UID, remote: true, running: true, vcpus: need.vcpus}
+	delete(n.waiters, c.key)
+	h = holding{uid: c.uid, remote: true, running: true, vcpus: need.vcpus, build: c.build}
+	if c.build {
+		h.granted = time.Now()
+	}
+	n.holders[c.key] = h
 	return true, "", nil
 }
 
-// ahead is what the Sandboxes created before sbx that wait to start need:
-// those refused before, and those never created that have not had their
-// turn yet (their first reconcile may still be queued behind this one).
-// Called with n.mu held.
-func (l *QuotaLedger) ahead(ctx context.Context, n *nsLedger, sbx *sandboxv1.Sandbox) (usage, error) {
+// ReleaseBuild records that the builder sandbox of a build is gone (deleted,
+// or found missing): its capacity goes to the waiters.
+func (l *QuotaLedger) ReleaseBuild(ctx context.Context, ns, builder string) {
+	if l == nil {
+		return
+	}
+	n := l.namespace(ns)
+	n.mu.Lock()
+	_, had := n.holders[buildKey(builder)]
+	delete(n.holders, buildKey(builder))
+	var wake []string
+	if had {
+		wake = waiterNames(n)
+	}
+	n.mu.Unlock()
+	if had {
+		l.wakeQuotas(ctx, ns)
+		l.wakeSandboxes(ns, wake)
+	}
+}
+
+// prune drops the builders and waiting builds that no SandboxSnapshot stands
+// for any more: its object is gone, or its status says the builder is not
+// held (a failed build, a name conflict) or the build no longer waits. A
+// builder is normally released as it is deleted (ReleaseBuild); this catches
+// an object removed without that. Called with n.mu held.
+func (l *QuotaLedger) prune(ctx context.Context, n *nsLedger, ns string) error {
+	builds := false
+	for _, h := range n.holders {
+		builds = builds || h.build
+	}
+	for _, w := range n.waiters {
+		builds = builds || w.build
+	}
+	if !builds {
+		return nil
+	}
+	list := &sandboxv1.SandboxSnapshotList{}
+	if err := l.reader.List(ctx, list, client.InNamespace(ns)); err != nil {
+		return fmt.Errorf("list the SandboxSnapshots of namespace %s for its quota: %w", ns, err)
+	}
+	held := map[string]bool{}
+	byUID := map[types.UID]*sandboxv1.SandboxSnapshot{}
+	for i := range list.Items {
+		s := &list.Items[i]
+		byUID[s.UID] = s
+		if b := builderHeld(s); b != "" {
+			held[buildKey(b)] = true
+		}
+	}
+	now := time.Now()
+	for k, h := range n.holders {
+		if h.build && !held[k] && now.Sub(h.granted) >= pruneGrace {
+			delete(n.holders, k)
+		}
+	}
+	for k, w := range n.waiters {
+		if !w.build {
+			continue
+		}
+		s := byUID[w.uid]
+		if s == nil || !s.DeletionTimestamp.IsZero() ||
+			now.Sub(w.since) >= pruneGrace && !hasCondition(s.Status.Conditions, sandboxv1.ConditionReady, sandboxv1.ReasonQuotaExceeded) {
+			delete(n.waiters, k)
+		}
+	}
+	return nil
+}
+
+// LimitsRunning reports whether a SandboxQuota of ns limits running sessions
+// (runningSandboxes or runningVCPUs).
+func (l *QuotaLedger) LimitsRunning(ctx context.Context, ns string) (bool, error) {
+	if l == nil {
+		return false, nil
+	}
+	quotas := &sandboxv1.SandboxQuotaList{}
+	if err := l.reader.List(ctx, quotas, client.InNamespace(ns)); err != nil {
+		return false, fmt.Errorf("list the SandboxQuotas of namespace %s: %w", ns, err)
+	}
+	for _, q := range quotas.Items {
+		if q.Spec.Hard.RunningSandboxes != nil || q.Spec.Hard.RunningVCPUs != nil {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// ahead is what the claims that come before c in creation order and wait
+// to start need: those refused before (Sandboxes and builds), and the
+// Sandboxes never created that have not had their turn yet (their first
+// reconcile may still be queued behind this one). Called with n.mu held.
+func (l *QuotaLedger) ahead(ctx context.Context, n *nsLedger, ns string, c claim) (usage, error) {
 	var u usage
 	seen := map[string]bool{}
-	for _, w := range n.waiters {
-		if w.name != sbx.Name && before(w.created, w.name, sbx) {
+	for k, w := range n.waiters {
+		if k != c.key && before(w.created, w.name, c) {
 			u = u.add(w.need)
-			seen[w.name] = true
+			if !w.build {
+				seen[w.name] = true
+			}
 		}
 	}
 	list := &sandboxv1.SandboxList{}
-	if err := l.reader.List(ctx, list, client.InNamespace(sbx.Namespace)); err != nil {
-		return usage{}, fmt.Errorf("list the Sandboxes of namespace %s for its quota: %w", sbx.Namespace, err)
+	if err := l.reader.List(ctx, list, client.InNamespace(ns)); err != nil {
+		return usage{}, fmt.Errorf("list the Sandboxes of namespace %s for its quota: %w", ns, err)
 	}
 	for i := range list.Items {
 		s := &list.Items[i]
-		if seen[s.Name] || s.Name == sbx.Name || !before(s.CreationTimestamp.Time, s.Name, sbx) || !awaitsFirstStart(s) {
+		if seen[s.Name] || (!c.build && s.Name == c.name) || !before(s.CreationTimestamp.Time, s.Name, c) || !awaitsFirstStart(s) {
 			continue
 		}
 		if h, ok := n.holders[s.Name]; ok && h.uid == s.UID {
@@ -246,14 +447,13 @@ func (l *QuotaLedger) ahead(ctx context.Context, n *nsLedger, sbx *sandboxv1.San
 	return u, nil
 }
 
-// before reports whether the object (created, name) comes before sbx in
-// creation order: creation time, then name.
-func before(created time.Time, name string, sbx *sandboxv1.Sandbox) bool {
-	t := sbx.CreationTimestamp.Time
-	if !created.Equal(t) {
-		return created.Before(t)
+// before reports whether the object (created, name) comes before the claim
+// c in creation order: creation time, then name.
+func before(created time.Time, name string, c claim) bool {
+	if !created.Equal(c.created) {
+		return created.Before(c.created)
 	}
-	return name < sbx.Name
+	return name < c.name
 }
 
 // awaitsFirstStart reports whether a Sandbox has never had a session and is
@@ -271,7 +471,7 @@ func awaitsFirstStart(s *sandboxv1.Sandbox) bool {
 
 // refusal names the first quota and resource that cannot grant need on top
 // of used and of what the Sandboxes ahead need; "" when all can.
-func refusal(quotas []sandboxv1.SandboxQuota, used, ahead, need usage) string {
+func refusal(quotas []sandboxv1.SandboxQuota, used, ahead, need usage, what string) string {
 	sort.Slice(quotas, func(i, j int) bool { return quotas[i].Name < quotas[j].Name })
 	for i := range quotas {
 		q := &quotas[i]
@@ -293,8 +493,8 @@ func refusal(quotas []sandboxv1.SandboxQuota, used, ahead, need usage) string {
 			}
 			// The message stays the same while the Sandbox waits, so that
 			// waking it writes nothing unless it can start.
-			return fmt.Sprintf("SandboxQuota %s allows %s %d; this Sandbox waits and starts by itself, in creation order, when capacity frees",
-				q.Name, c.name, *c.hard)
+			return fmt.Sprintf("SandboxQuota %s allows %s %d; this %s waits and starts by itself, in creation order, when capacity frees",
+				q.Name, c.name, *c.hard, what)
 		}
 	}
 	return ""
@@ -363,6 +563,9 @@ func (l *QuotaLedger) Usage(ctx context.Context, ns string) (Usage, error) {
 	if err := l.build(ctx, ns, n); err != nil {
 		return Usage{}, err
 	}
+	if err := l.prune(ctx, n, ns); err != nil {
+		return Usage{}, err
+	}
 	u := n.used()
 	return Usage{Sandboxes: u.sandboxes, RunningSandboxes: u.running, RunningVCPUs: u.vcpus}, nil
 }
@@ -383,12 +586,16 @@ func (l *QuotaLedger) Wake(ns string) {
 // batch.
 const wakeBatch = 32
 
-// waiterNames lists the first wakeBatch waiters in creation order. Called
+// waiterNames lists the first wakeBatch waiting Sandboxes in creation
+// order. (A waiting build is woken by the change of its quotas' status that
+// freed capacity brings: sandboxsnapshot_controller.go watches them.) Called
 // with n.mu held.
 func waiterNames(n *nsLedger) []string {
 	ws := make([]waiter, 0, len(n.waiters))
 	for _, w := range n.waiters {
-		ws = append(ws, w)
+		if !w.build {
+			ws = append(ws, w)
+		}
 	}
 	sort.Slice(ws, func(i, j int) bool {
 		if !ws[i].created.Equal(ws[j].created) {

@@ -39,7 +39,7 @@ func TestRefusal(t *testing.T) {
 		{name: "a zero limit refuses", quotas: []sandboxv1.SandboxQuota{quota("none", sandboxv1.SandboxQuotaResources{RunningSandboxes: ptr.To[int64](0)})}, need: create, want: "runningSandboxes 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := refusal(tc.quotas, tc.used, tc.ahead, tc.need)
+			got := refusal(tc.quotas, tc.used, tc.ahead, tc.need, "Sandbox")
 			if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {
 				t.Errorf("refusal = %q, want %q", got, tc.want)
 			}
@@ -72,9 +72,59 @@ func TestHoldingOf(t *testing.T) {
 	}
 }
 
+// A session counts the vCPUs it was started with, not the spec's next ones.
+func TestHoldingOfCountsTheSessionsVCPUs(t *testing.T) {
+	sbx := func(spec int32, session int32) *sandboxv1.Sandbox {
+		return &sandboxv1.Sandbox{ObjectMeta: metav1.ObjectMeta{UID: "u"},
+			Spec:   sandboxv1.SandboxSpec{Resources: &sandboxv1.SandboxResources{VCPUs: ptr.To(spec)}},
+			Status: sandboxv1.SandboxStatus{SessionID: "sess", Phase: sandboxv1.SandboxRunning, SessionVCPUs: session}}
+	}
+	for _, tc := range []struct {
+		name          string
+		spec, session int32
+		want          int64
+	}{
+		{"spec lowered while it runs", 1, 4, 4},
+		{"spec raised while it runs", 8, 2, 2},
+		{"unchanged", 4, 4, 4},
+		{"not recorded (adopted, or started before the field): the spec", 4, 0, 4},
+	} {
+		if h, _ := holdingOf(sbx(tc.spec, tc.session)); h.vcpus != tc.want {
+			t.Errorf("%s: vcpus %d, want %d", tc.name, h.vcpus, tc.want)
+		}
+	}
+}
+
+func TestBuilderHeld(t *testing.T) {
+	snap := func(b *sandboxv1.SnapshotBuildStatus, reason string) *sandboxv1.SandboxSnapshot {
+		s := &sandboxv1.SandboxSnapshot{Status: sandboxv1.SandboxSnapshotStatus{Build: b}}
+		if reason != "" {
+			s.Status.Conditions = []metav1.Condition{{Type: sandboxv1.ConditionReady, Status: metav1.ConditionFalse, Reason: reason}}
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		name string
+		s    *sandboxv1.SandboxSnapshot
+		want string
+	}{
+		{"no build", snap(nil, ""), ""},
+		{"building", snap(&sandboxv1.SnapshotBuildStatus{BuilderName: "ns-build-x"}, sandboxv1.ReasonBuilding), "ns-build-x"},
+		{"waiting for quota still names it", snap(&sandboxv1.SnapshotBuildStatus{BuilderName: "ns-build-x"}, sandboxv1.ReasonQuotaExceeded), "ns-build-x"},
+		{"failed: its builder is deleted", snap(&sandboxv1.SnapshotBuildStatus{BuilderName: "ns-build-x", Failed: true}, sandboxv1.ReasonBuildFailed), ""},
+		{"a follower", snap(&sandboxv1.SnapshotBuildStatus{BuilderName: "ns-build-x", SharedWith: "other"}, sandboxv1.ReasonBuilding), ""},
+		{"a foreign sandbox holds the name", snap(&sandboxv1.SnapshotBuildStatus{BuilderName: "ns-build-x"}, sandboxv1.ReasonNameConflict), ""},
+		{"built: the builder is deleted", snap(&sandboxv1.SnapshotBuildStatus{}, ""), ""},
+	} {
+		if got := builderHeld(tc.s); got != tc.want {
+			t.Errorf("%s: builderHeld = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
 func TestBefore(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	b := &sandboxv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "b", CreationTimestamp: metav1.NewTime(t0)}}
+	b := claim{name: "b", created: t0}
 	if !before(t0.Add(-time.Second), "z", b) || before(t0.Add(time.Second), "a", b) {
 		t.Error("creation time must decide first")
 	}

@@ -190,6 +190,138 @@ var _ = Describe("SandboxQuota", Serial, func() {
 		waitReady(client.ObjectKeyFromObject(r0))
 		Expect(peakRunning(ns)).To(Equal(2))
 	})
+
+	// A lowered spec.resources.vcpus applies to the next session: the running
+	// one keeps its vCPUs, and the quota counts what runs.
+	It("counts a running session's vCPUs, not a lowered spec's, until the session stops (also after a restart)", func() {
+		ns := newNamespace()
+		newQuota(ns, "vcpus", sandboxv1.SandboxQuotaResources{RunningVCPUs: ptr.To[int64](8)})
+		spec := func(v int32) sandboxv1.SandboxSpec {
+			return sandboxv1.SandboxSpec{Source: runtimeSource("node24"), Resources: &sandboxv1.SandboxResources{VCPUs: ptr.To(v)}}
+		}
+		aKey := types.NamespacedName{Namespace: ns, Name: "a"}
+		newSandbox(ns, "a", spec(4))
+		newSandbox(ns, "b", spec(4))
+		waitReady(aKey)
+		waitReady(types.NamespacedName{Namespace: ns, Name: "b"})
+
+		By("lowering a's vCPUs to 1 while it runs")
+		a := getSandbox(aKey)
+		session := a.Status.SessionID
+		patch := client.MergeFrom(a.DeepCopy())
+		a.Spec.Resources.VCPUs = ptr.To[int32](1)
+		Expect(k8sClient.Patch(ctx, a, patch)).To(Succeed())
+		Eventually(func(g Gomega) {
+			s := getSandbox(aKey)
+			g.Expect(s.Status.ObservedGeneration).To(Equal(s.Generation))
+		}).Should(Succeed())
+		Expect(getSandbox(aKey).Status.SessionID).To(Equal(session), "the session goes on")
+		for _, s := range namespaceSessions(ns) {
+			if s.ID == session {
+				Expect(s.VCPUs).To(BeEquivalentTo(4), "Vercel's running session keeps its vCPUs")
+			}
+		}
+		Consistently(quotaUsed(ns, "vcpus"), 2*time.Second).Should(HaveField("RunningVCPUs", HaveValue(BeEquivalentTo(8))))
+
+		By("a new 2-vCPU Sandbox waits: 4 + 4 + 2 would exceed 8")
+		cKey := types.NamespacedName{Namespace: ns, Name: "c"}
+		newSandbox(ns, "c", spec(2))
+		Eventually(readyCondition(cKey)).Should(And(HaveField("Reason", sandboxv1.ReasonQuotaExceeded),
+			HaveField("Message", ContainSubstring("SandboxQuota vcpus allows runningVCPUs 8"))))
+		Consistently(func() int { return runningSessions(ns) }, 2*time.Second).Should(Equal(2))
+		Expect(getSandbox(aKey).Status.SessionVCPUs).To(BeEquivalentTo(4), "status records what the session runs with")
+
+		By("a restarted manager counts the session's vCPUs too")
+		restartManager()
+		Consistently(readyCondition(cKey), 3*time.Second).Should(HaveField("Reason", sandboxv1.ReasonQuotaExceeded))
+		Expect(quotaUsed(ns, "vcpus")(Default)).To(HaveField("RunningVCPUs", HaveValue(BeEquivalentTo(8))))
+
+		By("a's session stopping frees its 4 vCPUs; its next session has 1")
+		a = getSandbox(aKey)
+		patch = client.MergeFrom(a.DeepCopy())
+		a.Spec.State = sandboxv1.SandboxStateStopped
+		Expect(k8sClient.Patch(ctx, a, patch)).To(Succeed())
+		waitReady(cKey)
+		Eventually(quotaUsed(ns, "vcpus")).Should(HaveField("RunningVCPUs", HaveValue(BeEquivalentTo(6))))
+		a = getSandbox(aKey)
+		patch = client.MergeFrom(a.DeepCopy())
+		a.Spec.State = sandboxv1.SandboxStateRunning
+		Expect(k8sClient.Patch(ctx, a, patch)).To(Succeed())
+		waitReady(aKey)
+		Expect(getSandbox(aKey).Status.SessionVCPUs).To(BeEquivalentTo(1))
+		Eventually(quotaUsed(ns, "vcpus")).Should(HaveField("RunningVCPUs", HaveValue(BeEquivalentTo(7))))
+		Expect(peakVCPUs(ns)).To(BeNumerically("<=", 8), "the emulator ran more vCPUs at once than the quota allows")
+	})
+
+	// deletionPolicy Retain leaves the Vercel sandbox; under a quota that
+	// counts running sessions, its session must not run on uncounted.
+	It("stops the session of a retained Sandbox before its slot is released", func() {
+		ns := newNamespace()
+		newQuota(ns, "one", sandboxv1.SandboxQuotaResources{RunningSandboxes: ptr.To[int64](1)})
+		keptKey := types.NamespacedName{Namespace: ns, Name: "kept"}
+		newSandbox(ns, "kept", sandboxv1.SandboxSpec{Source: runtimeSource("node24"), DeletionPolicy: sandboxv1.DeletionPolicyRetain})
+		kept := waitReady(keptKey)
+		nextKey := types.NamespacedName{Namespace: ns, Name: "next"}
+		newSandbox(ns, "next", sandboxv1.SandboxSpec{Source: runtimeSource("node24")})
+		Eventually(readyCondition(nextKey)).Should(HaveField("Reason", sandboxv1.ReasonQuotaExceeded))
+
+		Expect(k8sClient.Delete(ctx, kept)).To(Succeed())
+		waitReady(nextKey)
+		Eventually(func() bool { return apierrors.IsNotFound(k8sClient.Get(ctx, keptKey, &sandboxv1.Sandbox{})) }).Should(BeTrue())
+		remote, ok := emu.Sandbox(kept.Status.VercelName)
+		Expect(ok).To(BeTrue(), "retained")
+		Expect(remote.Tags).To(BeEmpty(), "released")
+		Expect(remote.Status.Terminal()).To(BeTrue(), "the retained sandbox's session was left running (%s)", remote.Status)
+		Expect(runningSessions(ns)).To(Equal(1))
+		Expect(peakRunning(ns)).To(Equal(1), "the emulator ran more sessions at once than the quota allows")
+		expectEvent(keptKey, "Stopped session "+kept.Status.SessionID)
+	})
+
+	// A recipe's builder is a Vercel sandbox running the tenant's setup
+	// commands: it costs what a Sandbox costs while it runs.
+	It("counts recipe builders, and makes a build wait like a Sandbox", func() {
+		ns := newNamespace()
+		newQuota(ns, "one", sandboxv1.SandboxQuotaResources{RunningSandboxes: ptr.To[int64](1), RunningVCPUs: ptr.To[int64](8)})
+		firstKey := types.NamespacedName{Namespace: ns, Name: "first"}
+		newSandbox(ns, "first", sandboxv1.SandboxSpec{Source: runtimeSource("node24")})
+		waitReady(firstKey)
+
+		By("a build with the running limit used up waits, and says why")
+		rt := sandboxv1.Runtime("node24")
+		snapKey := types.NamespacedName{Namespace: ns, Name: "workspace"}
+		newSnapshot(ns, snapKey.Name, sandboxv1.SandboxSnapshotSpec{Source: sandboxv1.SandboxSnapshotSource{Recipe: &sandboxv1.SnapshotRecipe{
+			Runtime:   &rt,
+			Resources: &sandboxv1.SandboxResources{VCPUs: ptr.To[int32](4)},
+			Setup:     []sandboxv1.RecipeCommand{{Name: "slow", Command: "sh", Args: []string{"-c", "sleep 4; echo built > /vercel/sandbox/built.txt"}}},
+		}}})
+		snapReady := func(g Gomega) *metav1.Condition {
+			s := &sandboxv1.SandboxSnapshot{}
+			g.Expect(k8sClient.Get(ctx, snapKey, s)).To(Succeed())
+			return meta.FindStatusCondition(s.Status.Conditions, sandboxv1.ConditionReady)
+		}
+		Eventually(snapReady).Should(And(Not(BeNil()), HaveField("Reason", sandboxv1.ReasonQuotaExceeded),
+			HaveField("Message", ContainSubstring("SandboxQuota one allows runningSandboxes 1"))))
+		Consistently(func() int { return runningSessions(ns) }, 2*time.Second).Should(Equal(1), "a builder started beyond the quota")
+		expectEvent(snapKey, "SandboxQuota one allows runningSandboxes 1")
+
+		By("stopping the Sandbox lets the build start; while the builder runs it counts, and a Sandbox waits for it")
+		first := getSandbox(firstKey)
+		patch := client.MergeFrom(first.DeepCopy())
+		first.Spec.State = sandboxv1.SandboxStateStopped
+		Expect(k8sClient.Patch(ctx, first, patch)).To(Succeed())
+		Eventually(snapReady).Should(HaveField("Reason", sandboxv1.ReasonBuilding))
+		Eventually(quotaUsed(ns, "one")).Should(And(HaveField("RunningSandboxes", HaveValue(BeEquivalentTo(1))),
+			HaveField("RunningVCPUs", HaveValue(BeEquivalentTo(4)))))
+		laterKey := types.NamespacedName{Namespace: ns, Name: "later"}
+		newSandbox(ns, "later", sandboxv1.SandboxSpec{Source: runtimeSource("node24")})
+		Eventually(readyCondition(laterKey)).Should(HaveField("Reason", sandboxv1.ReasonQuotaExceeded))
+
+		By("the builder gone, the waiting Sandbox starts")
+		waitSnapshotReady(snapKey)
+		waitReady(laterKey)
+		Expect(peakRunning(ns)).To(Equal(1), "the emulator ran more sessions at once than the quota allows")
+		Expect(peakVCPUs(ns)).To(BeNumerically("<=", 8))
+	})
 })
 
 // The built-in way to refuse Sandbox objects themselves, which a SandboxQuota

@@ -79,6 +79,9 @@ func (r *SandboxReconciler) finalize(ctx context.Context, sbx *sandboxv1.Sandbox
 		return true, ctrl.Result{}, nil
 	}
 	if sbx.Spec.DeletionPolicy == sandboxv1.DeletionPolicyRetain {
+		if err := r.stopBeforeRetain(ctx, sbx, resp); err != nil {
+			return deleting(err)
+		}
 		// Released, not only left: without owner tags it can be adopted
 		// again, by a new Sandbox or from another cluster.
 		if _, err := r.api(ctx).UpdateSandbox(ctx, name, vercel.UpdateSandboxRequest{Tags: releasedTags(resp.Sandbox.Tags)}, false); err != nil && !vercel.IsNotFound(err) {

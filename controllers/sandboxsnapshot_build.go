@@ -586,6 +586,7 @@ func (r *SandboxSnapshotReconciler) deleteBuilder(ctx context.Context, snap *san
 		if _, err := r.api(ctx).DeleteSandbox(ctx, name, false); err != nil && !vercel.IsNotFound(err) {
 			return false, fmt.Errorf("delete builder sandbox %s: %w", name, err)
 		}
+		r.Quota.ReleaseBuild(ctx, snap.Namespace, name)
 		return false, nil
 	case err != nil:
 		return false, fmt.Errorf("get builder sandbox %s: %w", name, err)
@@ -602,12 +603,13 @@ func (r *SandboxSnapshotReconciler) deleteBuilder(ctx context.Context, snap *san
 	if _, err := r.api(ctx).DeleteSandbox(ctx, name, false); err != nil && !vercel.IsNotFound(err) {
 		return false, fmt.Errorf("delete builder sandbox %s: %w", name, err)
 	}
+	r.Quota.ReleaseBuild(ctx, snap.Namespace, name)
 	r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Deleted", why, "Deleted builder sandbox %s", name)
 	return true, nil
 }
 
 func (r *SandboxSnapshotReconciler) createBuilder(ctx context.Context, snap *sandboxv1.SandboxSnapshot, name, hash string, budget time.Duration, serving bool) (ctrl.Result, error) {
-	if wait, err := r.waitForSnapshotQuota(ctx, snap); wait || err != nil {
+	if wait, err := r.waitForBuildQuota(ctx, snap, name, serving); wait || err != nil {
 		return ctrl.Result{RequeueAfter: quotaRecheck}, err
 	}
 	rcp := snap.Spec.Source.Recipe
