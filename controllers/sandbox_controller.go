@@ -79,6 +79,10 @@ type SandboxReconciler struct {
 	// RouteBase + "/_routes/" (where the emulator serves routes), never to a
 	// URL someone wrote into status.routes.
 	RouteBase string
+	// MaxProbesPerNamespace bounds the exec readiness probe commands that
+	// run at once in one namespace (default DefaultMaxProbesPerNamespace;
+	// sandbox_probe.go).
+	MaxProbesPerNamespace int
 
 	// Now is the clock of every lifecycle decision; time.Now when nil. Tests
 	// that simulate hours share the emulator's fake clock through it.
@@ -103,6 +107,8 @@ type SandboxReconciler struct {
 	refused sync.Map // types.NamespacedName -> session id
 	// probes holds, per object, its readiness probe's state (sandbox_probe.go).
 	probes sync.Map // types.NamespacedName -> probeState
+	// probeSlots counts each namespace's running exec probe commands.
+	probeSlots probeSlots
 }
 
 // +kubebuilder:rbac:groups=sandbox.sentry.io,resources=sandboxes,verbs=get;list;watch;update;patch;delete
@@ -457,7 +463,7 @@ func (r *SandboxReconciler) forget(key types.NamespacedName) {
 	r.warned.Delete(key)
 	r.idleWarned.Delete(key)
 	r.refused.Delete(key)
-	r.probes.Delete(key)
+	r.forgetProbe(key)
 }
 
 func (r *SandboxReconciler) now() time.Time {

@@ -6,8 +6,19 @@ package controllers
 // counts failures in a row; the count lives in memory (a restart only starts
 // it again), the result in the Ready condition.
 //
+// An exec probe runs detached, as setup commands do (sandbox_setup.go): a
+// reconcile starts the command and returns, and later reconciles poll it
+// until it exits or its timeout passes. No reconcile and no Vercel in-flight
+// slot waits for a probe command, so a probe may take longer than a Vercel
+// call (up to its timeoutSeconds, 60), and a slow probe delays nobody else.
+// The command carries a marker (the probe's hash), so a manager that
+// restarts while one runs finds and polls it instead of starting another.
+// At most MaxProbesPerNamespace probe commands run at once in one namespace;
+// a Sandbox whose probe is due waits for one of them to end.
+//
 // Vercel requests: an httpGet probe makes none (it goes to the public route);
-// an exec probe makes one run-command and one wait per period, and one logs
+// an exec probe makes one run-command per period and a few polls while it
+// runs (after 250 ms, then twice as long each time up to 2 s), and one logs
 // request when it fails, so periodSeconds bounds its traffic.
 
 import (
@@ -19,12 +30,15 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
@@ -37,6 +51,9 @@ const (
 	defaultProbeTimeout   = 2 * time.Second
 	defaultProbeThreshold = 3
 )
+
+// DefaultMaxProbesPerNamespace is the default of --max-probes-per-namespace.
+const DefaultMaxProbesPerNamespace = 8
 
 // probeReasons are the Ready reasons of a running session that waits for, or
 // failed, its readiness probe: status stands for it between polls, as for a
@@ -55,64 +72,255 @@ type probeState struct {
 	failures int32
 	// next is when the next probe is due.
 	next time.Time
+	// run is the exec probe command running now; nil when none runs.
+	run *probeRun
+	// searched: the session's commands were searched for a probe command
+	// that this manager did not record (started before a restart, or by a
+	// run-command whose answer was lost). Until then none is started.
+	searched bool
 }
+
+// probeRun is an exec probe command that runs in the session.
+type probeRun struct {
+	cmdID string
+	// started is when it started; its timeout counts from then.
+	started time.Time
+	// poll is how long to wait before the next poll.
+	poll time.Duration
+}
+
+// Exec probe polling: the first poll after probePollFirst (most probes have
+// exited by then), then twice as long each time up to probePollMax. A
+// command that has not exited probeGrace after its timeout (Vercel kills it
+// at the timeout) counts as timed out, and is killed.
+const (
+	probePollFirst = 250 * time.Millisecond
+	probePollMax   = setupPoll
+	probeGrace     = 5 * time.Second
+	// probeWaitPoll is how often a Sandbox whose probe waits for its
+	// namespace's running probes to end looks again.
+	probeWaitPoll = setupPoll
+)
 
 // probeReadiness turns the readiness of a running, set-up session (rd,
 // Ready=True) into the one the readiness probe allows, probing when a probe
 // is due. It returns the readiness and how soon to look again for the next
-// probe (0 without a probe). An error is a Vercel failure around an exec
-// probe, not a probe result: Ready is left as it was.
+// probe or poll (0 without a probe). An error is a Vercel failure around an
+// exec probe, not a probe result: Ready is left as it was.
 func (r *SandboxReconciler) probeReadiness(ctx context.Context, sbx *sandboxv1.Sandbox, l lifecycle, rd readiness) (readiness, time.Duration, error) {
 	key := client.ObjectKeyFromObject(sbx)
 	p := sbx.Spec.ReadinessProbe
 	id := l.obs.sessionID
+	v, ok := r.probes.Load(key)
+	old, _ := v.(probeState)
 	if p == nil {
 		// Remembered without a probe, so one added later must pass before
 		// the session is Ready again.
+		r.endProbeRun(ctx, key, old, id)
 		r.probes.Store(key, probeState{sessionID: id})
 		return rd, 0, nil
 	}
 	period, threshold := probePeriod(p), probeThreshold(p)
 	spec, _ := json.Marshal(p)
 	var ps probeState
-	v, ok := r.probes.Load(key)
 	switch {
-	case ok && v.(probeState).sessionID == id && v.(probeState).spec == string(spec):
-		ps = v.(probeState)
-	case ok && v.(probeState).sessionID == id:
-		// The probe changed: Ready waits for the new one.
-		ps = probeState{sessionID: id, spec: string(spec)}
+	case ok && old.sessionID == id && old.spec == string(spec):
+		ps = old
+	case ok && old.sessionID == id:
+		// The probe changed: Ready waits for the new one. Its commands
+		// carry a new marker, so none of them can run yet.
+		r.endProbeRun(ctx, key, old, id)
+		ps = probeState{sessionID: id, spec: string(spec), searched: true}
 	default:
 		// A new session, or a manager that restarted: a session Ready (or
 		// failing its probe) before it still counts as having passed.
+		r.endProbeRun(ctx, key, old, id)
 		cur := meta.FindStatusCondition(sbx.Status.Conditions, sandboxv1.ConditionReady)
 		ps = probeState{sessionID: id, spec: string(spec), passed: l.obs.sameSession && cur != nil &&
 			(cur.Status == metav1.ConditionTrue || cur.Reason == sandboxv1.ReasonProbeFailed)}
 	}
 	now := r.now()
+	if p.Exec != nil {
+		return r.execProbeReadiness(ctx, sbx, ps, rd, now)
+	}
 	if now.Before(ps.next) {
 		r.probes.Store(key, ps)
 		return probeVerdict(sbx, ps, threshold, rd, ""), ps.next.Sub(now), nil
 	}
-	msg, err := r.probe(ctx, sbx, id, p)
-	if err != nil {
-		return rd, 0, err
-	}
+	msg := httpProbe(ctx, sbx.Status.Routes, r.RouteBase, p.HTTPGet, probeTimeout(p))
 	ps.next = r.now().Add(period)
-	if msg == "" {
-		if ps.failures >= threshold && ps.passed {
-			r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "ProbePassed", "Probe", "Readiness probe passed again in session %s", id)
-		}
-		ps.passed, ps.failures = true, 0
-	} else {
-		ps.failures++
-		if ps.passed && ps.failures == threshold {
-			r.Recorder.Eventf(sbx, nil, corev1.EventTypeWarning, sandboxv1.ReasonProbeFailed, "Probe", "%s",
-				truncate(fmt.Sprintf("Readiness probe failed %d times in a row: %s", ps.failures, msg), maxEventNote))
-		}
-	}
+	ps = r.probeResult(sbx, ps, threshold, msg)
 	r.probes.Store(key, ps)
 	return probeVerdict(sbx, ps, threshold, rd, msg), period, nil
+}
+
+// probeResult counts a probe's result (msg: "" when it passed, else why it
+// failed) and emits the events of a probe that failed threshold times in a
+// row, or passed again after that.
+func (r *SandboxReconciler) probeResult(sbx *sandboxv1.Sandbox, ps probeState, threshold int32, msg string) probeState {
+	if msg == "" {
+		if ps.failures >= threshold && ps.passed {
+			r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "ProbePassed", "Probe", "Readiness probe passed again in session %s", ps.sessionID)
+		}
+		ps.passed, ps.failures = true, 0
+		return ps
+	}
+	ps.failures++
+	if ps.passed && ps.failures == threshold {
+		r.Recorder.Eventf(sbx, nil, corev1.EventTypeWarning, sandboxv1.ReasonProbeFailed, "Probe", "%s",
+			truncate(fmt.Sprintf("Readiness probe failed %d times in a row: %s", ps.failures, msg), maxEventNote))
+	}
+	return ps
+}
+
+// execProbeReadiness advances an exec probe by one step: it polls the
+// running probe command, or starts one when a probe is due (and the
+// namespace runs fewer than MaxProbesPerNamespace), and returns the
+// readiness the probe allows and when to look again.
+func (r *SandboxReconciler) execProbeReadiness(ctx context.Context, sbx *sandboxv1.Sandbox, ps probeState, rd readiness, now time.Time) (readiness, time.Duration, error) {
+	key := client.ObjectKeyFromObject(sbx)
+	p := sbx.Spec.ReadinessProbe
+	period, threshold, timeout := probePeriod(p), probeThreshold(p), probeTimeout(p)
+	id := ps.sessionID
+	msg, again := "", time.Duration(0)
+	store := func() { r.probes.Store(key, ps) }
+	if ps.run == nil && !now.Before(ps.next) && !ps.searched {
+		run, err := r.findProbeCommand(ctx, id, probeMarker(ps.spec), period, now)
+		if err != nil {
+			store()
+			return rd, 0, err
+		}
+		ps.searched, ps.run = true, run
+		if run != nil {
+			// It runs whatever the bound says; it counts toward it.
+			r.probeSlots.take(key, run.started.Add(timeout+probeGrace))
+		}
+	}
+	switch {
+	case ps.run != nil:
+		run := ps.run
+		cmd, err := r.api(ctx).GetCommand(ctx, id, run.cmdID, false)
+		switch {
+		case vercel.IsNotFound(err) || vercel.IsGone(err):
+			// The session went, and its command with it: the next
+			// observation sees to the session.
+			r.probeSlots.release(key)
+			ps.run, ps.searched = nil, false
+			store()
+			return probeVerdict(sbx, ps, threshold, rd, ""), minRequeue, nil
+		case err != nil:
+			store()
+			return rd, 0, fmt.Errorf("poll readiness probe %s in session %s: %w", run.cmdID, id, err)
+		case cmd.ExitCode == nil && now.Before(run.started.Add(timeout+probeGrace)):
+			wait := min(run.poll, max(run.started.Add(timeout+probeGrace).Sub(now), minRequeue))
+			run.poll = min(2*run.poll, probePollMax)
+			store()
+			return probeVerdict(sbx, ps, threshold, rd, ""), wait, nil
+		case cmd.ExitCode == nil:
+			// Vercel should have killed it at its timeout; make sure.
+			if _, err := r.api(ctx).KillCommand(ctx, id, run.cmdID, 9); err != nil && !vercel.IsNotFound(err) && !vercel.IsGone(err) {
+				logf.FromContext(ctx).Info("Could not kill a readiness probe past its timeout", "session", id, "command", run.cmdID, "error", err.Error())
+			}
+			msg = fmt.Sprintf("command %s timed out after %s", p.Exec.Command, timeout)
+		default:
+			msg = r.execProbeMessage(ctx, sbx, id, p.Exec, cmd, timeout)
+		}
+		r.probeSlots.release(key)
+		ps.run = nil
+		ps.next = run.started.Add(period)
+		ps = r.probeResult(sbx, ps, threshold, msg)
+		again = max(ps.next.Sub(now), minRequeue)
+	case now.Before(ps.next):
+		again = ps.next.Sub(now)
+	default:
+		limit := r.MaxProbesPerNamespace
+		if limit <= 0 {
+			limit = DefaultMaxProbesPerNamespace
+		}
+		if !r.probeSlots.acquire(key, now.Add(timeout+probeGrace), now, limit) {
+			store()
+			v := probeVerdict(sbx, ps, threshold, rd, "")
+			if v.reason == sandboxv1.ReasonProbeNotReady && ps.failures == 0 {
+				v.message = fmt.Sprintf("Waiting for the readiness probe: %d probe commands run in namespace %s now, the most the manager runs at once in one namespace", limit, sbx.Namespace)
+			}
+			return v, probeWaitPoll, nil
+		}
+		cmd, err := r.api(ctx).RunCommand(ctx, id, probeRequest(p.Exec, timeout, probeMarker(ps.spec)))
+		if err != nil {
+			r.probeSlots.release(key)
+			// The command may have started with its answer lost: look for
+			// it before starting another.
+			ps.searched = false
+			store()
+			return rd, 0, fmt.Errorf("run readiness probe in session %s: %w", id, err)
+		}
+		ps.run = &probeRun{cmdID: cmd.ID, started: now, poll: min(probePollFirst, timeout)}
+		again = ps.run.poll
+		ps.run.poll *= 2
+	}
+	store()
+	return probeVerdict(sbx, ps, threshold, rd, msg), again, nil
+}
+
+// endProbeRun lets go of the probe command st records: it is killed when it
+// still runs in session id (a changed or removed probe), and no longer
+// counts toward its namespace's running probes.
+func (r *SandboxReconciler) endProbeRun(ctx context.Context, key types.NamespacedName, st probeState, id string) {
+	if st.run == nil {
+		return
+	}
+	r.probeSlots.release(key)
+	if st.sessionID != id {
+		return // it ended with its session
+	}
+	if _, err := r.api(ctx).KillCommand(ctx, id, st.run.cmdID, 9); err != nil && !vercel.IsNotFound(err) && !vercel.IsGone(err) {
+		logf.FromContext(ctx).Info("Could not kill a readiness probe that is no longer wanted", "session", id, "command", st.run.cmdID, "error", err.Error())
+	}
+}
+
+// forgetProbe forgets the probe of an object that is gone.
+func (r *SandboxReconciler) forgetProbe(key types.NamespacedName) {
+	r.probes.Delete(key)
+	r.probeSlots.release(key)
+}
+
+// findProbeCommand finds the newest command of the session that runs the
+// probe marker names, when it still runs or started less than a period ago:
+// a manager that restarted, or lost the answer to a run-command, polls it
+// instead of starting a second probe within the period.
+func (r *SandboxReconciler) findProbeCommand(ctx context.Context, id, marker string, period time.Duration, now time.Time) (*probeRun, error) {
+	cmds, err := r.api(ctx).ListCommands(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("list commands of session %s: %w", id, err)
+	}
+	for _, c := range cmds { // newest first
+		if !isSetupCommand(c, marker) {
+			continue
+		}
+		started := time.UnixMilli(c.StartedAt)
+		if c.StartedAt == 0 || started.After(now) {
+			started = now
+		}
+		if c.ExitCode == nil || now.Sub(started) < period {
+			return &probeRun{cmdID: c.ID, started: started, poll: probePollFirst}, nil
+		}
+		return nil, nil
+	}
+	return nil, nil
+}
+
+// probeMarker names the probe commands of one readiness probe (spec: its
+// JSON) in the session's command list.
+func probeMarker(spec string) string {
+	return "sandbox-probe:" + shortHash(spec, 16)
+}
+
+// probeRequest is the run-command request of an exec probe: started as a
+// setup command is (setupRequest), with the marker as $0, and killed by
+// Vercel at the probe's timeout.
+func probeRequest(e *sandboxv1.ExecProbe, timeout time.Duration, marker string) vercel.RunCommandRequest {
+	secs := int32(max(timeout/time.Second, 1))
+	return setupRequest(sandboxv1.SetupCommand{Command: e.Command, Args: e.Args, TimeoutSeconds: &secs}, marker)
 }
 
 // probeVerdict is the readiness a probe state allows. msg is the last
@@ -141,16 +349,6 @@ func probeVerdict(sbx *sandboxv1.Sandbox, ps probeState, threshold int32, rd rea
 		msg = "Readiness probe has not passed yet: " + msg
 	}
 	return readiness{sandboxv1.SandboxRunning, metav1.ConditionFalse, reason, msg}
-}
-
-// probe runs the readiness probe once in session id; it returns "" when it
-// passed, else why it failed, in words fit for status.
-func (r *SandboxReconciler) probe(ctx context.Context, sbx *sandboxv1.Sandbox, id string, p *sandboxv1.ReadinessProbe) (string, error) {
-	timeout := probeTimeout(p)
-	if p.HTTPGet != nil {
-		return httpProbe(ctx, sbx.Status.Routes, r.RouteBase, p.HTTPGet, timeout), nil
-	}
-	return r.execProbe(ctx, sbx, id, p.Exec, timeout)
 }
 
 // probeHTTPClient sends httpGet probes. Redirects are not followed: a 3xx
@@ -208,38 +406,24 @@ func httpProbe(ctx context.Context, routes []sandboxv1.SandboxRoute, routeBase s
 	return ""
 }
 
-// execProbe runs the probe's command in the session and waits for it, at most
-// the probe's timeout (Vercel kills it then). A failure reports the exit
-// code and the tail of the output, scrubbed of the Secret values the sandbox
-// was given.
-func (r *SandboxReconciler) execProbe(ctx context.Context, sbx *sandboxv1.Sandbox, id string, e *sandboxv1.ExecProbe, timeout time.Duration) (string, error) {
+// execProbeMessage is the result of an exec probe command that exited: ""
+// when it passed, else its exit code and the tail of its output, scrubbed of
+// the Secret values the sandbox was given. A command that Vercel killed at
+// the probe's timeout timed out.
+func (r *SandboxReconciler) execProbeMessage(ctx context.Context, sbx *sandboxv1.Sandbox, id string, e *sandboxv1.ExecProbe, cmd *vercel.Command, timeout time.Duration) string {
 	what := e.Command
-	req := vercel.RunCommandRequest{Command: e.Command, Args: e.Args, Env: map[string]string{}, Timeout: timeout.Milliseconds()}
-	cmd, err := r.api(ctx).RunCommand(ctx, id, req)
-	if err != nil {
-		return "", fmt.Errorf("run readiness probe in session %s: %w", id, err)
-	}
-	// Vercel kills the command at the timeout; the wait allows a little
-	// more for the answer to arrive.
-	wctx, cancel := context.WithTimeout(ctx, timeout+5*time.Second)
-	defer cancel()
-	done, err := r.api(ctx).GetCommand(wctx, id, cmd.ID, true)
 	switch {
-	case wctx.Err() != nil && ctx.Err() == nil:
-		return fmt.Sprintf("command %s timed out after %s", what, timeout), nil
-	case err != nil:
-		return "", fmt.Errorf("wait for readiness probe %s in session %s: %w", cmd.ID, id, err)
-	case done.ExitCode == nil:
-		return fmt.Sprintf("command %s timed out after %s", what, timeout), nil
-	case *done.ExitCode == 0:
-		return "", nil
+	case *cmd.ExitCode == 0:
+		return ""
+	case cmd.DurationMs >= timeout.Milliseconds():
+		return fmt.Sprintf("command %s timed out after %s", what, timeout)
 	}
 	values := r.knownSecrets(ctx, sbx)
-	msg := fmt.Sprintf("command %s exited with code %d", what, *done.ExitCode)
+	msg := fmt.Sprintf("command %s exited with code %d", what, *cmd.ExitCode)
 	if tail, err := commandOutputTail(ctx, r.api(ctx), id, cmd.ID, values); err == nil && tail != "" {
 		msg += ": " + truncateTail(tail)
 	}
-	return scrub(msg, values), nil
+	return scrub(msg, values)
 }
 
 // probeTailBytes bounds the output a probe failure quotes: status carries it
@@ -299,4 +483,60 @@ func isRouteURL(raw, routeBase string) bool {
 		return false
 	}
 	return strings.HasPrefix(raw, strings.TrimSuffix(routeBase, "/")+"/_routes/")
+}
+
+// probeSlots counts the exec probe commands running in each namespace, to
+// bound them (MaxProbesPerNamespace). Each entry holds until its command's
+// timeout (plus grace) has passed, by when Vercel has killed it: an entry
+// that nobody releases (its session stopped meanwhile) expires then.
+type probeSlots struct {
+	mu   sync.Mutex
+	held map[string]map[types.NamespacedName]time.Time // namespace -> object -> until
+}
+
+// acquire takes a slot of key's namespace until until, when fewer than limit
+// are held at now (or key holds one already); it reports whether it did.
+func (s *probeSlots) acquire(key types.NamespacedName, until, now time.Time, limit int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ns := s.held[key.Namespace]
+	for k, u := range ns {
+		if !now.Before(u) {
+			delete(ns, k)
+		}
+	}
+	if _, ok := ns[key]; !ok && len(ns) >= limit {
+		return false
+	}
+	s.takeLocked(key, until)
+	return true
+}
+
+// take takes a slot whatever the bound: for a probe command that runs
+// already.
+func (s *probeSlots) take(key types.NamespacedName, until time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.takeLocked(key, until)
+}
+
+func (s *probeSlots) takeLocked(key types.NamespacedName, until time.Time) {
+	if s.held == nil {
+		s.held = map[string]map[types.NamespacedName]time.Time{}
+	}
+	if s.held[key.Namespace] == nil {
+		s.held[key.Namespace] = map[types.NamespacedName]time.Time{}
+	}
+	s.held[key.Namespace][key] = until
+}
+
+func (s *probeSlots) release(key types.NamespacedName) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ns := s.held[key.Namespace]; ns != nil {
+		delete(ns, key)
+		if len(ns) == 0 {
+			delete(s.held, key.Namespace)
+		}
+	}
 }

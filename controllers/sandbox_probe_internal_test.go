@@ -1,11 +1,15 @@
 package controllers
 
 import (
+	"slices"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
 
 func TestProbeVerdict(t *testing.T) {
@@ -74,5 +78,59 @@ func TestIsRouteURL(t *testing.T) {
 	}
 	if isRouteURL("http://127.0.0.1:4000/_routes/sb-abc123", "") {
 		t.Error("with no route base only vercel.run routes are allowed")
+	}
+}
+
+// The per-namespace bound on running exec probe commands: a namespace at its
+// limit waits, another does not, and a slot nobody released (a session that
+// stopped while its probe ran) expires with its command's timeout.
+func TestProbeSlots(t *testing.T) {
+	var s probeSlots
+	now := time.Unix(1000, 0)
+	key := func(ns, name string) types.NamespacedName { return types.NamespacedName{Namespace: ns, Name: name} }
+	until := now.Add(10 * time.Second)
+	for _, name := range []string{"a", "b"} {
+		if !s.acquire(key("busy", name), until, now, 2) {
+			t.Fatalf("%s: refused below the limit", name)
+		}
+	}
+	if s.acquire(key("busy", "c"), until, now, 2) {
+		t.Fatal("a third probe ran in a namespace limited to two")
+	}
+	if !s.acquire(key("busy", "a"), until, now, 2) {
+		t.Fatal("a holder was refused its own slot")
+	}
+	if !s.acquire(key("other", "x"), until, now, 2) {
+		t.Fatal("another namespace waited for this one's probes")
+	}
+	s.release(key("busy", "a"))
+	if !s.acquire(key("busy", "c"), until, now, 2) {
+		t.Fatal("a released slot was not free")
+	}
+	// A command found running after a restart counts, whatever the bound.
+	s.take(key("busy", "d"), now.Add(time.Second))
+	if s.acquire(key("busy", "e"), until, now, 3) {
+		t.Fatal("an adopted probe command did not count")
+	}
+	if !s.acquire(key("busy", "e"), until, now.Add(2*time.Second), 3) {
+		t.Fatal("a slot past its command's timeout did not expire")
+	}
+}
+
+// A probe command is started as setup commands are, with its marker as $0,
+// and found again by it; another probe's marker does not match.
+func TestProbeRequestMarker(t *testing.T) {
+	e := &sandboxv1.ExecProbe{Command: "test", Args: []string{"-f", "/ready"}}
+	marker := probeMarker(`{"exec":{"command":"test"}}`)
+	req := probeRequest(e, 40*time.Second, marker)
+	if req.Command != "sh" || req.Timeout != 40_000 || !slices.Equal(req.Args, []string{"-c", setupExec, marker, "test", "-f", "/ready"}) {
+		t.Fatalf("request %+v", req)
+	}
+	c := vercel.Command{Name: req.Command, Args: req.Args}
+	if !isSetupCommand(c, marker) {
+		t.Fatal("the probe command is not found by its marker")
+	}
+	if isSetupCommand(c, probeMarker(`{"exec":{"command":"true"}}`)) {
+		t.Fatal("another probe's marker matched")
 	}
 }

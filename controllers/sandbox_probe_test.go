@@ -114,7 +114,10 @@ var _ = Describe("Readiness probe", func() {
 				FailureThreshold: ptr.To[int32](2),
 			},
 		})
-		Eventually(readyReason(key)).Should(Equal(sandboxv1.ReasonProbeNotReady))
+		// Ready says "Waiting for the readiness probe" while the first probe
+		// command runs (detached), then why it failed.
+		Eventually(readyCondition(key)).Should(And(Not(BeNil()), HaveField("Reason", sandboxv1.ReasonProbeNotReady),
+			HaveField("Message", ContainSubstring("exited with code 1"))))
 		c := readyCondition(key)(Default)
 		Expect(c.Message).To(And(ContainSubstring("exited with code 1"), ContainSubstring("key=[redacted]")))
 		Expect(c.Message).NotTo(ContainSubstring(secret))

@@ -57,6 +57,9 @@ type Options struct {
 	// Shard is the part of the cluster this manager reconciles: the
 	// namespaces whose ShardOf is Shard.Index. The zero value is all of it.
 	Shard Shard
+	// MaxProbesPerNamespace bounds the exec readiness probe commands that
+	// run at once in one namespace (SandboxReconciler.MaxProbesPerNamespace).
+	MaxProbesPerNamespace int
 }
 
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
@@ -202,6 +205,7 @@ func SetupWithManager(mgr ctrl.Manager, vc vercel.Config, o Options) error {
 		ClusterID:               o.ClusterID,
 		RouteBase:               vc.BaseURL,
 		Shard:                   o.Shard,
+		MaxProbesPerNamespace:   o.MaxProbesPerNamespace,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the Sandbox controller: %w", err)
 	}

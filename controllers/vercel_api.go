@@ -22,6 +22,7 @@ type SandboxAPI interface {
 	RunCommand(ctx context.Context, sessionID string, req vercel.RunCommandRequest) (*vercel.Command, error)
 	GetCommand(ctx context.Context, sessionID, cmdID string, wait bool) (*vercel.Command, error)
 	ListCommands(ctx context.Context, sessionID string) ([]vercel.Command, error)
+	KillCommand(ctx context.Context, sessionID, cmdID string, signal int) (*vercel.Command, error)
 	CommandLogs(ctx context.Context, sessionID, cmdID string) (*vercel.LogStream, error)
 
 	// Snapshots (SandboxSnapshot controller).

@@ -52,6 +52,7 @@ func main() {
 		kubeBurst              int
 		clusterID              string
 		shard                  controllers.Shard
+		maxProbesPerNamespace  int
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "Address the Prometheus metrics endpoint binds to (HTTPS unless --metrics-secure=false); 0 disables it.")
 	flag.BoolVar(&metrics.secure, "metrics-secure", true, "Serve metrics over HTTPS, only to callers whose token the API server authenticates and authorizes for GET /metrics. --metrics-secure=false serves plain HTTP to anyone who can connect.")
@@ -87,6 +88,7 @@ func main() {
 	flag.IntVar(&kubeBurst, "kube-api-burst", 0, "Burst allowed above --kube-api-qps when that is positive (default twice the QPS).")
 	flag.IntVar(&shard.Count, "shards", 1, "Managers the namespaces are split between, by FNV-1a of the namespace name modulo this count; each runs with its own --shard-index and its own leader election Lease. 1: this manager reconciles every namespace.")
 	flag.IntVar(&shard.Index, "shard-index", 0, "The shard this manager reconciles, in [0, --shards): the namespaces whose hash modulo --shards is this index.")
+	flag.IntVar(&maxProbesPerNamespace, "max-probes-per-namespace", controllers.DefaultMaxProbesPerNamespace, "Exec readiness probe commands that run at once in one namespace; a Sandbox whose probe is due waits for one of them to end. Bounds the Vercel requests one namespace's probes cost (each running probe is polled).")
 	var notifyOpts notify.Options
 	flag.IntVar(&notifyOpts.Workers, "notify-workers", 4, "Webhook notifications delivered in parallel; each namespace has at most one in flight.")
 	flag.IntVar(&notifyOpts.QueueSize, "notify-queue-size", 1000, "Webhook notifications waiting for delivery at most; when full, the oldest waiting one is dropped.")
@@ -126,6 +128,10 @@ func main() {
 	}
 	if err := shard.Validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "error: --shards/--shard-index:", err)
+		os.Exit(2)
+	}
+	if maxProbesPerNamespace < 1 {
+		fmt.Fprintln(os.Stderr, "error: --max-probes-per-namespace must be at least 1")
 		os.Exit(2)
 	}
 	if gracefulShutdown < 0 {
@@ -216,6 +222,7 @@ func main() {
 		Notify:                  notifyOpts,
 		ClusterID:               clusterID,
 		Shard:                   shard,
+		MaxProbesPerNamespace:   maxProbesPerNamespace,
 	}); err != nil {
 		log.Error(err, "Failed to set up the controllers")
 		os.Exit(1)
