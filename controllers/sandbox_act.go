@@ -143,7 +143,7 @@ func (r *SandboxReconciler) create(ctx context.Context, sbx *sandboxv1.Sandbox) 
 	if st.Secrets != nil {
 		st.Secrets.StaleSession = ""
 	}
-	recordSecrets(sbx, secrets)
+	r.recordSecrets(sbx, secrets)
 	o := record(sbx, resp)
 	return ctrl.Result{}, &o, nil
 }
@@ -226,7 +226,7 @@ func (r *SandboxReconciler) update(ctx context.Context, sbx *sandboxv1.Sandbox, 
 	// Git credentials serve only a creation: one that cannot be read does
 	// not hold up an update, it is reported by refreshSecrets.
 	_ = readGitCredentials(ctx, secrets, &sbx.Spec.Source)
-	recordSecrets(sbx, secrets)
+	r.recordSecrets(sbx, secrets)
 	return nil
 }
 

@@ -84,6 +84,11 @@ type SandboxReconciler struct {
 	// sandbox_probe.go).
 	MaxProbesPerNamespace int
 
+	// DigestKey keys the digests of Secret values in status.secrets
+	// (digest_key.go). SetupWithManager loads it from the Secret
+	// DigestKeySecretName in ManagerNamespace() when it is unset.
+	DigestKey []byte
+
 	// Now is the clock of every lifecycle decision; time.Now when nil. Tests
 	// that simulate hours share the emulator's fake clock through it.
 	Now func() time.Time
@@ -511,6 +516,15 @@ func (r *SandboxReconciler) pollInterval() time.Duration {
 func (r *SandboxReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := indexSandboxes(context.Background(), mgr); err != nil {
 		return err
+	}
+	if len(r.DigestKey) == 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		key, err := LoadDigestKey(ctx, mgr.GetClient(), mgr.GetAPIReader(), ManagerNamespace())
+		if err != nil {
+			return err
+		}
+		r.DigestKey = key
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&sandboxv1.Sandbox{}, builder.WithPredicates(r.Shard.predicate(), predicate.Or(

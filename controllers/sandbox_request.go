@@ -2,7 +2,9 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 	"sort"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -109,6 +111,13 @@ func buildConfig(ctx context.Context, secrets *secretReader, spec *sandboxv1.San
 				v, err := secrets.value(ctx, e.ValueFrom.SecretKeyRef.Name, e.ValueFrom.SecretKeyRef.Key)
 				if err != nil {
 					return nil, err
+				}
+				// Admission refuses a NUL in spec.env[].value; a Secret's
+				// value is only seen here. Sent on, it would make every
+				// command of the session fail.
+				if strings.IndexByte(v, 0) >= 0 {
+					return nil, &secretError{name: e.ValueFrom.SecretKeyRef.Name, refused: fmt.Sprintf(
+						"its key %q holds a NUL character, which the environment variable %s (spec.env) cannot carry", e.ValueFrom.SecretKeyRef.Key, e.Name)}
 				}
 				cfg.env[e.Name] = v
 			case e.Value != nil:

@@ -1,8 +1,8 @@
 package controllers
 
 // Secret rotation: a Sandbox records, per referenced Secret, the
-// resourceVersion and a digest of the values Vercel was given
-// (status.secrets). The manager watches Secrets' metadata only — never their
+// resourceVersion and a keyed digest of the values Vercel was given
+// (status.secrets; digest_key.go holds the key). The manager watches Secrets' metadata only — never their
 // values — so a changed resourceVersion wakes the Sandboxes that reference
 // the Secret; they read it again (uncached) and, when the digest changed,
 // apply it: injected headers reach the running session at once (Vercel
@@ -12,10 +12,12 @@ package controllers
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"sort"
 	"strings"
 
@@ -82,30 +84,62 @@ func readGitCredentials(ctx context.Context, secrets *secretReader, src *sandbox
 	return err
 }
 
-// secretDigest identifies the values of the keys read from one Secret. It is
-// salted with the object's UID, so equal values in two Sandboxes do not show
-// as equal digests, and truncated: it tells versions apart, nothing more.
-func secretDigest(uid types.UID, name string, sec *corev1.Secret, keys map[string]bool) string {
+// digestPrefix marks a keyed digest in status. A digest without it was
+// written by a version that hashed the values without a key; it is only
+// compared against, never written again (legacyDigest).
+const digestPrefix = "hmac-sha256:"
+
+// secretDigest identifies the values of the keys read from one Secret: an
+// HMAC under the manager's digest key (digest_key.go), so that whoever reads
+// the Sandbox cannot confirm a guessed value by hashing it. It also covers
+// the object's UID, so equal values in two Sandboxes do not show as equal
+// digests, and is truncated: it tells versions apart, nothing more.
+func secretDigest(key []byte, uid types.UID, name string, sec *corev1.Secret, keys map[string]bool) string {
+	h := hmac.New(sha256.New, key)
+	writeDigested(h, uid, name, sec, keys)
+	return digestPrefix + hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// legacyDigest is the unkeyed digest earlier versions recorded. It is
+// computed only to compare with such a recorded digest, so that an upgrade
+// does not take every Secret for rotated.
+func legacyDigest(uid types.UID, name string, sec *corev1.Secret, keys map[string]bool) string {
+	h := sha256.New()
+	writeDigested(h, uid, name, sec, keys)
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+func writeDigested(h hash.Hash, uid types.UID, name string, sec *corev1.Secret, keys map[string]bool) {
 	sorted := make([]string, 0, len(keys))
 	for k := range keys {
 		sorted = append(sorted, k)
 	}
 	sort.Strings(sorted)
-	h := sha256.New()
 	fmt.Fprintf(h, "%s\x00%s\x00", uid, name)
 	for _, k := range sorted {
 		fmt.Fprintf(h, "%s\x00%d\x00", k, len(sec.Data[k]))
 		h.Write(sec.Data[k])
 	}
-	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// isLegacyDigest reports whether a recorded digest is of the unkeyed form.
+func isLegacyDigest(d string) bool { return d != "" && !strings.HasPrefix(d, digestPrefix) }
+
+// sameValues reports whether recorded, a digest in status, stands for the
+// values of sec's keys: by the form it was written in.
+func sameValues(recorded string, key []byte, uid types.UID, name string, sec *corev1.Secret, keys map[string]bool) bool {
+	if isLegacyDigest(recorded) {
+		return hmac.Equal([]byte(recorded), []byte(legacyDigest(uid, name, sec, keys)))
+	}
+	return hmac.Equal([]byte(recorded), []byte(secretDigest(key, uid, name, sec, keys)))
 }
 
 // appliedSecrets lists the Secrets secrets read, as status records them.
-func appliedSecrets(uid types.UID, secrets *secretReader) []sandboxv1.AppliedSecret {
+func appliedSecrets(key []byte, uid types.UID, secrets *secretReader) []sandboxv1.AppliedSecret {
 	out := make([]sandboxv1.AppliedSecret, 0, len(secrets.keys))
 	for name, keys := range secrets.keys {
 		sec := secrets.cache[name]
-		out = append(out, sandboxv1.AppliedSecret{Name: name, ResourceVersion: sec.ResourceVersion, Digest: secretDigest(uid, name, sec, keys)})
+		out = append(out, sandboxv1.AppliedSecret{Name: name, ResourceVersion: sec.ResourceVersion, Digest: secretDigest(key, uid, name, sec, keys)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
@@ -113,7 +147,7 @@ func appliedSecrets(uid types.UID, secrets *secretReader) []sandboxv1.AppliedSec
 
 // recordSecrets records what Vercel was just given from secrets: all of the
 // spec's Secret values after a create or an update.
-func recordSecrets(sbx *sandboxv1.Sandbox, secrets *secretReader) {
+func (r *SandboxReconciler) recordSecrets(sbx *sandboxv1.Sandbox, secrets *secretReader) {
 	st := &sbx.Status
 	if len(referencedSecrets(&sbx.Spec)) == 0 {
 		st.Secrets = nil
@@ -123,7 +157,7 @@ func recordSecrets(sbx *sandboxv1.Sandbox, secrets *secretReader) {
 	if st.Secrets == nil {
 		st.Secrets = &sandboxv1.SecretsStatus{}
 	}
-	st.Secrets.Applied = appliedSecrets(sbx.UID, secrets)
+	st.Secrets.Applied = appliedSecrets(r.DigestKey, sbx.UID, secrets)
 	markSecrets(sbx, nil)
 }
 
@@ -213,7 +247,9 @@ func (r *SandboxReconciler) refreshSecrets(ctx context.Context, sbx *sandboxv1.S
 	}
 	changed := false
 	for _, n := range names {
-		if versions[n] != recorded[n].ResourceVersion {
+		// A digest of the unkeyed form is replaced by a keyed one the
+		// first time an upgraded manager sees it: that reads the Secret.
+		if versions[n] != recorded[n].ResourceVersion || isLegacyDigest(recorded[n].Digest) {
 			changed = true
 		}
 	}
@@ -243,7 +279,7 @@ func (r *SandboxReconciler) refreshSecrets(ctx context.Context, sbx *sandboxv1.S
 		return err
 	}
 
-	applied := appliedSecrets(sbx.UID, secrets)
+	applied := appliedSecrets(r.DigestKey, sbx.UID, secrets)
 	if st.Secrets == nil {
 		// Recorded by a version without rotation, or adopted: what Vercel
 		// holds is unknown; the values read now are the baseline.
@@ -255,7 +291,7 @@ func (r *SandboxReconciler) refreshSecrets(ctx context.Context, sbx *sandboxv1.S
 	var rotated []string
 	var rotatedUses secretUse
 	for _, a := range applied {
-		if a.Digest != recorded[a.Name].Digest {
+		if !sameValues(recorded[a.Name].Digest, r.DigestKey, sbx.UID, a.Name, secrets.cache[a.Name], secrets.keys[a.Name]) {
 			rotated = append(rotated, a.Name)
 			rotatedUses |= uses[a.Name]
 		}

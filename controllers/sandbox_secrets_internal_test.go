@@ -48,19 +48,21 @@ func TestSecretDigest(t *testing.T) {
 	sec := func(v string) *corev1.Secret {
 		return &corev1.Secret{Data: map[string][]byte{"k": []byte(v), "other": []byte("x")}}
 	}
+	key := []byte("manager-key-0123456789abcdef0123")
 	keys := map[string]bool{"k": true}
-	d := secretDigest("uid-1", "s", sec(value), keys)
-	if len(d) != 16 || strings.Contains(d, value) {
+	d := secretDigest(key, "uid-1", "s", sec(value), keys)
+	if !strings.HasPrefix(d, digestPrefix) || len(d) != len(digestPrefix)+16 || strings.Contains(d, value) {
 		t.Errorf("digest %q", d)
 	}
-	if secretDigest("uid-1", "s", sec(value), keys) != d {
+	if secretDigest(key, "uid-1", "s", sec(value), keys) != d {
 		t.Error("not deterministic")
 	}
 	for what, other := range map[string]string{
-		"another value":    secretDigest("uid-1", "s", sec(value+"2"), keys),
-		"another object":   secretDigest("uid-2", "s", sec(value), keys),
-		"another Secret":   secretDigest("uid-1", "t", sec(value), keys),
-		"more keys digest": secretDigest("uid-1", "s", sec(value), map[string]bool{"k": true, "other": true}),
+		"another value":    secretDigest(key, "uid-1", "s", sec(value+"2"), keys),
+		"another object":   secretDigest(key, "uid-2", "s", sec(value), keys),
+		"another Secret":   secretDigest(key, "uid-1", "t", sec(value), keys),
+		"more keys digest": secretDigest(key, "uid-1", "s", sec(value), map[string]bool{"k": true, "other": true}),
+		"another key":      secretDigest([]byte("another-key-0123456789abcdef0123"), "uid-1", "s", sec(value), keys),
 	} {
 		if other == d {
 			t.Errorf("%s: same digest", what)
@@ -68,8 +70,26 @@ func TestSecretDigest(t *testing.T) {
 	}
 	unread := sec(value)
 	unread.Data["other"] = []byte("changed")
-	if secretDigest("uid-1", "s", unread, keys) != d {
+	if secretDigest(key, "uid-1", "s", unread, keys) != d {
 		t.Error("a key the spec does not read changed the digest")
+	}
+
+	// Recorded digests of either form are compared by their form: an
+	// upgrade finds unkeyed ones in status.
+	legacy := legacyDigest("uid-1", "s", sec(value), keys)
+	if !isLegacyDigest(legacy) || isLegacyDigest(d) || isLegacyDigest("") {
+		t.Errorf("forms: legacy %q keyed %q", legacy, d)
+	}
+	for _, recorded := range []string{d, legacy} {
+		if !sameValues(recorded, key, "uid-1", "s", sec(value), keys) {
+			t.Errorf("%q: the same values count as changed", recorded)
+		}
+		if sameValues(recorded, key, "uid-1", "s", sec(value+"2"), keys) {
+			t.Errorf("%q: changed values count as the same", recorded)
+		}
+	}
+	if sameValues("", key, "uid-1", "s", sec(value), keys) {
+		t.Error("a Secret never recorded counts as applied")
 	}
 }
 

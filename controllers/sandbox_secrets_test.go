@@ -2,6 +2,9 @@ package controllers_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -106,6 +109,122 @@ var _ = Describe("Secret rotation", func() {
 
 		for _, v := range []string{oldValue, newValue, thirdValue} {
 			expectSecretNowhere(key, v)
+		}
+	})
+
+	It("records digests no reader can check a guessed value against, rewrites an upgrade's unkeyed ones without a rotation, and still detects one", func() {
+		const oldValue, newValue = "key-DigestOldEnv1", "key-DigestNewEnv2"
+		Expect(k8sClient.Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "api"},
+			Data:       map[string][]byte{"key": []byte(oldValue)},
+		})).To(Succeed())
+		key := types.NamespacedName{Namespace: ns, Name: "digests"}
+		newSandbox(ns, "digests", sandboxv1.SandboxSpec{
+			Source: runtimeSource("node24"),
+			Env:    []sandboxv1.EnvVar{{Name: "API_KEY", ValueFrom: &sandboxv1.EnvVarSource{SecretKeyRef: sandboxv1.SecretKeySelector{Name: "api", Key: "key"}}}},
+		})
+		sbx := waitReady(key)
+		session := sbx.Status.SessionID
+		Eventually(secretsCurrent(key)).Should(HaveField("Status", metav1.ConditionTrue))
+		// unkeyed is what anyone who reads the Sandbox can compute for a
+		// guessed value: the form earlier versions recorded.
+		unkeyed := func(uid types.UID, value string) string {
+			h := sha256.New()
+			fmt.Fprintf(h, "%s\x00%s\x00%s\x00%d\x00%s", uid, "api", "key", len(value), value)
+			return hex.EncodeToString(h.Sum(nil))[:16]
+		}
+		applied := func(g Gomega) sandboxv1.AppliedSecret {
+			s := getSandbox(key)
+			g.Expect(s.Status.Secrets).NotTo(BeNil())
+			g.Expect(s.Status.Secrets.Applied).To(HaveLen(1))
+			return s.Status.Secrets.Applied[0]
+		}
+		first := applied(Default)
+		Expect(first.Digest).NotTo(BeEmpty())
+		Expect(first.Digest).NotTo(ContainSubstring(unkeyed(sbx.UID, oldValue)), "the right guess is confirmed by the digest in status")
+
+		By("an upgrade finds the unkeyed digest of the current value: it is replaced, and nothing is applied or announced")
+		sbx = getSandbox(key)
+		sbx.Status.Secrets.Applied[0].Digest = unkeyed(sbx.UID, oldValue)
+		Expect(k8sClient.Status().Update(ctx, sbx)).To(Succeed())
+		writesBefore := len(recorder.requests(http.MethodPatch, sbx.Status.VercelName)) + len(recorder.requests(http.MethodPost, sbx.Status.VercelName))
+		sbx = getSandbox(key)
+		if sbx.Annotations == nil {
+			sbx.Annotations = map[string]string{}
+		}
+		sbx.Annotations[sandboxv1.AnnotationReconcileRequestedAt] = "digest-upgrade"
+		Expect(k8sClient.Update(ctx, sbx)).To(Succeed())
+		Eventually(func(g Gomega) string { return applied(g).Digest }).Should(Equal(first.Digest), "the unkeyed digest is rewritten keyed")
+		Expect(eventsFor(key)).NotTo(ContainElement(ContainSubstring("SecretRotated")))
+		s := getSandbox(key)
+		Expect(s.Status.SessionID).To(Equal(session))
+		Expect(s.Status.Secrets.StaleSession).To(BeEmpty())
+		Expect(meta.IsStatusConditionTrue(s.Status.Conditions, sandboxv1.ConditionSecretsCurrent)).To(BeTrue())
+		Expect(len(recorder.requests(http.MethodPatch, s.Status.VercelName))+len(recorder.requests(http.MethodPost, s.Status.VercelName))).
+			To(Equal(writesBefore), "no Vercel write for an unchanged value")
+
+		By("a change that leaves the value alone is no rotation")
+		sec := &corev1.Secret{}
+		Expect(k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: "api"}, sec)).To(Succeed())
+		sec.Labels = map[string]string{"touched": "yes"}
+		Expect(k8sClient.Update(ctx, sec)).To(Succeed())
+		Eventually(func(g Gomega) string { return applied(g).ResourceVersion }).Should(Equal(sec.ResourceVersion))
+		Expect(applied(Default).Digest).To(Equal(first.Digest))
+		Expect(eventsFor(key)).NotTo(ContainElement(ContainSubstring("SecretRotated")))
+
+		By("rotating the value: detected as before")
+		rotate("api", "key", newValue)
+		expectEvent(key, "Normal SecretRotated: Secret api rotated: its env values apply from the next session (Vercel cannot change a running session's environment); session "+session+" keeps the old ones until it stops")
+		Eventually(func(g Gomega) string { return applied(g).Digest }).ShouldNot(Equal(first.Digest))
+		Expect(applied(Default).Digest).NotTo(ContainSubstring(unkeyed(sbx.UID, newValue)))
+		for _, v := range []string{oldValue, newValue} {
+			expectSecretNowhere(key, v)
+		}
+	})
+
+	It("refuses a Secret env value with a NUL character, at creation and at rotation, in status instead of a broken session", func() {
+		const good = "key-NulGood1"
+		nul := []byte("key-Nul\x00Bad2")
+		Expect(k8sClient.Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "nul"},
+			Data:       map[string][]byte{"key": nul},
+		})).To(Succeed())
+		env := []sandboxv1.EnvVar{{Name: "API_KEY", ValueFrom: &sandboxv1.EnvVarSource{SecretKeyRef: sandboxv1.SecretKeySelector{Name: "nul", Key: "key"}}}}
+		refusal := `Secret "nul" is refused: its key "key" holds a NUL character, which the environment variable API_KEY (spec.env) cannot carry`
+
+		By("creating a Sandbox whose env reads it: refused before Vercel")
+		key := types.NamespacedName{Namespace: ns, Name: "nul-create"}
+		newSandbox(ns, key.Name, sandboxv1.SandboxSpec{Source: runtimeSource("node24"), Env: env})
+		Eventually(func(g Gomega) {
+			c := meta.FindStatusCondition(getSandbox(key).Status.Conditions, sandboxv1.ConditionSynced)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Reason).To(Equal(sandboxv1.ReasonSecretRefused))
+			g.Expect(c.Message).To(ContainSubstring(refusal))
+		}).Should(Succeed())
+		sbx := getSandbox(key)
+		Expect(sbx.Status.SessionID).To(BeEmpty())
+		Expect(meta.IsStatusConditionTrue(sbx.Status.Conditions, sandboxv1.ConditionReady)).To(BeFalse())
+		Expect(createsFor(sbx.Status.VercelName)).To(BeEmpty(), "nothing reached Vercel")
+
+		By("rotating a running Sandbox's Secret to a value with a NUL: reported, the session keeps what it has")
+		Expect(k8sClient.Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "later"},
+			Data:       map[string][]byte{"key": []byte(good)},
+		})).To(Succeed())
+		running := types.NamespacedName{Namespace: ns, Name: "nul-rotate"}
+		newSandbox(ns, running.Name, sandboxv1.SandboxSpec{Source: runtimeSource("node24"),
+			Env: []sandboxv1.EnvVar{{Name: "API_KEY", ValueFrom: &sandboxv1.EnvVarSource{SecretKeyRef: sandboxv1.SecretKeySelector{Name: "later", Key: "key"}}}}})
+		session := waitReady(running).Status.SessionID
+		rotate("later", "key", string(nul))
+		Eventually(secretsCurrent(running)).Should(And(HaveField("Status", metav1.ConditionFalse), HaveField("Reason", sandboxv1.ReasonSecretRefused),
+			HaveField("Message", ContainSubstring(`Secret "later" is refused: its key "key" holds a NUL character`))))
+		s := getSandbox(running)
+		Expect(s.Status.SessionID).To(Equal(session))
+		Expect(meta.IsStatusConditionTrue(s.Status.Conditions, sandboxv1.ConditionReady)).To(BeTrue())
+		Expect(envIs(ctx, session, "API_KEY", good)).To(BeTrue(), "the session keeps the value it was given")
+		for _, k := range []types.NamespacedName{key, running} {
+			expectSecretNowhere(k, string(nul))
+			expectSecretNowhere(k, good)
 		}
 	})
 

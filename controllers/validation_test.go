@@ -59,6 +59,10 @@ var _ = Describe("Validation of every kind by the API server", func() {
 			"spec.env", "must have at most 128 items"),
 		Entry("huge env value", rt+"  env: [{name: A, value: "+long(32769)+"}]\n", "spec.env[0].value", "Too long"),
 		Entry("duplicate env names", rt+"  env: [{name: A, value: x}, {name: A, value: y}]\n", "spec.env[1]", "Duplicate value"),
+		// No process environment can carry a NUL: accepted, it made every
+		// command of the session fail while the Sandbox showed Ready.
+		Entry("an env value with a NUL character", rt+"  env: [{name: A, value: x}, {name: B, value: \"a\\0b\"}]\n",
+			"spec.env[1].value", "env value must not contain a NUL character"),
 		Entry("header names equal but for case", rt+"  networkPolicy: {mode: Allowlist, injectHeaders: [{domain: a.com, headers: ["+
 			"{name: Authorization, valueFrom: {secretKeyRef: {name: s, key: k}}}, {name: authorization, valueFrom: {secretKeyRef: {name: s, key: k}}}]}]}\n",
 			"spec.networkPolicy.injectHeaders[0].headers", "header names must be unique, ignoring case"),
@@ -95,6 +99,8 @@ var _ = Describe("Validation of every kind by the API server", func() {
 		Entry("build budget beyond 5 h", "  source: {recipe: {runtime: node24, timeoutSeconds: 18001}}\n", "spec.source.recipe.timeoutSeconds"),
 		Entry("too many recipe env entries", "  source: {recipe: {runtime: node24, env: "+list(65, func(i int) string { return fmt.Sprintf("{name: V%d}", i) })+"}}\n",
 			"spec.source.recipe.env", "must have at most 64 items"),
+		Entry("a recipe env value with a NUL character", "  source: {recipe: {runtime: node24, env: [{name: A, value: \"\\0\"}]}}\n",
+			"spec.source.recipe.env[0].value", `should match '^[^\x00]*$'`),
 		Entry("huge rebuildEpoch", "  source: {recipe: {runtime: node24, rebuildEpoch: "+long(257)+"}}\n", "spec.source.recipe.rebuildEpoch", "Too long"),
 	)
 
@@ -114,16 +120,30 @@ var _ = Describe("Validation of every kind by the API server", func() {
 		Entry("a huge annotation", fork+"  template: {metadata: {annotations: {note: "+long(4097)+"}}}\n",
 			"spec.template.metadata.annotations: each value must be at most 4096 characters"),
 		Entry("snapshotRef that is no object name", "  source: {snapshotRef: {name: 'x/y'}}\n", "spec.source.snapshotRef.name"),
+		Entry("children's env value with a NUL character", fork+"  template: {spec: {env: [{name: A, value: \"a\\0\"}]}}\n",
+			"spec.template.spec.env[0].value", "env value must not contain a NUL character"),
+		// Reserved keys: copied onto every child, abandon-remote let a fork's
+		// deletion leak its children's Vercel sandboxes (and, where its
+		// admission policy is installed, no child could be created).
+		Entry("the abandon-remote annotation on children", fork+"  template: {metadata: {annotations: {sandbox.sentry.io/abandon-remote: 'true'}}}\n",
+			"spec.template.metadata.annotations: keys with the prefix sandbox.sentry.io/ are the controller's"),
+		Entry("the paused annotation on children", fork+"  template: {metadata: {annotations: {note: x, sandbox.sentry.io/paused: 'true'}}}\n",
+			"spec.template.metadata.annotations: keys with the prefix sandbox.sentry.io/ are the controller's"),
+		Entry("the class label on children", fork+"  template: {metadata: {labels: {sandbox.sentry.io/class: other}}}\n",
+			"spec.template.metadata.labels: keys with the prefix sandbox.sentry.io/ are the controller's"),
+		Entry("a lineage label on children", fork+"  template: {metadata: {labels: {sandbox.sentry.io/fork: other}}}\n",
+			"spec.template.metadata.labels: keys with the prefix sandbox.sentry.io/ are the controller's"),
 	)
 
 	It("accepts the boundary values", func() {
 		for kind, spec := range map[string]string{
 			"Sandbox": rt + "  timeoutSeconds: 86400\n  ports: [1024, 65535]\n" +
+				"  env: [{name: A, value: \"tab\\tand\\nnewline\\u0001\"}]\n" +
 				"  networkPolicy: {mode: Allowlist, injectHeaders: [{domain: a.com, headers: [{name: Authorization, valueFrom: {secretKeyRef: {name: s.v1, key: k}}}, {name: X-Key, valueFrom: {secretKeyRef: {name: s, key: k}}}]}]}\n",
 			"SandboxSnapshot": "  source: {recipe: {runtime: node24, repositories: [{url: 'https://github.com/a/b', path: app, revision: release/v1.2}]}}\n" +
 				"  maxAgeSeconds: 3600\n  expirationSeconds: 0\n",
 			"SandboxFork": fork + "  failureDeadlineSeconds: 604800\n" +
-				"  template: {metadata: {labels: {example.com/team: a-b_c.d, empty: ''}, annotations: {example.com/note: " + long(4096) + "}}, spec: {timeoutSeconds: 86400}}\n",
+				"  template: {metadata: {labels: {example.com/team: a-b_c.d, empty: ''}, annotations: {example.com/note: " + long(4096) + ", sandbox.sentry.io.example.com/note: x}}, spec: {timeoutSeconds: 86400}}\n",
 		} {
 			out, err := dryRun(kind, spec)
 			Expect(err).NotTo(HaveOccurred(), "%s refused:\n%s", kind, out)

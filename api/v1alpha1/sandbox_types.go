@@ -393,9 +393,12 @@ type EnvVar struct {
 	// +kubebuilder:validation:MaxLength=256
 	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_]*$`
 	Name string `json:"name"`
-	// value of the variable.
+	// value of the variable. It may not contain a NUL character, which no
+	// process environment can carry (a Secret's value with one is refused
+	// when it is read, reason SecretRefused).
 	// +optional
 	// +kubebuilder:validation:MaxLength=32768
+	// +kubebuilder:validation:XValidation:rule=`!self.contains('\u0000')`,message="env value must not contain a NUL character"
 	Value *string `json:"value,omitempty"`
 	// valueFrom reads the value from a Secret key in this namespace.
 	// +optional
@@ -869,7 +872,9 @@ type AppliedSecret struct {
 	// +kubebuilder:validation:MaxLength=64
 	ResourceVersion string `json:"resourceVersion,omitempty"`
 	// digest identifies the values of the Secret's referenced keys: a
-	// truncated SHA-256 over them and this object's UID. Not the values.
+	// truncated HMAC-SHA256 over them and this object's UID, keyed with a key
+	// only the manager holds, so it cannot confirm a guessed value. Not the
+	// values.
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	Digest string `json:"digest,omitempty"`

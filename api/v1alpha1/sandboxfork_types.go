@@ -141,21 +141,26 @@ type SourceSandboxSpec struct {
 // ForkChildMetadata is the metadata every child gets.
 type ForkChildMetadata struct {
 	// labels added to every child (the lineage labels are always set too): at
-	// most 64; keys are label keys (an optional DNS prefix and '/', then a
-	// name of at most 63 characters), values at most 63 characters. (The
+	// most 64, none with the prefix sandbox.sentry.io/ (the controller's);
+	// keys are label keys (an optional DNS prefix and '/', then a name of at
+	// most 63 characters), values at most 63 characters. (The
 	// characters of a value are checked when a child is created: a check here
 	// would exceed the API server's validation cost budget.)
 	// +optional
 	// +kubebuilder:validation:MaxProperties=64
 	// +kubebuilder:validation:XValidation:rule="self.all(k, !format.qualifiedName().validate(k).hasValue())",message="spec.template.metadata.labels: each key must be a valid label key ([prefix/]name, name at most 63 characters)"
 	// +kubebuilder:validation:XValidation:rule="self.all(k, self[k].size() <= 63)",message="spec.template.metadata.labels: each value must be at most 63 characters"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.startsWith('sandbox.sentry.io/'))",message="spec.template.metadata.labels: keys with the prefix sandbox.sentry.io/ are the controller's (the lineage and class labels) and may not be set on children"
 	Labels map[string]string `json:"labels,omitempty"`
-	// annotations added to every child: at most 64, keys like label keys,
-	// values at most 4096 characters.
+	// annotations added to every child: at most 64, keys like label keys but
+	// none with the prefix sandbox.sentry.io/ (the controller's and its
+	// users' intents: abandon-remote, paused, last-activity, ...), values at
+	// most 4096 characters.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=64
 	// +kubebuilder:validation:XValidation:rule="self.all(k, !format.qualifiedName().validate(k).hasValue())",message="spec.template.metadata.annotations: each key must be a valid annotation key ([prefix/]name, name at most 63 characters)"
 	// +kubebuilder:validation:XValidation:rule="self.all(k, self[k].size() <= 4096)",message="spec.template.metadata.annotations: each value must be at most 4096 characters"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.startsWith('sandbox.sentry.io/'))",message="spec.template.metadata.annotations: keys with the prefix sandbox.sentry.io/ are the controller's (such as sandbox.sentry.io/abandon-remote and sandbox.sentry.io/paused) and may not be set on children"
 	Annotations map[string]string `json:"annotations,omitempty"`
 }
 

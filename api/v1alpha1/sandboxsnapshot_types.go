@@ -223,9 +223,13 @@ type RecipeEnvVar struct {
 	// +kubebuilder:validation:MaxLength=256
 	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_]*$`
 	Name string `json:"name"`
-	// value of the variable.
+	// value of the variable. It may not contain a NUL character, which no
+	// process environment can carry. (A pattern, not a CEL rule: recipes
+	// nest env lists in setup steps, and a rule over every value would
+	// exceed the API server's validation cost budget.)
 	// +optional
 	// +kubebuilder:validation:MaxLength=32768
+	// +kubebuilder:validation:Pattern=`^[^\x00]*$`
 	Value string `json:"value,omitempty"`
 }
 

@@ -91,9 +91,12 @@ export interface SandboxSpec {
      */
     name: string;
     /**
-     * value of the variable.
+     * value of the variable. It may not contain a NUL character, which no
+     * process environment can carry (a Secret's value with one is refused
+     * when it is read, reason SecretRefused).
      *
      * maxLength: 32768
+     * Validated: env value must not contain a NUL character
      */
     value?: string;
     /**
@@ -734,7 +737,9 @@ export interface SandboxStatus {
     applied?: Array<{
       /**
        * digest identifies the values of the Secret's referenced keys: a
-       * truncated SHA-256 over them and this object's UID. Not the values.
+       * truncated HMAC-SHA256 over them and this object's UID, keyed with a key
+       * only the manager holds, so it cannot confirm a guessed value. Not the
+       * values.
        *
        * maxLength: 64
        */

@@ -149,22 +149,27 @@ export interface SandboxForkSpec {
      */
     metadata?: {
       /**
-       * annotations added to every child: at most 64, keys like label keys,
-       * values at most 4096 characters.
+       * annotations added to every child: at most 64, keys like label keys but
+       * none with the prefix sandbox.sentry.io/ (the controller's and its
+       * users' intents: abandon-remote, paused, last-activity, ...), values at
+       * most 4096 characters.
        *
        * Validated: spec.template.metadata.annotations: each key must be a valid annotation key ([prefix/]name, name at most 63 characters)
        * Validated: spec.template.metadata.annotations: each value must be at most 4096 characters
+       * Validated: spec.template.metadata.annotations: keys with the prefix sandbox.sentry.io/ are the controller's (such as sandbox.sentry.io/abandon-remote and sandbox.sentry.io/paused) and may not be set on children
        */
       annotations?: { [key: string]: string };
       /**
        * labels added to every child (the lineage labels are always set too): at
-       * most 64; keys are label keys (an optional DNS prefix and '/', then a
-       * name of at most 63 characters), values at most 63 characters. (The
+       * most 64, none with the prefix sandbox.sentry.io/ (the controller's);
+       * keys are label keys (an optional DNS prefix and '/', then a name of at
+       * most 63 characters), values at most 63 characters. (The
        * characters of a value are checked when a child is created: a check here
        * would exceed the API server's validation cost budget.)
        *
        * Validated: spec.template.metadata.labels: each key must be a valid label key ([prefix/]name, name at most 63 characters)
        * Validated: spec.template.metadata.labels: each value must be at most 63 characters
+       * Validated: spec.template.metadata.labels: keys with the prefix sandbox.sentry.io/ are the controller's (the lineage and class labels) and may not be set on children
        */
       labels?: { [key: string]: string };
     };
@@ -187,9 +192,12 @@ export interface SandboxForkSpec {
          */
         name: string;
         /**
-         * value of the variable.
+         * value of the variable. It may not contain a NUL character, which no
+         * process environment can carry (a Secret's value with one is refused
+         * when it is read, reason SecretRefused).
          *
          * maxLength: 32768
+         * Validated: env value must not contain a NUL character
          */
         value?: string;
         /**

@@ -146,9 +146,13 @@ export interface SandboxSnapshotSpec {
          */
         name: string;
         /**
-         * value of the variable.
+         * value of the variable. It may not contain a NUL character, which no
+         * process environment can carry. (A pattern, not a CEL rule: recipes
+         * nest env lists in setup steps, and a rule over every value would
+         * exceed the API server's validation cost budget.)
          *
          * maxLength: 32768
+         * pattern: ^[^\x00]*$
          */
         value?: string;
       }>;
@@ -274,9 +278,13 @@ export interface SandboxSnapshotSpec {
            */
           name: string;
           /**
-           * value of the variable.
+           * value of the variable. It may not contain a NUL character, which no
+           * process environment can carry. (A pattern, not a CEL rule: recipes
+           * nest env lists in setup steps, and a rule over every value would
+           * exceed the API server's validation cost budget.)
            *
            * maxLength: 32768
+           * pattern: ^[^\x00]*$
            */
           value?: string;
         }>;
@@ -629,9 +637,12 @@ export interface SandboxSnapshotStatus {
        */
       name: string;
       /**
-       * value of the variable.
+       * value of the variable. It may not contain a NUL character, which no
+       * process environment can carry (a Secret's value with one is refused
+       * when it is read, reason SecretRefused).
        *
        * maxLength: 32768
+       * Validated: env value must not contain a NUL character
        */
       value?: string;
       /**

@@ -18,7 +18,9 @@ type AppliedSecretApplyConfiguration struct {
 	// resourceVersion of the Secret when it was read.
 	ResourceVersion *string `json:"resourceVersion,omitempty"`
 	// digest identifies the values of the Secret's referenced keys: a
-	// truncated SHA-256 over them and this object's UID. Not the values.
+	// truncated HMAC-SHA256 over them and this object's UID, keyed with a key
+	// only the manager holds, so it cannot confirm a guessed value. Not the
+	// values.
 	Digest *string `json:"digest,omitempty"`
 }
 

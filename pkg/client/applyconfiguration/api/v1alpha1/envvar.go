@@ -15,7 +15,9 @@ package v1alpha1
 type EnvVarApplyConfiguration struct {
 	// name of the variable.
 	Name *string `json:"name,omitempty"`
-	// value of the variable.
+	// value of the variable. It may not contain a NUL character, which no
+	// process environment can carry (a Secret's value with one is refused
+	// when it is read, reason SecretRefused).
 	Value *string `json:"value,omitempty"`
 	// valueFrom reads the value from a Secret key in this namespace.
 	ValueFrom *EnvVarSourceApplyConfiguration `json:"valueFrom,omitempty"`

@@ -14,13 +14,16 @@ package v1alpha1
 // ForkChildMetadata is the metadata every child gets.
 type ForkChildMetadataApplyConfiguration struct {
 	// labels added to every child (the lineage labels are always set too): at
-	// most 64; keys are label keys (an optional DNS prefix and '/', then a
-	// name of at most 63 characters), values at most 63 characters. (The
+	// most 64, none with the prefix sandbox.sentry.io/ (the controller's);
+	// keys are label keys (an optional DNS prefix and '/', then a name of at
+	// most 63 characters), values at most 63 characters. (The
 	// characters of a value are checked when a child is created: a check here
 	// would exceed the API server's validation cost budget.)
 	Labels map[string]string `json:"labels,omitempty"`
-	// annotations added to every child: at most 64, keys like label keys,
-	// values at most 4096 characters.
+	// annotations added to every child: at most 64, keys like label keys but
+	// none with the prefix sandbox.sentry.io/ (the controller's and its
+	// users' intents: abandon-remote, paused, last-activity, ...), values at
+	// most 4096 characters.
 	Annotations map[string]string `json:"annotations,omitempty"`
 }
 

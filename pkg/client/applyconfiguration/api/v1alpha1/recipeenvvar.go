@@ -16,7 +16,10 @@ package v1alpha1
 type RecipeEnvVarApplyConfiguration struct {
 	// name of the variable.
 	Name *string `json:"name,omitempty"`
-	// value of the variable.
+	// value of the variable. It may not contain a NUL character, which no
+	// process environment can carry. (A pattern, not a CEL rule: recipes
+	// nest env lists in setup steps, and a rule over every value would
+	// exceed the API server's validation cost budget.)
 	Value *string `json:"value,omitempty"`
 }
 
