@@ -139,6 +139,7 @@ manager's default applies; 0 and false are passed.
   (list "vercel-stall-threshold" $v.vercel.stallThreshold)
   (list "max-session-length" $v.vercel.maxSessionLength)
   (list "max-concurrent-reconciles" $v.controller.maxConcurrentReconciles)
+  (list "max-probes-per-namespace" $v.controller.maxProbesPerNamespace)
   (list "poll-interval" $v.controller.pollInterval)
   (list "backoff-cap" $v.controller.backoffCap)
   (list "reconcile-timeout" $v.controller.reconcileTimeout)
