@@ -76,8 +76,13 @@ var _ = Describe("The class of an object", Serial, func() {
 		ns := newNamespace()
 		old := newSandbox(ns, "old", sandboxv1.SandboxSpec{Source: runtimeSource("node24")})
 		oldSt := waitReady(client.ObjectKeyFromObject(old))
-		Expect(oldSt.Labels).To(HaveKeyWithValue(sandboxv1.LabelClass, ""), "no class is pinned as explicitly as a class")
+		// Timestamps have a resolution of one second, and an object created
+		// in the same second as the default class counts as newer.
+		time.Sleep(time.Until(old.CreationTimestamp.Add(1100 * time.Millisecond)))
 		newClass("default", "tok_default", "team_default", "prj_default", nil, map[string]string{sandboxv1.AnnotationDefaultClass: "true"})
+		annotate(client.ObjectKeyFromObject(old), sandboxv1.AnnotationReconcileRequestedAt, time.Now().Format(time.RFC3339Nano))
+		Eventually(func() map[string]string { return getSandbox(client.ObjectKeyFromObject(old)).Labels }).Should(
+			HaveKeyWithValue(sandboxv1.LabelClass, ""), "no class is pinned as explicitly as a class once classes exist")
 
 		fork := &sandboxv1.SandboxFork{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "of-old"},

@@ -98,22 +98,26 @@ func pinnedClass(o client.Object) (string, bool) {
 }
 
 // classOfFresh is the class of an object that neither names one nor was
-// pinned. Every object is pinned at its first reconcile (pin), so an
-// unlabelled object was either never reconciled or reconciled by a version
-// that pinned no label for the manager's own credentials. Which of the two
-// it uses is decided by something no tenant can produce — the API server's
-// creationTimestamp against the default class's: an object created before
-// the default class existed used (and uses) the manager's own credentials,
-// any later one the default class. A condition, an annotation or a status a
-// tenant may write never decides it (the red-team review reached the
-// manager's credentials past the default class through a Paused or
-// ClassNotAllowed condition).
-func (c *ClassClients) classOfFresh(ctx context.Context, o client.Object) (string, error) {
-	def, err := c.defaultClass(ctx)
+// pinned, and whether it must be pinned now. Which of the two an unpinned
+// object uses is decided by something no tenant can produce — the API
+// server's creationTimestamp against the default class's: an object created
+// before the default class existed used (and uses) the manager's own
+// credentials, any later one the default class. A condition, an annotation
+// or a status a tenant may write never decides it (the red-team review
+// reached the manager's credentials past the default class through a
+// Paused or ClassNotAllowed condition).
+//
+// Once any SandboxClass exists every object is pinned on its first
+// reconcile, "" included, so that a class annotated as the default later
+// moves no object. While none exists an object of no class is left
+// unlabelled: nothing can move it (a default class created later is newer
+// than it), and its create keeps to one API write.
+func (c *ClassClients) classOfFresh(ctx context.Context, o client.Object) (name string, pin bool, err error) {
+	def, any, err := c.defaultClass(ctx)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
-	return freshClass(o.GetCreationTimestamp(), def), nil
+	return freshClass(o.GetCreationTimestamp(), def), any, nil
 }
 
 // freshClass is the class of an unpinned object created at created, when def
@@ -127,11 +131,11 @@ func freshClass(created metav1.Time, def *sandboxv1.SandboxClass) string {
 }
 
 // defaultClass is the oldest class annotated as the default that is not
-// being deleted, or nil.
-func (c *ClassClients) defaultClass(ctx context.Context) (*sandboxv1.SandboxClass, error) {
+// being deleted, or nil; any reports whether any SandboxClass exists.
+func (c *ClassClients) defaultClass(ctx context.Context) (def *sandboxv1.SandboxClass, any bool, err error) {
 	list := &sandboxv1.SandboxClassList{}
 	if err := c.Client.List(ctx, list); err != nil {
-		return nil, fmt.Errorf("list SandboxClasses: %w", err)
+		return nil, false, fmt.Errorf("list SandboxClasses: %w", err)
 	}
 	var defaults []sandboxv1.SandboxClass
 	for _, cl := range list.Items {
@@ -140,7 +144,7 @@ func (c *ClassClients) defaultClass(ctx context.Context) (*sandboxv1.SandboxClas
 		}
 	}
 	if len(defaults) == 0 {
-		return nil, nil
+		return nil, len(list.Items) > 0, nil
 	}
 	sort.Slice(defaults, func(i, j int) bool {
 		ti, tj := defaults[i].CreationTimestamp, defaults[j].CreationTimestamp
@@ -149,7 +153,7 @@ func (c *ClassClients) defaultClass(ctx context.Context) (*sandboxv1.SandboxClas
 		}
 		return defaults[i].Name < defaults[j].Name
 	})
-	return &defaults[0], nil
+	return &defaults[0], true, nil
 }
 
 // ClassClients resolves objects' classes and keeps one Vercel client per
@@ -302,8 +306,15 @@ func (c *ClassClients) apiOf(ctx context.Context, cl *sandboxv1.SandboxClass) (*
 // own client). An error means the class could not be resolved (the
 // SandboxClasses could not be listed): nothing may be pinned then.
 func (c *ClassClients) className(ctx context.Context, o client.Object) (string, error) {
+	n, _, err := c.resolve(ctx, o)
+	return n, err
+}
+
+// resolve is className, and whether the class must be pinned on o now.
+func (c *ClassClients) resolve(ctx context.Context, o client.Object) (name string, pin bool, err error) {
 	if n, ok := pinnedClass(o); ok {
-		return n, nil
+		_, labelled := o.GetLabels()[sandboxv1.LabelClass]
+		return n, !labelled, nil
 	}
 	return c.classOfFresh(ctx, o)
 }
@@ -316,9 +327,10 @@ type binding struct {
 	// refused is a classError (or a failed read of the class) that keeps
 	// the object from Vercel; the class is still pinned when pinnable.
 	refused error
-	// pinnable is false for a class that is being deleted and that the
-	// object never used: pinning it would make it a user of the class.
-	pinnable bool
+	// pin says the class is to be recorded on the object's label now: it
+	// is not yet, and it is not a class being deleted that the object never
+	// used (pinning it would make the object a user of the class).
+	pin bool
 }
 
 // bind resolves the class of o and returns ctx carrying its client. For an
@@ -328,11 +340,11 @@ func (c *ClassClients) bind(ctx context.Context, o client.Object) (context.Conte
 	if c == nil {
 		return ctx, binding{resolved: true}
 	}
-	name, err := c.className(ctx, o)
+	name, pin, err := c.resolve(ctx, o)
 	if err != nil {
 		return ctx, binding{refused: err}
 	}
-	b := binding{name: name, resolved: true, pinnable: true}
+	b := binding{name: name, resolved: true, pin: pin}
 	if name == "" {
 		return ctx, b
 	}
@@ -347,7 +359,7 @@ func (c *ClassClients) bind(ctx context.Context, o client.Object) (context.Conte
 	deleting := !o.GetDeletionTimestamp().IsZero()
 	if !deleting {
 		if _, pinned := o.GetLabels()[sandboxv1.LabelClass]; !pinned && !cl.DeletionTimestamp.IsZero() {
-			b.pinnable = false
+			b.pin = false
 			b.refused = &classError{sandboxv1.ReasonClassNotFound, fmt.Sprintf("SandboxClass %q is being deleted: no new object may use it", name)}
 			return ctx, b
 		}
@@ -386,9 +398,9 @@ func (c *ClassClients) checkNamespace(ctx context.Context, cl *sandboxv1.Sandbox
 }
 
 // pin records the class on o's label — an empty value for the manager's
-// own credentials, so that no later reconcile infers it — and applies the
-// class's defaults to a Sandbox's spec the first time; it reports whether
-// it changed o.
+// own credentials, so that no later reconcile infers it (see classOfFresh
+// for when that is needed) — and applies the class's defaults to a
+// Sandbox's spec the first time; it reports whether it changed o.
 func (c *ClassClients) pin(ctx context.Context, o client.Object, name string) bool {
 	if c == nil {
 		return false

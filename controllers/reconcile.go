@@ -100,7 +100,7 @@ func (s skeleton[O]) run(ctx context.Context, key types.NamespacedName, o O) (ct
 		return ctrl.Result{}, b.refused
 	}
 	changed := controllerutil.AddFinalizer(o, s.finalizer)
-	if b.pinnable && s.classes.pin(ctx, o, b.name) {
+	if b.pin && s.classes.pin(ctx, o, b.name) {
 		changed = true
 	}
 	if s.labels != nil && s.labels(ctx, o) {
