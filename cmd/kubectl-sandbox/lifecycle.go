@@ -96,7 +96,7 @@ func newListCommand(o *options) *cobra.Command {
 			fmt.Fprintln(o.ErrOut, "No resources found.")
 			return nil
 		}
-		tw := tabwriter.NewWriter(o.Out, 0, 8, 3, ' ', 0)
+		tw := tabwriter.NewWriter(escapingWriter{o.Out}, 0, 8, 3, ' ', 0)
 		row := func(obj metav1.Object, cols ...string) {
 			if allNamespaces {
 				cols = append([]string{obj.GetNamespace()}, cols...)

@@ -35,7 +35,8 @@ func run(args []string) int {
 	if errors.As(err, &exit) {
 		return exit.code
 	}
-	fmt.Fprintln(os.Stderr, "error:", err)
+	// An error can carry status text (wait's reason) or a remote message.
+	fmt.Fprintln(os.Stderr, "error:", escapeControl(err.Error()))
 	return 1
 }
 

@@ -109,7 +109,7 @@ func forkWant(f *sandboxv1.SandboxFork) int32 {
 
 // describe prints an object for people, as kubectl describe does.
 func describe(w io.Writer, obj runtime.Object) error {
-	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	tw := tabwriter.NewWriter(escapingWriter{w}, 0, 8, 2, ' ', 0)
 	line := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
 	var conds []metav1.Condition
 	var lastErr *sandboxv1.ErrorStatus

@@ -188,7 +188,7 @@ func kindPrefix(kind string) string {
 }
 
 func printTree(w io.Writer, n *treeNode, prefix, branch string) {
-	fmt.Fprintln(w, branch+n.label())
+	fmt.Fprintln(w, escapeControl(branch+n.label()))
 	for i, c := range n.Children {
 		if i == len(n.Children)-1 {
 			printTree(w, c, prefix+"    ", prefix+"└── ")

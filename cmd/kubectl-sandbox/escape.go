@@ -1,0 +1,62 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"unicode/utf8"
+)
+
+// escapeControl writes every control character of s but newline and tab as a
+// Go escape (\x1b, \u009b), and every byte that is not UTF-8 as \xNN. Status
+// messages carry text from elsewhere — the tail of a failing setup command's
+// output, an error Vercel returned — and printed raw an escape sequence in it
+// could retitle or clear the terminal, move the cursor over what was printed
+// before, or (in some terminals) answer back as typed input.
+func escapeControl(s string) string {
+	if !needsEscape(s) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r == '\n' || r == '\t':
+			b.WriteRune(r)
+		case r < 0x20 || r == 0x7f:
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case r >= 0x80 && r < 0xa0: // C1 controls: \u009b is a CSI too
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	return b.String()
+}
+
+func needsEscape(s string) bool {
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if (r == utf8.RuneError && size == 1) || (r < 0x20 && r != '\n' && r != '\t') || (r >= 0x7f && r < 0xa0) {
+			return true
+		}
+		i += size
+	}
+	return false
+}
+
+// escapingWriter escapes what is written to it as escapeControl does: the
+// human-readable output (status, ls, tree) goes through one. The streams of
+// exec, shell and cp, and -o json|yaml (which escape by their own rules),
+// do not.
+type escapingWriter struct{ w io.Writer }
+
+func (e escapingWriter) Write(p []byte) (int, error) {
+	if _, err := io.WriteString(e.w, escapeControl(string(p))); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
