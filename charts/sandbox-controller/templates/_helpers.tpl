@@ -154,6 +154,7 @@ manager's default applies; 0 and false are passed.
   (list "notify-queue-size" $v.notifications.queueSize)
   (list "notify-timeout" $v.notifications.timeout)
   (list "notify-max-age" $v.notifications.maxAge)
+  (list "notify-allow-destinations" (join "," ($v.notifications.allowDestinations | default list)))
   (list "zap-log-level" $v.logging.level)
   (list "zap-encoder" $v.logging.encoder)
   (list "zap-devel" $v.logging.development)
