@@ -8,11 +8,18 @@ package controllers
 // survives restarts and is shared by every replica and shard: a key of its
 // own per process would make every rotation check after a restart or a
 // failover disagree with the recorded digests.
+//
+// The Secret is installed empty with the manager (config/rbac, and so the
+// chart), and the manager may only get and update that one Secret (a Role
+// with resourceNames): it may not create Secrets, because a manager that can
+// create Secrets in its namespace can mint a token for any ServiceAccount
+// there. On start it fills the empty Secret with a random key. The shipped
+// manifest has no data, so `kubectl apply` and `helm upgrade` leave the key
+// in place.
 
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -27,9 +34,11 @@ import (
 )
 
 const (
-	// DigestKeySecretName is the Secret, in the manager's namespace, that
-	// holds the key of the Secret-value digests in Sandbox status. The
-	// manager creates it when it is missing; deleting it makes the next
+	// DigestKeySecretName is the default name of the Secret, in the
+	// manager's namespace, that holds the key of the Secret-value digests in
+	// Sandbox status: the name config/default gives it (the chart prefixes
+	// it with the release's name and passes --status-digest-key-secret).
+	// Removing its key (or the Secret, and applying it again) makes the next
 	// change of each referenced Secret count as a rotation once.
 	DigestKeySecretName = "sandbox-controller-status-digest-key"
 	digestKeyField      = "key"
@@ -39,70 +48,114 @@ const (
 // inClusterNamespace is where a pod reads its own namespace.
 const inClusterNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
-// ManagerNamespace is the manager's own namespace: the pod's when it runs in
-// a cluster, else the namespace config/default deploys it to.
+// ManagerNamespace is the manager's own namespace when nothing names it
+// (cmd/manager's --manager-namespace): the pod's, read from its
+// ServiceAccount mount, else $POD_NAMESPACE, else the namespace
+// config/default deploys it to.
 func ManagerNamespace() string {
 	if b, err := os.ReadFile(inClusterNamespace); err == nil {
 		if ns := strings.TrimSpace(string(b)); ns != "" {
 			return ns
 		}
 	}
+	if ns := strings.TrimSpace(os.Getenv("POD_NAMESPACE")); ns != "" {
+		return ns
+	}
 	return admissionpolicy.ManagerNamespace
 }
 
-// LoadDigestKey reads the digest key from its Secret in namespace, creating
-// the Secret with a random key when it does not exist. Replicas starting
-// together race on the create; the loser reads the winner's key. Out of a
-// cluster (make dev, the test suites) a missing namespace is created too; in
-// a cluster it is the manager's pod's own, so it exists.
-func LoadDigestKey(ctx context.Context, c client.Client, reader client.Reader, namespace string) ([]byte, error) {
-	name := types.NamespacedName{Namespace: namespace, Name: DigestKeySecretName}
+// DigestKeySecret says where the digest key is kept.
+type DigestKeySecret struct {
+	// Namespace is the manager's namespace; ManagerNamespace() when empty.
+	Namespace string
+	// Name is the Secret's name; DigestKeySecretName when empty.
+	Name string
+	// CreateMissing creates the Secret (and its namespace) when it does not
+	// exist. Only for a manager run out of a cluster with an
+	// administrator's credentials (the test suites, the benchmark); a
+	// deployed manager may not create Secrets, and never sets it.
+	CreateMissing bool
+}
+
+func (s DigestKeySecret) key() types.NamespacedName {
+	n := types.NamespacedName{Namespace: s.Namespace, Name: s.Name}
+	if n.Namespace == "" {
+		n.Namespace = ManagerNamespace()
+	}
+	if n.Name == "" {
+		n.Name = DigestKeySecretName
+	}
+	return n
+}
+
+// LoadDigestKey returns the digest key held in the Secret s names, writing a
+// random one into the Secret first when it holds none. The write is an
+// update at the resourceVersion read, so of replicas starting together one
+// writes and the others, refused with a conflict, read its key.
+func LoadDigestKey(ctx context.Context, c client.Client, reader client.Reader, s DigestKeySecret) ([]byte, error) {
+	name := s.key()
 	for attempt := 0; ; attempt++ {
+		if attempt > 4 {
+			return nil, fmt.Errorf("Secret %s changed on every attempt to write the status digest key", name)
+		}
 		sec := &corev1.Secret{}
 		err := reader.Get(ctx, name, sec)
-		if err == nil {
-			key := sec.Data[digestKeyField]
-			if len(key) < digestKeyBytes {
-				return nil, fmt.Errorf("Secret %s holds no key %q of at least %d bytes: delete it and the manager creates a new one", name, digestKeyField, digestKeyBytes)
+		switch {
+		case apierrors.IsNotFound(err) && s.CreateMissing:
+			err = createDigestKeySecret(ctx, c, name)
+			if err != nil && !apierrors.IsAlreadyExists(err) {
+				return nil, err
 			}
-			return key, nil
-		}
-		if !apierrors.IsNotFound(err) {
+			continue
+		case apierrors.IsNotFound(err):
+			return nil, fmt.Errorf("the status digest key Secret %s does not exist: it is installed with the manager (make deploy, the Helm chart); apply it again, an empty Secret of that name, and the manager writes a key into it", name)
+		case err != nil:
 			return nil, fmt.Errorf("read the status digest key (Secret %s): %w", name, err)
 		}
-		if attempt > 2 {
-			return nil, fmt.Errorf("Secret %s was deleted while it was created", name)
+		if key, ok := sec.Data[digestKeyField]; ok && len(key) > 0 {
+			if len(key) < digestKeyBytes {
+				return nil, fmt.Errorf("Secret %s holds a key %q of %d bytes, fewer than %d: remove the field and the manager writes a new key", name, digestKeyField, len(key), digestKeyBytes)
+			}
+			return key, nil
 		}
 		key := make([]byte, digestKeyBytes)
 		if _, err := rand.Read(key); err != nil {
 			return nil, err
 		}
-		sec = &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: DigestKeySecretName,
-				Labels: map[string]string{"app.kubernetes.io/managed-by": "sandbox-controller"}},
-			Type: corev1.SecretTypeOpaque,
-			Data: map[string][]byte{digestKeyField: key},
+		if sec.Data == nil {
+			sec.Data = map[string][]byte{}
 		}
-		err = c.Create(ctx, sec)
-		if apierrors.IsNotFound(err) && !inCluster() {
-			// The namespace is missing: only out of a cluster.
-			if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); client.IgnoreAlreadyExists(err) != nil {
-				return nil, fmt.Errorf("create the manager's namespace %s for the status digest key: %w", namespace, err)
-			}
-			err = c.Create(ctx, sec)
-		}
-		switch {
+		sec.Data[digestKeyField] = key
+		// sec carries the resourceVersion read: a replica that wrote first
+		// makes this a conflict, and the next round reads its key.
+		switch err := c.Update(ctx, sec); {
 		case err == nil:
 			return key, nil
-		case apierrors.IsAlreadyExists(err):
-			continue // another replica won the race: read its key
+		case apierrors.IsConflict(err), apierrors.IsNotFound(err):
+			continue
 		default:
-			return nil, fmt.Errorf("create the status digest key (Secret %s): %w", name, err)
+			return nil, fmt.Errorf("write the status digest key into Secret %s: %w", name, err)
 		}
 	}
 }
 
-func inCluster() bool {
-	_, err := os.Stat(inClusterNamespace)
-	return err == nil || !errors.Is(err, os.ErrNotExist)
+// createDigestKeySecret creates the empty key Secret, and its namespace when
+// that is missing, as an install would have (DigestKeySecret.CreateMissing).
+func createDigestKeySecret(ctx context.Context, c client.Client, name types.NamespacedName) error {
+	sec := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: name.Namespace, Name: name.Name,
+			Labels: map[string]string{"app.kubernetes.io/managed-by": "sandbox-controller"}},
+		Type: corev1.SecretTypeOpaque,
+	}
+	err := c.Create(ctx, sec)
+	if apierrors.IsNotFound(err) {
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name.Namespace}}); client.IgnoreAlreadyExists(err) != nil {
+			return fmt.Errorf("create the manager's namespace %s for the status digest key: %w", name.Namespace, err)
+		}
+		err = c.Create(ctx, sec)
+	}
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create the status digest key Secret %s: %w", name, err)
+	}
+	return err
 }

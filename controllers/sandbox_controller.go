@@ -86,8 +86,9 @@ type SandboxReconciler struct {
 
 	// DigestKey keys the digests of Secret values in status.secrets
 	// (digest_key.go). SetupWithManager loads it from the Secret
-	// DigestKeySecretName in ManagerNamespace() when it is unset.
-	DigestKey []byte
+	// DigestKeySecret names when it is unset.
+	DigestKey       []byte
+	DigestKeySecret DigestKeySecret
 
 	// Now is the clock of every lifecycle decision; time.Now when nil. Tests
 	// that simulate hours share the emulator's fake clock through it.
@@ -520,7 +521,7 @@ func (r *SandboxReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if len(r.DigestKey) == 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		key, err := LoadDigestKey(ctx, mgr.GetClient(), mgr.GetAPIReader(), ManagerNamespace())
+		key, err := LoadDigestKey(ctx, mgr.GetClient(), mgr.GetAPIReader(), r.DigestKeySecret)
 		if err != nil {
 			return err
 		}

@@ -60,6 +60,9 @@ type Options struct {
 	// MaxProbesPerNamespace bounds the exec readiness probe commands that
 	// run at once in one namespace (SandboxReconciler.MaxProbesPerNamespace).
 	MaxProbesPerNamespace int
+	// DigestKeySecret is where the key of the Secret-value digests in
+	// Sandbox status is kept (digest_key.go).
+	DigestKeySecret DigestKeySecret
 }
 
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
@@ -206,6 +209,7 @@ func SetupWithManager(mgr ctrl.Manager, vc vercel.Config, o Options) error {
 		RouteBase:               vc.BaseURL,
 		Shard:                   o.Shard,
 		MaxProbesPerNamespace:   o.MaxProbesPerNamespace,
+		DigestKeySecret:         o.DigestKeySecret,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the Sandbox controller: %w", err)
 	}

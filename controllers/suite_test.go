@@ -197,6 +197,9 @@ func startManager(scheme *runtime.Scheme) {
 		ClusterID:               clusterID,
 		RouteBase:               emu.URL(),
 		Quota:                   quota,
+		// In-process with an administrator's credentials: creates the key
+		// Secret the install ships (digest_key.go).
+		DigestKeySecret: controllers.DigestKeySecret{CreateMissing: true},
 	}).SetupWithManager(mgr)
 	Expect(err).NotTo(HaveOccurred())
 	err = (&controllers.SandboxSnapshotReconciler{

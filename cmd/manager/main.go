@@ -15,6 +15,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
@@ -53,6 +54,7 @@ func main() {
 		clusterID              string
 		shard                  controllers.Shard
 		maxProbesPerNamespace  int
+		digestKey              controllers.DigestKeySecret
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "Address the Prometheus metrics endpoint binds to (HTTPS unless --metrics-secure=false); 0 disables it.")
 	flag.BoolVar(&metrics.secure, "metrics-secure", true, "Serve metrics over HTTPS, only to callers whose token the API server authenticates and authorizes for GET /metrics. --metrics-secure=false serves plain HTTP to anyone who can connect.")
@@ -100,6 +102,8 @@ func main() {
 		return err
 	})
 	flag.StringVar(&clusterID, "cluster-id", "", "Names this cluster in the owner tags of every Vercel sandbox the manager creates or adopts, and in recipe builder names, so that clusters sharing one Vercel project never touch each other's sandboxes (1-63 characters of [A-Za-z0-9._-]). Default: the UID of the kube-system namespace. Keep it stable: sandboxes tagged with another id are not deleted.")
+	flag.StringVar(&digestKey.Namespace, "manager-namespace", "", "The manager's own namespace, where the Secret named by --status-digest-key-secret is (the Deployment passes its pod's namespace). Default: the pod's namespace from its ServiceAccount mount, else $POD_NAMESPACE, else sandbox-controller-system.")
+	flag.StringVar(&digestKey.Name, "status-digest-key-secret", controllers.DigestKeySecretName, "Secret in --manager-namespace holding the key of the Secret-value digests in Sandbox status: installed empty with the manager, which writes a random key into it on its first start (it may only get and update this Secret).")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -125,6 +129,17 @@ func main() {
 			fmt.Fprintln(os.Stderr, "error: --cluster-id:", err)
 			os.Exit(2)
 		}
+	}
+	if digestKey.Namespace == "" {
+		digestKey.Namespace = controllers.ManagerNamespace()
+	}
+	if errs := validation.IsDNS1123Label(digestKey.Namespace); len(errs) > 0 {
+		fmt.Fprintf(os.Stderr, "error: --manager-namespace %q: %s\n", digestKey.Namespace, strings.Join(errs, "; "))
+		os.Exit(2)
+	}
+	if errs := validation.IsDNS1123Subdomain(digestKey.Name); len(errs) > 0 {
+		fmt.Fprintf(os.Stderr, "error: --status-digest-key-secret %q: %s\n", digestKey.Name, strings.Join(errs, "; "))
+		os.Exit(2)
 	}
 	if err := shard.Validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "error: --shards/--shard-index:", err)
@@ -223,6 +238,7 @@ func main() {
 		ClusterID:               clusterID,
 		Shard:                   shard,
 		MaxProbesPerNamespace:   maxProbesPerNamespace,
+		DigestKeySecret:         digestKey,
 	}); err != nil {
 		log.Error(err, "Failed to set up the controllers")
 		os.Exit(1)
@@ -239,7 +255,7 @@ func main() {
 		log.Error(err, "Failed to add the ready check")
 		os.Exit(1)
 	}
-	log.Info("Starting manager", "vercelAPI", vercelURL, "team", teamID, "project", projectID, "shard", shard.String(), "notifyAllowDestinations", notifyOpts.Allow.String())
+	log.Info("Starting manager", "vercelAPI", vercelURL, "team", teamID, "project", projectID, "shard", shard.String(), "notifyAllowDestinations", notifyOpts.Allow.String(), "managerNamespace", digestKey.Namespace)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		log.Error(err, "Manager stopped with an error")
 		os.Exit(1)

@@ -46,6 +46,11 @@ func (s *Stack) StartManager(ctx context.Context, cfg *rest.Config, mgrOpts ctrl
 	if err != nil {
 		return nil, fmt.Errorf("create the manager: %w", err)
 	}
+	// Out of a cluster the digest key Secret may be missing (only `make
+	// dev` installs it, with the manager's RBAC): created here, where the
+	// manager runs with an administrator's credentials. A deployed manager
+	// may not create it.
+	opts.DigestKeySecret.CreateMissing = true
 	if err := controllers.SetupWithManager(mgr, vc, opts); err != nil {
 		return nil, err
 	}

@@ -20,8 +20,10 @@ import (
 
 // rbacKinds are the kinds of config/default that give the manager its
 // identity and permissions: what `make deploy` installs besides the CRDs,
-// the admission policies (Start installs both) and the workload.
-var rbacKinds = []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+// the admission policies (Start installs both) and the workload. The one
+// Secret is the empty one the manager keeps its status digest key in
+// (config/rbac/status_digest_key.yaml): it may fill it in, not create it.
+var rbacKinds = []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Secret"}
 
 // ManagerIdentity is who the manager is in a cluster `make deploy` set up.
 type ManagerIdentity struct {

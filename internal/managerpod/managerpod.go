@@ -1,10 +1,11 @@
 // Package managerpod runs the real manager binary as a pod of its Deployment
 // would run it, for the install tests: as the Deployment's ServiceAccount,
-// with the container's arguments and environment (Secret references resolved,
-// $(VAR) expanded as the kubelet does) and the Vercel token from the Secret
-// volume the Deployment mounts. Only what a local process cannot share with
-// a pod is adapted: the listen addresses, the token's path, and the leader
-// election namespace a pod reads from its ServiceAccount mount.
+// with the container's arguments and environment (Secret references and the
+// downward API's metadata.namespace resolved, $(VAR) expanded as the kubelet
+// does) and the Vercel token from the Secret volume the Deployment mounts.
+// Only what a local process cannot share with a pod is adapted: the listen
+// addresses, the token's path, and the namespace a pod reads from its
+// ServiceAccount mount (for leader election, and the manager's own).
 package managerpod
 
 import (
@@ -125,21 +126,29 @@ func start(ctx context.Context, dir string, opts Options) (*Process, error) {
 	procEnv := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + filepath.Join(dir, "home")}
 	for _, e := range c.Env {
 		v := expand(e.Value, env)
-		if e.ValueFrom != nil {
-			ref := e.ValueFrom.SecretKeyRef
-			if ref == nil {
-				return nil, fmt.Errorf("env %s: only secretKeyRef is resolved here", e.Name)
-			}
+		switch from := e.ValueFrom; {
+		case from == nil:
+		case from.SecretKeyRef != nil:
 			var err error
-			if v, err = secret(ref.Name, ref.Key); err != nil {
+			if v, err = secret(from.SecretKeyRef.Name, from.SecretKeyRef.Key); err != nil {
 				return nil, fmt.Errorf("env %s: %w", e.Name, err)
 			}
+		case from.FieldRef != nil && from.FieldRef.FieldPath == "metadata.namespace":
+			v = ns // the downward API: the pod's namespace is its Deployment's
+		default:
+			return nil, fmt.Errorf("env %s: only secretKeyRef and fieldRef metadata.namespace are resolved here", e.Name)
 		}
 		env[e.Name] = v
 		procEnv = append(procEnv, e.Name+"="+v)
 	}
 	if len(c.EnvFrom) > 0 {
 		return nil, errors.New("envFrom is not resolved here")
+	}
+	// A pod's own namespace, which the manager reads from the ServiceAccount
+	// mount when no --manager-namespace names it, reaches a local process
+	// as $POD_NAMESPACE, the manager's next source.
+	if _, ok := env["POD_NAMESPACE"]; !ok {
+		procEnv = append(procEnv, "POD_NAMESPACE="+ns)
 	}
 
 	// What the kubelet passes: the command's arguments and the args, expanded.

@@ -97,10 +97,15 @@ func TestDefaults(t *testing.T) {
 	}) {
 		t.Errorf("the secret-references policy does not name the release namespace as the manager's: %v", vars)
 	}
-	for _, kind := range []string{"Secret", "ServiceMonitor", "PodDisruptionBudget", "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"} {
+	for _, kind := range []string{"ServiceMonitor", "PodDisruptionBudget", "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"} {
 		if o := ofKind(objs, kind); len(o) != 0 {
 			t.Errorf("a default install renders %v", names(o))
 		}
+	}
+	// The only Secret: the empty one the manager keeps its status digest key
+	// in (no credentials unless vercel.credentials.create).
+	if key := checkDigestKeySecret(t, objs); !slices.Equal(names(ofKind(objs, "Secret")), []string{"Secret/" + key}) {
+		t.Errorf("a default install renders the Secrets %v, want only %s", names(ofKind(objs, "Secret")), key)
 	}
 	// The credentials are read from the existing Secret vercel-credentials.
 	volumes := map[string]string{}
@@ -326,13 +331,18 @@ func TestRBACMatchesConfig(t *testing.T) {
 }
 
 // TestRolesLeastPrivilege: no role the chart installs grants a wildcard or
-// writes Secrets, and only the manager's lists or watches them (for the
-// metadata watch that notices a rotation; RBAC cannot grant a metadata-only
-// watch, so this lets the manager read every Secret in the cluster).
+// creates or deletes Secrets (a manager that may create Secrets in its
+// namespace can mint a token for any ServiceAccount there); only the
+// manager's lists or watches them (for the metadata watch that notices a
+// rotation; RBAC cannot grant a metadata-only watch, so this lets the manager
+// read every Secret in the cluster), and only a Role of the release namespace
+// updates one: the status digest key Secret the chart ships empty and the
+// manager is told to use (--status-digest-key-secret).
 func TestRolesLeastPrivilege(t *testing.T) {
 	for _, args := range [][]string{nil, {"--values", allOn}} {
 		objs := render(t, "r", "ns", append(args, "--api-versions", mapAPIVersion)...)
 		checkReferences(t, objs)
+		keySecret := checkDigestKeySecret(t, objs)
 		for _, o := range ofKind(objs, "Role", "ClusterRole") {
 			var role rbacv1.ClusterRole // a Role's rules have the same shape
 			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &role); err != nil {
@@ -348,14 +358,49 @@ func TestRolesLeastPrivilege(t *testing.T) {
 					continue
 				}
 				manager := o.GetKind() == "ClusterRole" && strings.HasSuffix(o.GetName(), "-manager-role")
+				digestKey := o.GetKind() == "Role" && o.GetNamespace() == "ns" && slices.Equal(r.ResourceNames, []string{keySecret})
 				for _, v := range r.Verbs {
-					if v != "get" && (!manager || (v != "list" && v != "watch")) {
+					if v != "get" && (!manager || (v != "list" && v != "watch")) && (!digestKey || v != "update") {
 						t.Errorf("%s/%s may %s Secrets: %+v", o.GetKind(), o.GetName(), v, r)
 					}
 				}
 			}
 		}
 	}
+}
+
+// checkDigestKeySecret: the one Secret a rendering holds (credentials aside)
+// is the status digest key's, in the release namespace, with no data — so an
+// upgrade leaves the key the manager wrote — and the manager is told its name
+// and namespace (its pod's, by the downward API). It returns the name.
+func checkDigestKeySecret(t *testing.T, objs []*unstructured.Unstructured) string {
+	t.Helper()
+	d := theDeployment(t, objs)
+	c := d.Spec.Template.Spec.Containers[0]
+	var name string
+	for _, a := range c.Args {
+		if v, ok := strings.CutPrefix(a, "--status-digest-key-secret="); ok {
+			name = v
+		}
+	}
+	if !slices.Contains(c.Args, "--manager-namespace=$(POD_NAMESPACE)") || !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+		return e.Name == "POD_NAMESPACE" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace"
+	}) {
+		t.Errorf("the manager is not told its namespace (--manager-namespace=$(POD_NAMESPACE) with POD_NAMESPACE from metadata.namespace): args %q env %+v", c.Args, c.Env)
+	}
+	key := find(objs, "Secret", name)
+	if name == "" || key == nil {
+		t.Fatalf("the manager's --status-digest-key-secret %q is no Secret of the rendering %v", name, names(objs))
+	}
+	if key.GetNamespace() != d.Namespace {
+		t.Errorf("Secret %s in namespace %q, the manager in %q", name, key.GetNamespace(), d.Namespace)
+	}
+	for _, field := range []string{"data", "stringData"} {
+		if _, ok := key.Object[field]; ok {
+			t.Errorf("Secret %s has %s: helm upgrade would replace the key the manager wrote", name, field)
+		}
+	}
+	return name
 }
 
 // TestManagerMatchesConfig: the chart's default Deployment runs the manager

@@ -1,6 +1,7 @@
 package chart
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"os"
@@ -13,6 +14,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -263,6 +265,21 @@ func TestHelmInstallRunUpgradeUninstall(t *testing.T) {
 		t.Errorf("the manager was refused something by the installed RBAC:\n%s", mgr.LogTail())
 	}
 
+	// The manager wrote its status digest key into the empty Secret the
+	// chart installed in the release namespace (it may not create one).
+	digestKey := func() []byte {
+		t.Helper()
+		var s corev1.Secret
+		if err := c.client.Get(c.ctx, client.ObjectKey{Namespace: ns, Name: release + "-status-digest-key"}, &s); err != nil {
+			t.Fatalf("the status digest key Secret: %v", err)
+		}
+		return s.Data["key"]
+	}
+	key := digestKey()
+	if len(key) != 32 {
+		t.Errorf("the manager left a status digest key of %d bytes in the release's Secret, want 32", len(key))
+	}
+
 	// Upgrade: a changed value reaches the Deployment.
 	if out, err := c.helm("upgrade", release, chartPath, "--namespace", ns, "--reuse-values", "--set", "replicas=2"); err != nil || strings.Contains(out, emu.Token()) {
 		t.Fatalf("helm upgrade: %v\n%s", err, redact(out, emu.Token()))
@@ -272,6 +289,11 @@ func TestHelmInstallRunUpgradeUninstall(t *testing.T) {
 	}
 	if *dep.Spec.Replicas != 2 {
 		t.Errorf("after helm upgrade --set replicas=2 the Deployment has %d replicas", *dep.Spec.Replicas)
+	}
+	// ... and the key the manager wrote is kept: a new one would make every
+	// recorded digest disagree (one spurious rotation per referenced Secret).
+	if !bytes.Equal(digestKey(), key) {
+		t.Errorf("helm upgrade replaced the status digest key the manager wrote")
 	}
 
 	// With no manager running, the installed admission policy alone adds the

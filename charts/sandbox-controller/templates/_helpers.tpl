@@ -126,6 +126,8 @@ manager's default applies; 0 and false are passed.
   (list "leader-election-lease-duration" $v.leaderElection.leaseDuration)
   (list "leader-election-renew-deadline" $v.leaderElection.renewDeadline)
   (list "leader-election-retry-period" $v.leaderElection.retryPeriod)
+  (list "manager-namespace" "$(POD_NAMESPACE)")
+  (list "status-digest-key-secret" (printf "%s-status-digest-key" (include "sandbox-controller.fullname" .)))
   (list "graceful-shutdown-timeout" (printf "%ds" (int64 $v.controller.gracefulShutdownTimeoutSeconds)))
   (list "vercel-api-url" $v.vercel.apiURL)
   (list "vercel-token-file" "/var/run/secrets/vercel/token")
