@@ -104,12 +104,21 @@ func (r *SandboxForkReconciler) reconcileFork(ctx context.Context, fork *sandbox
 		// Only a change of spec.template.inherit can help; it wakes the fork.
 		return ctrl.Result{}, nil
 	}
-	if err := r.scale(ctx, fork, snap, inherited); err != nil {
+	refused, err := r.scale(ctx, fork, snap, inherited)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
 	st.ObservedGeneration = fork.Generation
+	if refused {
+		// A grant of the Secrets to the creator wakes nothing: look again.
+		return ctrl.Result{RequeueAfter: forkSecretRecheck}, nil
+	}
 	return ctrl.Result{}, nil
 }
+
+// forkSecretRecheck is how often a fork refused for its inherited Secrets
+// asks again whether its creator may read them.
+const forkSecretRecheck = time.Minute
 
 // inheritedSpec is what the children inherit besides spec.template.spec: the
 // source Sandbox's spec as the snapshot recorded it at capture time, never
@@ -268,15 +277,17 @@ func (r *SandboxForkReconciler) untilDeadline(fork *sandboxv1.SandboxFork) time.
 }
 
 // scale creates the missing children, deletes the surplus (highest indexes
-// first) and records every child's state.
-func (r *SandboxForkReconciler) scale(ctx context.Context, fork *sandboxv1.SandboxFork, snap *sandboxv1.SandboxSnapshot, inherited *sandboxv1.SourceSandboxSpec) error {
+// first) and records every child's state. Before creating a child it checks
+// that the fork's creator may read every Secret the child inherits; refused
+// says it may not (described in status) and no child was created.
+func (r *SandboxForkReconciler) scale(ctx context.Context, fork *sandboxv1.SandboxFork, snap *sandboxv1.SandboxSnapshot, inherited *sandboxv1.SourceSandboxSpec) (refused bool, err error) {
 	want := int32(1)
 	if fork.Spec.Replicas != nil {
 		want = *fork.Spec.Replicas
 	}
 	children, err := r.children(ctx, fork)
 	if err != nil {
-		return err
+		return false, err
 	}
 	have := map[int32]*sandboxv1.Sandbox{}
 	for i := range children {
@@ -287,9 +298,19 @@ func (r *SandboxForkReconciler) scale(ctx context.Context, fork *sandboxv1.Sandb
 	for idx, child := range have {
 		if idx >= want && child.DeletionTimestamp.IsZero() {
 			if err := r.Delete(ctx, child); client.IgnoreNotFound(err) != nil {
-				return fmt.Errorf("delete child %s: %w", child.Name, err)
+				return false, fmt.Errorf("delete child %s: %w", child.Name, err)
 			}
 			r.Recorder.Eventf(fork, child, corev1.EventTypeNormal, "ScaledDown", "Delete", "Deleted child Sandbox %s", child.Name)
+		}
+	}
+	if anyMissing(have, want) {
+		msg, err := r.refusedSecrets(ctx, fork, snap, inherited)
+		if err != nil {
+			return false, err
+		}
+		if msg != "" {
+			r.refuseSecrets(fork, msg)
+			return true, nil
 		}
 	}
 	for idx := int32(0); idx < want; idx++ {
@@ -302,7 +323,7 @@ func (r *SandboxForkReconciler) scale(ctx context.Context, fork *sandboxv1.Sandb
 		case apierrors.IsAlreadyExists(err):
 			// Created by an earlier reconcile the cache does not show yet.
 		case err != nil:
-			return fmt.Errorf("create child %s: %w", child.Name, err)
+			return false, fmt.Errorf("create child %s: %w", child.Name, err)
 		default:
 			r.Recorder.Eventf(fork, child, corev1.EventTypeNormal, "ChildCreated", "Create", "Created child Sandbox %s", child.Name)
 		}
@@ -342,7 +363,17 @@ func (r *SandboxForkReconciler) scale(ctx context.Context, fork *sandboxv1.Sandb
 		setCondition(&st.Conditions, fork.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonCreatingChildren,
 			fmt.Sprintf("%d of %d children are Ready", st.ReadyReplicas, want))
 	}
-	return nil
+	return false, nil
+}
+
+// anyMissing reports whether a child of an index below want does not exist.
+func anyMissing(have map[int32]*sandboxv1.Sandbox, want int32) bool {
+	for idx := int32(0); idx < want; idx++ {
+		if _, ok := have[idx]; !ok {
+			return true
+		}
+	}
+	return false
 }
 
 // newChild builds child number idx, booting from the fork's snapshot: the

@@ -43,7 +43,22 @@ const (
 	// controller version that did not record it). Children are not created
 	// until the fork sets spec.template.inherit to None.
 	ReasonSourceSpecUnknown = "SourceSpecUnknown"
+	// ReasonSecretNotPermitted is set on Ready=False (phase Pending) when the
+	// children would inherit a reference to a Secret (env or injected header
+	// of the source's spec) that the fork's creator may not get, or the fork
+	// records no creator (annotation AnnotationCreatedBy). No child is
+	// created; the message names the Secrets and the user.
+	ReasonSecretNotPermitted = "SecretNotPermitted"
 )
+
+// AnnotationCreatedBy records who created a SandboxFork, as JSON
+// {"user": "...", "groups": [...]} taken from the create request. The
+// MutatingAdmissionPolicy created-by.sandbox.sentry.io
+// (config/admission/created-by.yaml) sets it and keeps it on updates; the
+// ValidatingAdmissionPolicy of the same file refuses any other value. The
+// fork controller lets children inherit a Secret reference only when this
+// user may get that Secret (a SubjectAccessReview).
+const AnnotationCreatedBy = "sandbox.sentry.io/created-by"
 
 // ForkInheritance says what the children of a SandboxFork inherit.
 // +kubebuilder:validation:Enum=SourceSpec;None

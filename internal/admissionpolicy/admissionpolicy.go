@@ -43,8 +43,8 @@ const probeUser = "sandbox.sentry.io:admission-probe"
 // Install creates the objects of the policy files in dir (every *.yaml but
 // kustomize's own) with the administrator cfg, and waits until the API server
 // applies each policy to Sandboxes created in namespace: the finalizer is
-// added, a Secret reference and a raw snapshot id by a user without the
-// permissions are refused. The API server loads policies asynchronously, so
+// added (and a SandboxFork's creator recorded), a Secret reference and a raw
+// snapshot id by a user without the permissions are refused. The API server loads policies asynchronously, so
 // without the wait the first objects could slip through.
 func Install(ctx context.Context, cfg *rest.Config, dir, namespace string) error {
 	c, err := client.New(cfg, client.Options{Scheme: scheme()})
@@ -73,6 +73,20 @@ func Install(ctx context.Context, cfg *rest.Config, dir, namespace string) error
 			return false, err
 		}
 		return slices.Contains(p.Finalizers, sandboxv1.SandboxFinalizer), nil
+	}); err != nil {
+		return fmt.Errorf("%s: %w", dir, err)
+	}
+	fork := &sandboxv1.SandboxFork{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, GenerateName: "admission-probe-"},
+		Spec:       sandboxv1.SandboxForkSpec{Source: sandboxv1.SandboxForkSource{SnapshotRef: &sandboxv1.LocalObjectReference{Name: "admission-probe"}}},
+	}
+	if err := poll(ctx, "the created-by policy", func() (bool, error) {
+		f := fork.DeepCopy()
+		if err := c.Create(ctx, f, client.DryRunAll); err != nil {
+			return false, err
+		}
+		_, ok := f.Annotations[sandboxv1.AnnotationCreatedBy]
+		return ok, nil
 	}); err != nil {
 		return fmt.Errorf("%s: %w", dir, err)
 	}
