@@ -86,8 +86,8 @@ func TestDefaults(t *testing.T) {
 	}
 	// The validating policies are always installed (docs/security.md), and
 	// name the release namespace as the manager's own.
-	if o := ofKind(objs, "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"); len(o) != 10 {
-		t.Errorf("a default install renders the validating policies %v, want 5 policies (secret references, snapshot ids, adopt, abandon-remote, class label) and their 5 bindings", names(o))
+	if o := ofKind(objs, "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"); len(o) != 12 {
+		t.Errorf("a default install renders the validating policies %v, want 6 policies (secret references, snapshot ids, adopt, abandon-remote, class label, created-by) and their 6 bindings", names(o))
 	}
 	if p := find(objs, "ValidatingAdmissionPolicy", "r-sandbox-controller-secret-references.sandbox.sentry.io"); p == nil {
 		t.Errorf("no secret-references policy among %v", names(objs))
@@ -158,8 +158,8 @@ func TestDefaults(t *testing.T) {
 	// The admission policy needs a cluster that serves it; helm fills
 	// .Capabilities from the cluster on install, --api-versions stands in here.
 	objs = render(t, "r", "ns", "--api-versions", mapAPIVersion)
-	if o := ofKind(objs, "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"); len(o) != 2 {
-		t.Errorf("with %s served: want the policy and its binding, got %v", mapAPIVersion, names(o))
+	if o := ofKind(objs, "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"); len(o) != 4 {
+		t.Errorf("with %s served: want the finalizers and created-by policies and their bindings, got %v", mapAPIVersion, names(o))
 	}
 	objs = render(t, "r", "ns", "--api-versions", mapAPIVersion, "--set", "admissionPolicy.enabled=false")
 	if o := ofKind(objs, "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"); len(o) != 0 {
