@@ -61,6 +61,9 @@ func TestLeastPrivilegeViolations(t *testing.T) {
 		return []grant{{from: "test", rule: rbacv1.PolicyRule{APIGroups: groups, Resources: resources, Verbs: verbs}}}
 	}
 	core := []string{""}
+	keyRule := func(ns string, names []string, verbs ...string) []grant {
+		return []grant{{from: "RoleBinding " + ns + "/b -> Role " + ns + "/r", rule: rbacv1.PolicyRule{APIGroups: core, Resources: []string{"secrets"}, ResourceNames: names, Verbs: verbs}}}
+	}
 	for _, tc := range []struct {
 		name   string
 		grants []grant
@@ -80,6 +83,12 @@ func TestLeastPrivilegeViolations(t *testing.T) {
 		{"core resource wildcard patches secrets", rule(core, []string{"*"}, []string{"patch"}), 2},
 		{"secrets subresource", rule(core, []string{"secrets/status"}, []string{"patch"}), 1},
 		{"non-resource wildcard", []grant{{from: "test", rule: rbacv1.PolicyRule{NonResourceURLs: []string{"/metrics/*"}, Verbs: []string{"get"}}}}, 1},
+		{"update the digest key", keyRule(systemNamespace, []string{digestKeySecret}, "get", "update"), 0},
+		{"patch or delete the digest key", keyRule(systemNamespace, []string{digestKeySecret}, "patch", "delete"), 2},
+		{"create secrets by name", keyRule(systemNamespace, []string{digestKeySecret}, "create"), 1},
+		{"update another Secret", keyRule(systemNamespace, []string{"vercel-credentials"}, "update"), 1},
+		{"update the digest key and another", keyRule(systemNamespace, []string{digestKeySecret, "vercel-credentials"}, "update"), 1},
+		{"update a Secret of that name elsewhere", keyRule("default", []string{digestKeySecret}, "update"), 1},
 	} {
 		if got := leastPrivilegeViolations(tc.grants); len(got) != tc.want {
 			t.Errorf("%s: %d violations %q, want %d", tc.name, len(got), got, tc.want)
@@ -260,9 +269,23 @@ func aggregatedRules(t *testing.T, o rbacObjects, r rbacv1.ClusterRole) []rbacv1
 
 // secretVerbs are the verbs the manager may hold on Secrets: it reads the
 // ones a Sandbox references (get) and watches their metadata to notice a
-// rotation (list, watch; RBAC cannot grant a metadata-only watch). It never
-// writes one.
+// rotation (list, watch; RBAC cannot grant a metadata-only watch). It writes
+// one only: the status digest key Secret (digestKeySecret).
 var secretVerbs = []string{"get", "list", "watch"}
+
+// digestKeySecret is the Secret of the manager's namespace that `make deploy`
+// installs empty and the manager fills with its status digest key
+// (config/rbac/status_digest_key.yaml): a Role there may let it get and
+// update that one Secret, by name. It may create none.
+const digestKeySecret = "sandbox-controller-status-digest-key"
+
+var digestKeyVerbs = []string{"get", "update"}
+
+// isDigestKeyGrant: g is a Role's rule of the manager's namespace naming only
+// the digest key Secret.
+func isDigestKeyGrant(g grant) bool {
+	return strings.HasPrefix(g.from, "RoleBinding "+systemNamespace+"/") && slices.Equal(g.rule.ResourceNames, []string{digestKeySecret})
+}
 
 // leastPrivilegeViolations lists the wildcards among grants and every verb
 // on Secrets other than secretVerbs.
@@ -279,8 +302,8 @@ func leastPrivilegeViolations(grants []grant) []string {
 		}
 		if (slices.Contains(r.APIGroups, "") || slices.Contains(r.APIGroups, "*")) && touchesSecrets(r.Resources) {
 			for _, v := range r.Verbs {
-				if !slices.Contains(secretVerbs, v) {
-					out = append(out, fmt.Sprintf("verb %q on Secrets (only %s are allowed): %v", v, strings.Join(secretVerbs, ", "), g))
+				if !slices.Contains(secretVerbs, v) && (!isDigestKeyGrant(g) || !slices.Contains(digestKeyVerbs, v)) {
+					out = append(out, fmt.Sprintf("verb %q on Secrets (only %s are allowed, and update of %s/%s): %v", v, strings.Join(secretVerbs, ", "), systemNamespace, digestKeySecret, g))
 				}
 			}
 		}
@@ -373,6 +396,11 @@ func checkLiveManagerRBAC(t *testing.T, e *env) {
 		canI(false, verb, "secrets", "-A")
 		canI(false, verb, "secrets", "-n", systemNamespace)
 	}
+	// The status digest key, by name, in its own namespace only.
+	canI(true, "update", "secrets/"+digestKeySecret, "-n", systemNamespace)
+	canI(false, "update", "secrets/"+digestKeySecret, "-n", "default")
+	canI(false, "update", "secrets/vercel-credentials", "-n", systemNamespace)
+	canI(false, "patch", "secrets/"+digestKeySecret, "-n", systemNamespace)
 	canI(false, "create", "leases.coordination.k8s.io", "-n", "default")
 	canI(false, "list", "pods", "-A")
 	canI(false, "impersonate", "serviceaccounts", "-A")
@@ -398,7 +426,11 @@ func checkLiveManagerRBAC(t *testing.T, e *env) {
 			if strings.Contains(r.resource, "*") || slices.Contains(r.verbs, "*") {
 				t.Errorf("can-i --list -n %s: wildcard for the manager: %s", ns, r.line)
 			}
-			if r.resource == "secrets" || strings.HasPrefix(r.resource, "secrets/") {
+			if r.resource == "secrets" && ns == systemNamespace && slices.Equal(r.names, []string{digestKeySecret}) {
+				if !slices.Equal(slices.Sorted(slices.Values(r.verbs)), digestKeyVerbs) {
+					t.Errorf("can-i --list -n %s: verbs %q on the digest key Secret, want only %q: %s", ns, r.verbs, digestKeyVerbs, r.line)
+				}
+			} else if r.resource == "secrets" || strings.HasPrefix(r.resource, "secrets/") {
 				if !slices.Equal(slices.Sorted(slices.Values(r.verbs)), secretVerbs) {
 					t.Errorf("can-i --list -n %s: Secrets verbs %q, want only %q: %s", ns, r.verbs, secretVerbs, r.line)
 				}
@@ -422,6 +454,7 @@ func ruleStrings(grants []grant) []string {
 // canIRow is one line of `kubectl auth can-i --list`.
 type canIRow struct {
 	resource string
+	names    []string
 	verbs    []string
 	line     string
 }
@@ -442,7 +475,7 @@ func parseCanIList(t *testing.T, out string) []canIRow {
 		if m == nil {
 			t.Fatalf("unparsable kubectl auth can-i --list row %q", l)
 		}
-		rows = append(rows, canIRow{resource: m[1], verbs: strings.Fields(m[4]), line: strings.TrimSpace(l)})
+		rows = append(rows, canIRow{resource: m[1], names: strings.Fields(m[3]), verbs: strings.Fields(m[4]), line: strings.TrimSpace(l)})
 	}
 	return rows
 }
