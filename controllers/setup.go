@@ -34,6 +34,11 @@ type Options struct {
 	// VercelStallThreshold makes /healthz fail once every Vercel in-flight
 	// slot has been held this long; 0 adds no check.
 	VercelStallThreshold time.Duration
+	// VercelGuard, when set, is asked before every Vercel request of the
+	// manager's client and of each SandboxClass's; an error fails the
+	// request unsent. cmd/manager refuses mutations with it once the
+	// leader election Lease may have passed to another replica.
+	VercelGuard func(*http.Request) error
 	// ReconcileTimeout bounds each reconcile (controller-runtime's
 	// ReconciliationTimeout) unless the manager's options set one; 0 means
 	// DefaultReconcileTimeout. Keep it above the Vercel call timeout.
@@ -138,11 +143,12 @@ func SetupWithManager(mgr ctrl.Manager, vc vercel.Config, o Options) error {
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
 		Base:      classBase,
-		Limits:    httplimit.Options{MaxInFlight: o.VercelInFlight, Reserved: o.VercelReservedInFlight},
+		Limits:    httplimit.Options{MaxInFlight: o.VercelInFlight, Reserved: o.VercelReservedInFlight, Guard: o.VercelGuard},
 	}
 	hc, slots := httplimit.NewClient(httplimit.Options{
 		MaxInFlight: o.VercelInFlight,
 		Reserved:    o.VercelReservedInFlight,
+		Guard:       o.VercelGuard,
 		// The same convention as vc.CallTimeout: 0 default, negative none.
 		ResponseHeaderTimeout: vc.CallTimeout,
 	})

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -26,6 +28,7 @@ import (
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 	"github.com/getsentry/sandbox-controller/controllers"
+	"github.com/getsentry/sandbox-controller/internal/leaderfence"
 	"github.com/getsentry/sandbox-controller/internal/notify"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
@@ -66,7 +69,7 @@ func main() {
 	flag.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader so that only one manager replica reconciles at a time.")
 	flag.StringVar(&leaderElection.namespace, "leader-election-namespace", "", "Namespace of the leader election Lease; in a cluster it defaults to the manager's own namespace, out of a cluster it is required with --leader-elect.")
 	flag.DurationVar(&leaderElection.leaseDuration, "leader-election-lease-duration", 15*time.Second, "How long a standby replica waits after the leader's last renewal before taking over; also the takeover time when the leader dies without releasing the lease.")
-	flag.DurationVar(&leaderElection.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "How long the leader keeps retrying to renew the lease before it gives up leadership and exits.")
+	flag.DurationVar(&leaderElection.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "How long the leader keeps retrying to renew the lease before it gives up leadership and exits. Once its last renewal is this old, the leader also stops sending Vercel mutations and Kubernetes writes (a stopped or cut-off leader resuming after another took over); keep it below --leader-election-lease-duration by the longest expected request transit.")
 	flag.DurationVar(&leaderElection.retryPeriod, "leader-election-retry-period", 2*time.Second, "How often replicas try to acquire or renew the lease.")
 	flag.DurationVar(&gracefulShutdown, "graceful-shutdown-timeout", 30*time.Second, "On SIGTERM, how long in-flight reconciles get to finish before the manager releases the lease and exits; keep the pod's terminationGracePeriodSeconds above it.")
 	flag.StringVar(&vercelURL, "vercel-api-url", "https://api.vercel.com", "Base URL of the Vercel Sandbox API (the emulator's URL when running locally).")
@@ -195,6 +198,20 @@ func main() {
 			restConfig.Burst = max(1, int(2*kubeQPS))
 		}
 	}
+	// A leader that lost its Lease without noticing (stopped, or cut from
+	// the API server) must not act until client-go ends it: past the renew
+	// deadline without a renewal, its Vercel mutations and Kubernetes
+	// writes are refused (internal/leaderfence).
+	var fence *leaderfence.Fence
+	var lock resourcelock.Interface
+	var lockRecorders *lateRecorders
+	if leaderElect {
+		fence = leaderfence.New(leaderElection.renewDeadline)
+		if lock, lockRecorders, err = fencedLeaderElection(restConfig, leaderElection, controllers.LeaderElectionID(shard), fence); err != nil {
+			log.Error(err, "Failed to create the leader election lock")
+			os.Exit(1)
+		}
+	}
 	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
 		Scheme:                  scheme,
 		Metrics:                 metricsOpts,
@@ -210,12 +227,18 @@ func main() {
 		// releases the lease once its reconciles have stopped, so the standby
 		// takes over within a retry period instead of a lease duration. Safe
 		// because main exits as soon as mgr.Start returns.
-		LeaderElectionReleaseOnCancel: true,
-		Cache:                         controllers.CacheOptions(),
+		LeaderElectionReleaseOnCancel:       true,
+		LeaderElectionResourceLockInterface: lock,
+		Cache:                               controllers.CacheOptions(),
 	})
 	if err != nil {
 		log.Error(err, "Failed to create the manager")
 		os.Exit(1)
+	}
+	var vercelGuard func(*http.Request) error
+	if fence != nil {
+		lockRecorders.bind(mgr)
+		vercelGuard = fence.VercelGuard
 	}
 	if metricsCertWatcher != nil {
 		if err := mgr.Add(metricsCertWatcher); err != nil {
@@ -228,6 +251,7 @@ func main() {
 		VercelInFlight:          vercelInFlight,
 		VercelReservedInFlight:  vercelReserved,
 		VercelStallThreshold:    vercelTimeouts.stall,
+		VercelGuard:             vercelGuard,
 		ReconcileTimeout:        vercelTimeouts.reconcile,
 		PollInterval:            pollInterval,
 		BackoffCap:              backoffCap,

@@ -56,6 +56,12 @@ type Options struct {
 	HTTP2ReadIdleTimeout  time.Duration
 	HTTP2PingTimeout      time.Duration
 	IdleConnTimeout       time.Duration
+
+	// Guard, when set, is asked right before each request is sent (after
+	// it got its slot); a non-nil error fails the request unsent. The
+	// manager refuses Vercel mutations with it once its leader election
+	// Lease may have passed to another replica (internal/leaderfence).
+	Guard func(*http.Request) error
 }
 
 func orDefault(d, def time.Duration) time.Duration {
@@ -99,8 +105,28 @@ func NewTransport(o Options) *http.Transport {
 // the bounding Transport (for Stalled). Its Timeout is 0: streaming calls last
 // as long as their caller wants; every call is bounded by its context.
 func NewClient(o Options) (*http.Client, *Transport) {
-	t := newTransport(NewTransport(o), o.MaxInFlight, o.Reserved)
+	var base http.RoundTripper = NewTransport(o)
+	if o.Guard != nil {
+		base = guarded{base: base, guard: o.Guard}
+	}
+	t := newTransport(base, o.MaxInFlight, o.Reserved)
 	return &http.Client{Transport: t}, t
+}
+
+// guarded sends a request only when its guard allows it.
+type guarded struct {
+	base  http.RoundTripper
+	guard func(*http.Request) error
+}
+
+func (g guarded) RoundTrip(r *http.Request) (*http.Response, error) {
+	if err := g.guard(r); err != nil {
+		if r.Body != nil {
+			_ = r.Body.Close() // a RoundTripper closes the body, even on error
+		}
+		return nil, err
+	}
+	return g.base.RoundTrip(r)
 }
 
 // Client returns NewClient's client with the default deadlines and at most n

@@ -30,6 +30,11 @@ const (
 type replica struct {
 	name string
 	h    *harness
+	// args are appended to the harness's manager arguments (a later flag
+	// wins), env replaces its environment when set: the leader-cut test
+	// gives each replica its own Vercel and API-server addresses.
+	args []string
+	env  []string
 
 	mu          sync.Mutex
 	cur         *process
@@ -97,9 +102,12 @@ func (r *replica) start() (*process, error) {
 	if err != nil {
 		return nil, err
 	}
-	args := append(append([]string(nil), h.managerArgs...), "--health-probe-bind-address="+probe)
+	args := append(append(append([]string(nil), h.managerArgs...), r.args...), "--health-probe-bind-address="+probe)
 	cmd := exec.Command(h.cfg.ManagerBin, args...)
 	cmd.Env = h.managerEnv
+	if r.env != nil {
+		cmd.Env = r.env
+	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		_ = logFile.Close()
