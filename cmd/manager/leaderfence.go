@@ -71,19 +71,22 @@ type lateRecord struct {
 
 func (r lateRecord) Event(object runtime.Object, eventtype, reason, message string) {
 	if m := r.l.get(); m != nil {
-		m.GetEventRecorderFor(r.name).Event(object, eventtype, reason, message) //nolint:staticcheck // the lock uses the old API
+		//lint:ignore SA1019 client-go's Lease lock records its events through the old API
+		m.GetEventRecorderFor(r.name).Event(object, eventtype, reason, message)
 	}
 }
 
 func (r lateRecord) Eventf(object runtime.Object, eventtype, reason, messageFmt string, args ...any) {
 	if m := r.l.get(); m != nil {
-		m.GetEventRecorderFor(r.name).Eventf(object, eventtype, reason, messageFmt, args...) //nolint:staticcheck // the lock uses the old API
+		//lint:ignore SA1019 client-go's Lease lock records its events through the old API
+		m.GetEventRecorderFor(r.name).Eventf(object, eventtype, reason, messageFmt, args...)
 	}
 }
 
 func (r lateRecord) AnnotatedEventf(object runtime.Object, annotations map[string]string, eventtype, reason, messageFmt string, args ...any) {
 	if m := r.l.get(); m != nil {
-		m.GetEventRecorderFor(r.name).AnnotatedEventf(object, annotations, eventtype, reason, messageFmt, args...) //nolint:staticcheck // the lock uses the old API
+		//lint:ignore SA1019 client-go's Lease lock records its events through the old API
+		m.GetEventRecorderFor(r.name).AnnotatedEventf(object, annotations, eventtype, reason, messageFmt, args...)
 	}
 }
 
