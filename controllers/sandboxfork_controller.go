@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -379,10 +380,11 @@ func anyMissing(have map[int32]*sandboxv1.Sandbox, want int32) bool {
 // newChild builds child number idx, booting from the fork's snapshot: the
 // inherited source spec (if any) under the template's overrides.
 func (r *SandboxForkReconciler) newChild(fork *sandboxv1.SandboxFork, snap *sandboxv1.SandboxSnapshot, inherited *sandboxv1.SourceSandboxSpec, idx int32) *sandboxv1.Sandbox {
-	labels := map[string]string{}
-	for k, v := range fork.Spec.Template.Metadata.Labels {
-		labels[k] = v
-	}
+	// The API server refuses controller keys (sandbox.sentry.io/) in a
+	// template; a fork stored before that rule may still carry them
+	// (abandon-remote would leak the children's sandboxes), so they are
+	// dropped here too.
+	labels := withoutReservedKeys(fork.Spec.Template.Metadata.Labels)
 	labels[sandboxv1.LabelFork] = labelValue(fork.Name)
 	labels[sandboxv1.LabelForkIndex] = strconv.Itoa(int(idx))
 	labels[sandboxv1.LabelSourceSnapshot] = labelValue(snap.Name)
@@ -394,9 +396,12 @@ func (r *SandboxForkReconciler) newChild(fork *sandboxv1.SandboxFork, snap *sand
 			Namespace:   fork.Namespace,
 			Name:        childName(fork, idx),
 			Labels:      labels,
-			Annotations: fork.Spec.Template.Metadata.Annotations,
+			Annotations: withoutReservedKeys(fork.Spec.Template.Metadata.Annotations),
 		},
 		Spec: childSpec(fork, snap, inherited),
+	}
+	if len(child.Annotations) == 0 {
+		child.Annotations = nil
 	}
 	// The fork is always the controller owner; the error is impossible for
 	// two namespaced objects in one namespace.
@@ -580,4 +585,16 @@ func (r *SandboxForkReconciler) forksReferencing(ctx context.Context, obj client
 		return nil
 	}
 	return requestsFor(forks.Items, func(*sandboxv1.SandboxFork) bool { return true })
+}
+
+// withoutReservedKeys copies m without the keys of the controller's own
+// prefix (sandbox.sentry.io/).
+func withoutReservedKeys(m map[string]string) map[string]string {
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		if !strings.HasPrefix(k, "sandbox.sentry.io/") {
+			out[k] = v
+		}
+	}
+	return out
 }

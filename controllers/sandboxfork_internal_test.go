@@ -6,7 +6,9 @@ import (
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 )
@@ -120,4 +122,30 @@ func TestChildSpec(t *testing.T) {
 func runtimeSrc(rt string) sandboxv1.SandboxSource {
 	r := sandboxv1.Runtime(rt)
 	return sandboxv1.SandboxSource{Runtime: &r}
+}
+
+// A fork stored before the API server refused controller keys in templates
+// must not hand them to its children: abandon-remote would leak their
+// sandboxes on delete, and a forged lineage label would mislead.
+func TestNewChildDropsReservedKeys(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := sandboxv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	r := &SandboxForkReconciler{Client: fake.NewClientBuilder().WithScheme(scheme).Build()}
+	fork := &sandboxv1.SandboxFork{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "f", UID: "u"}}
+	fork.Spec.Source.SnapshotRef = &sandboxv1.LocalObjectReference{Name: "snap"}
+	fork.Spec.Template.Metadata.Labels = map[string]string{"team": "a", sandboxv1.LabelClass: "", sandboxv1.LabelForkIndex: "9"}
+	fork.Spec.Template.Metadata.Annotations = map[string]string{"note": "kept", sandboxv1.AnnotationAbandonRemote: "true", sandboxv1.AnnotationPaused: "true"}
+	snap := &sandboxv1.SandboxSnapshot{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "snap"}}
+	child := r.newChild(fork, snap, nil, 2)
+	if want := map[string]string{"note": "kept"}; !apiequality.Semantic.DeepEqual(child.Annotations, want) {
+		t.Errorf("annotations = %v, want %v", child.Annotations, want)
+	}
+	if _, ok := child.Labels[sandboxv1.LabelClass]; ok {
+		t.Errorf("the class label reached the child: %v", child.Labels)
+	}
+	if child.Labels["team"] != "a" || child.Labels[sandboxv1.LabelForkIndex] != "2" {
+		t.Errorf("labels = %v", child.Labels)
+	}
 }
