@@ -19,7 +19,9 @@ type ReadinessProbeApplyConfiguration struct {
 	// not followed.
 	HTTPGet *HTTPGetProbeApplyConfiguration `json:"httpGet,omitempty"`
 	// exec runs a command in the sandbox; exit code 0 passes. Each run is a
-	// Vercel command (one run-command and one wait request per period).
+	// detached Vercel command, started once per period and polled until it
+	// exits (a run-command and a few status reads); at most the manager's
+	// --max-probes-per-namespace run at once in a namespace.
 	Exec *ExecProbeApplyConfiguration `json:"exec,omitempty"`
 	// periodSeconds between probes; 1 to 300, default 5.
 	PeriodSeconds *int32 `json:"periodSeconds,omitempty"`
