@@ -28,6 +28,12 @@ func startStack(ctx context.Context, t *testing.T, emu emulator.Options) (*local
 			t.Error(err)
 		}
 	})
+	// What `make deploy` installs for the manager, among it the empty Secret
+	// the binary writes its status digest key into: it never creates one
+	// (it runs as the administrator here, but a deployed manager may not).
+	if _, _, err := stack.InstallManagerRBAC(ctx); err != nil {
+		t.Fatal(err)
+	}
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := stack.ControlPlane.WriteAdminKubeconfig(kubeconfig); err != nil {
 		t.Fatal(err)
