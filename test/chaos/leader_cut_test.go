@@ -344,9 +344,16 @@ func leaderCut(ctx context.Context, t *testing.T, h *harness, apiServer string, 
 		t.Errorf("the old leader's process was still running 30s after it got the API server back")
 	}
 
-	// Every object converges; nothing is duplicated or leaked.
+	// Every object converges; nothing is duplicated or leaked. Clients
+	// keep using their Sandboxes, as in the soak's convergence: a heartbeat
+	// at once and every 20 s wakes a session that was stopped unrecorded.
 	var v *verdict
+	var lastBeat time.Time
 	converged := waitFor(ctx, t, 2*time.Minute, "convergence", func() (bool, string) {
+		if time.Since(lastBeat) >= 20*time.Second {
+			h.heartbeatAll(ctx)
+			lastBeat = time.Now()
+		}
 		cl, err := observe(ctx, c, h)
 		if err != nil {
 			return false, err.Error()
