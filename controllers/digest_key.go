@@ -108,7 +108,7 @@ func LoadDigestKey(ctx context.Context, c client.Client, reader client.Reader, s
 			}
 			continue
 		case apierrors.IsNotFound(err):
-			return nil, fmt.Errorf("the status digest key Secret %s does not exist: it is installed with the manager (make deploy, the Helm chart); apply it again, an empty Secret of that name, and the manager writes a key into it", name)
+			return nil, fmt.Errorf("the status digest key Secret %s does not exist: make deploy and the Helm chart install it; create it empty (kubectl -n %s create secret generic %s) and the manager writes a key into it", name, name.Namespace, name.Name)
 		case err != nil:
 			return nil, fmt.Errorf("read the status digest key (Secret %s): %w", name, err)
 		}
