@@ -96,7 +96,7 @@ func LoadDigestKey(ctx context.Context, c client.Client, reader client.Reader, s
 	name := s.key()
 	for attempt := 0; ; attempt++ {
 		if attempt > 4 {
-			return nil, fmt.Errorf("Secret %s changed on every attempt to write the status digest key", name)
+			return nil, fmt.Errorf("the status digest key Secret %s changed on every attempt to write the status digest key", name)
 		}
 		sec := &corev1.Secret{}
 		err := reader.Get(ctx, name, sec)
@@ -114,7 +114,7 @@ func LoadDigestKey(ctx context.Context, c client.Client, reader client.Reader, s
 		}
 		if key, ok := sec.Data[digestKeyField]; ok && len(key) > 0 {
 			if len(key) < digestKeyBytes {
-				return nil, fmt.Errorf("Secret %s holds a key %q of %d bytes, fewer than %d: remove the field and the manager writes a new key", name, digestKeyField, len(key), digestKeyBytes)
+				return nil, fmt.Errorf("the status digest key Secret %s holds a key %q of %d bytes, fewer than %d: remove the field and the manager writes a new key", name, digestKeyField, len(key), digestKeyBytes)
 			}
 			return key, nil
 		}
