@@ -68,7 +68,7 @@ func (s *Stack) InstallManagerRBAC(ctx context.Context) (*rest.Config, ManagerId
 			id.Namespace = u.GetNamespace()
 			id.ServiceAccount, _, _ = unstructured.NestedString(u.Object, "spec", "template", "spec", "serviceAccountName")
 		case slices.Contains(rbacKinds, kind):
-			if err := s.Client.Patch(ctx, &u, client.Apply, client.FieldOwner("make-dev"), client.ForceOwnership); err != nil {
+			if err := s.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(&u), client.FieldOwner("make-dev"), client.ForceOwnership); err != nil {
 				return nil, id, fmt.Errorf("apply %s %s: %w", kind, u.GetName(), err)
 			}
 		}
