@@ -7,6 +7,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -95,12 +96,7 @@ var _ = Describe("The class of an object", Serial, func() {
 		Eventually(func(g Gomega) *metav1.Condition {
 			f := &sandboxv1.SandboxFork{}
 			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(fork), f)).To(Succeed())
-			for i := range f.Status.Conditions {
-				if f.Status.Conditions[i].Type == sandboxv1.ConditionReady {
-					return &f.Status.Conditions[i]
-				}
-			}
-			return nil
+			return meta.FindStatusCondition(f.Status.Conditions, sandboxv1.ConditionReady)
 		}).Should(And(withStatus(sandboxv1.ReasonClassMismatch),
 			HaveField("Message", ContainSubstring("none (the manager's own credentials)"))))
 		Expect(remoteNames("team_default", "prj_default")).To(BeEmpty())
