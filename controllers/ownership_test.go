@@ -345,7 +345,8 @@ var _ = Describe("Ownership across clusters sharing a Vercel project", Ordered, 
 		})
 		Expect(err).NotTo(HaveOccurred())
 		Expect((&controllers.SandboxReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Vercel: vc,
-			Recorder: mgr.GetEventRecorder("sandbox-controller"), PollInterval: pollInterval, ClusterID: otherCluster}).SetupWithManager(mgr)).To(Succeed())
+			Recorder: mgr.GetEventRecorder("sandbox-controller"), PollInterval: pollInterval, ClusterID: otherCluster,
+			DigestKeySecret: controllers.DigestKeySecret{CreateMissing: true}}).SetupWithManager(mgr)).To(Succeed())
 		Expect((&controllers.SandboxSnapshotReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Vercel: vc,
 			Recorder: mgr.GetEventRecorder("sandboxsnapshot-controller"), PollInterval: pollInterval, ClusterID: otherCluster}).SetupWithManager(mgr)).To(Succeed())
 		var mctx context.Context
