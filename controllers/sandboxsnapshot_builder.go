@@ -1,0 +1,522 @@
+package controllers
+
+// The recipe builder, the act of a build: create the builder sandbox (after
+// the quota admits it), run its clone and setup steps detached and polled,
+// capture the snapshot, then delete the builder and retire replaced
+// snapshots. Progress is read back from Vercel, so a restarted controller
+// continues where the last one stopped.
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+	"github.com/getsentry/sandbox-controller/internal/metrics"
+	"github.com/getsentry/sandbox-controller/internal/recipe"
+	"github.com/getsentry/sandbox-controller/internal/vercel"
+)
+
+// snapshotBootPoll is how often a booting builder is polled.
+const snapshotBootPoll = time.Second
+
+// Build budgets when the recipe names none.
+const (
+	defaultBuildTimeout = 30 * time.Minute
+	defaultStepTimeout  = 10 * time.Minute
+)
+
+// tagContentHash marks a builder sandbox with the short content hash it builds.
+const tagContentHash = "k8s-content-hash"
+
+// drive advances this object's build by at most one step: create the
+// builder, start the next clone or setup command (detached, polled), or
+// capture. Progress is read back from Vercel (the builder's command list), so
+// a restarted controller continues from the last finished step and never
+// starts a step twice.
+func (r *SandboxSnapshotReconciler) drive(ctx context.Context, snap *sandboxv1.SandboxSnapshot, peers []*sandboxv1.SandboxSnapshot, hash, replaces string, serving bool) (ctrl.Result, error) {
+	st := &snap.Status
+	rcp := snap.Spec.Source.Recipe
+	steps := buildSteps(rcp)
+	name := builderName(r.ClusterID, snap.Namespace, hash, replaces)
+	if st.Build == nil {
+		st.Build = &sandboxv1.SnapshotBuildStatus{}
+	}
+	b := st.Build
+	if b.BuilderName == name && b.Failed {
+		// Reported already; retried only when the recipe changes.
+		return ctrl.Result{}, nil
+	}
+	resp, err := r.api(ctx).GetSandbox(ctx, name, false)
+	if err != nil && !vercel.IsNotFound(err) {
+		return ctrl.Result{}, fmt.Errorf("get builder sandbox %s: %w", name, err)
+	}
+	if err == nil {
+		tags := resp.Sandbox.Tags
+		o := ownerOf(tags, r.ClusterID, snap.UID)
+		if (o != ownedBySelf && o != ownedByPeer) || tags[tagContentHash] != recipe.Short(hash) {
+			return r.builderNameTaken(snap, serving, name, tags), nil
+		}
+		// Vercel's unique names make the builder a lock: whoever created it
+		// drives the build while it exists, so two users of a hash that both
+		// thought themselves first still never run a step twice.
+		if o == ownedByPeer {
+			if p := liveOwner(tags[tagOwnerUID], peers); p != nil {
+				return r.follow(snap, p, serving), nil
+			}
+			// Its driver is gone: this object takes the build over, and the
+			// owner tag says so, for the checks before a delete.
+			if _, err := r.api(ctx).UpdateSandbox(ctx, name, vercel.UpdateSandboxRequest{Tags: builderTags(r.ClusterID, snap.UID, hash)}, false); err != nil {
+				return ctrl.Result{}, fmt.Errorf("take over builder sandbox %s: %w", name, err)
+			}
+			r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "BuildTakenOver", "Build", "Took over builder sandbox %s, whose SandboxSnapshot is gone", name)
+		}
+	}
+	b.SharedWith = ""
+	if b.BuilderName != name {
+		if old := b.BuilderName; old != "" && !b.Failed {
+			// The build under the recorded name was cut short (the base's
+			// content changed mid-build, so the hash and the name did): its
+			// builder serves nothing now. Deleted before the new name
+			// replaces the only record of it, else it would run, and bill,
+			// until its timeout. A failed build deleted its own.
+			if _, err := r.deleteBuilder(ctx, snap, old, "Build"); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
+		// A new build: its builder's name is recorded before the builder is
+		// created, so a delete after a crash finds it (and deletes it, or
+		// nothing if it was never created), and a retry adopts it by name.
+		now := metav1.NewTime(r.now().Truncate(time.Second))
+		if err := r.patchStatusNow(ctx, snap, func(st *sandboxv1.SandboxSnapshotStatus) {
+			b := st.Build
+			b.BuilderName, b.SessionID, b.CommandID, b.Step, b.Failed = name, "", "", "boot", false
+			b.Attempts++
+			b.StartedAt, b.StepStartedAt = &now, &now
+			b.CompletedSteps, b.TotalSteps = 0, int32(len(steps))
+			if replaces != "" {
+				b.Replaces = replaces
+			}
+			if !serving {
+				st.Phase = sandboxv1.SnapshotBuilding
+			}
+		}); err != nil {
+			return ctrl.Result{}, err
+		}
+		b = st.Build
+	}
+	if !serving {
+		st.Phase = sandboxv1.SnapshotBuilding
+	}
+	budget := defaultBuildTimeout
+	if rcp.TimeoutSeconds != nil {
+		budget = time.Duration(*rcp.TimeoutSeconds) * time.Second
+	}
+	if b.StartedAt != nil && r.now().Sub(b.StartedAt.Time) > budget {
+		return r.buildFailed(ctx, snap, serving, fmt.Sprintf("The build exceeded its total time budget of %s during %s", budget, b.Step))
+	}
+	if vercel.IsNotFound(err) {
+		if b.SessionID != "" {
+			// The builder was deleted after its capture, before the result
+			// was recorded.
+			if s, err := r.builderSnapshot(ctx, name); err != nil || s != nil {
+				if err != nil {
+					return ctrl.Result{}, err
+				}
+				return r.built(ctx, snap, s)
+			}
+		}
+		return r.createBuilder(ctx, snap, name, hash, budget, serving)
+	}
+	if id := resp.Sandbox.CurrentSnapshotID; id != "" {
+		s, err := r.api(ctx).GetSnapshot(ctx, id)
+		if err != nil {
+			return ctrl.Result{}, fmt.Errorf("get snapshot %s: %w", id, err)
+		}
+		return r.built(ctx, snap, s)
+	}
+	s := resp.Session
+	if s == nil || s.Status == vercel.SessionPending {
+		r.building(snap, serving, "Waiting for the builder session to start")
+		return ctrl.Result{RequeueAfter: snapshotBootPoll}, nil
+	}
+	if s.Status != vercel.SessionRunning {
+		return r.buildFailed(ctx, snap, serving, fmt.Sprintf("The builder session %s %s during %s", s.ID, s.Status, b.Step))
+	}
+	b.SessionID = s.ID
+	return r.advance(ctx, snap, steps, s.ID, sharedExpiration(snap, peers), serving)
+}
+
+// builderTags are the tags of a builder: its owner's and the content hash.
+func builderTags(cluster string, uid types.UID, hash string) map[string]string {
+	tags := ownerTags(cluster, uid)
+	tags[tagContentHash] = recipe.Short(hash)
+	return tags
+}
+
+// builderNameTaken reports a builder name held by a Vercel sandbox that is
+// not a builder of this hash in this cluster: it is left alone, and the
+// build waits for the name to be free.
+func (r *SandboxSnapshotReconciler) builderNameTaken(snap *sandboxv1.SandboxSnapshot, serving bool, name string, tags map[string]string) ctrl.Result {
+	st := &snap.Status
+	msg := fmt.Sprintf("A Vercel sandbox named %s exists but was not created for this build (%s); it is left alone", name, describeOwner(tags, r.ClusterID))
+	if !hasCondition(st.Conditions, sandboxv1.ConditionReady, sandboxv1.ReasonNameConflict) {
+		r.Recorder.Eventf(snap, nil, corev1.EventTypeWarning, sandboxv1.ReasonNameConflict, "Build", "%s", msg)
+	}
+	status := metav1.ConditionFalse
+	if serving {
+		status, msg = metav1.ConditionTrue, fmt.Sprintf("Serving %s; its rebuild cannot start: %s", st.SnapshotID, msg)
+	} else {
+		st.Phase, st.ReadyToUse = sandboxv1.SnapshotFailed, false
+	}
+	setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, status, sandboxv1.ReasonNameConflict, msg)
+	return ctrl.Result{RequeueAfter: snapshotRefPoll}
+}
+
+// deleteBuilder deletes the builder sandbox name after reading it: only a
+// builder of this cluster, in this namespace, tagged as this object's. It
+// reports whether it deleted one. Anything else is left alone, and a
+// sandbox that is not the operator's at all is reported.
+func (r *SandboxSnapshotReconciler) deleteBuilder(ctx context.Context, snap *sandboxv1.SandboxSnapshot, name, why string) (bool, error) {
+	resp, err := r.api(ctx).GetSandbox(ctx, name, false)
+	switch {
+	case vercel.IsNotFound(err):
+		// A 404 counts only once Vercel knows the project (with a wrong
+		// project id every read answers 404): the client's delete checks.
+		if _, err := r.api(ctx).DeleteSandbox(ctx, name, false); err != nil && !vercel.IsNotFound(err) {
+			return false, fmt.Errorf("delete builder sandbox %s: %w", name, err)
+		}
+		r.Quota.ReleaseBuild(ctx, snap.Namespace, name)
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("get builder sandbox %s: %w", name, err)
+	}
+	tags := resp.Sandbox.Tags
+	switch o := ownerOf(tags, r.ClusterID, snap.UID); {
+	case o == ownedByPeer:
+		return false, nil
+	case o != ownedBySelf || !builderNamePattern(r.ClusterID, snap.Namespace).MatchString(name):
+		r.Recorder.Eventf(snap, nil, corev1.EventTypeWarning, sandboxv1.ReasonNameConflict, "Delete",
+			"Left Vercel sandbox %s alone: it is not this object's builder (%s)", name, describeOwner(tags, r.ClusterID))
+		return false, nil
+	}
+	if _, err := r.api(ctx).DeleteSandbox(ctx, name, false); err != nil && !vercel.IsNotFound(err) {
+		return false, fmt.Errorf("delete builder sandbox %s: %w", name, err)
+	}
+	r.Quota.ReleaseBuild(ctx, snap.Namespace, name)
+	r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Deleted", why, "Deleted builder sandbox %s", name)
+	return true, nil
+}
+
+func (r *SandboxSnapshotReconciler) createBuilder(ctx context.Context, snap *sandboxv1.SandboxSnapshot, name, hash string, budget time.Duration, serving bool) (ctrl.Result, error) {
+	if wait, err := r.waitForBuildQuota(ctx, snap, name, serving); wait || err != nil {
+		return ctrl.Result{RequeueAfter: quotaRecheck}, err
+	}
+	rcp := snap.Spec.Source.Recipe
+	req := vercel.CreateSandboxRequest{
+		Name:       name,
+		Timeout:    budget.Milliseconds(),
+		Persistent: new(bool),
+		Tags:       builderTags(r.ClusterID, snap.UID, hash),
+	}
+	if rcp.Resources != nil && rcp.Resources.VCPUs != nil {
+		v := int64(*rcp.Resources.VCPUs)
+		req.Resources = &vercel.Resources{VCPUs: v, Memory: v * 2048}
+	}
+	if rcp.Runtime != nil {
+		req.Runtime = string(*rcp.Runtime)
+	} else {
+		base, msg := r.readyBase(ctx, snap)
+		if base == nil {
+			return r.waitForBase(ctx, snap, msg)
+		}
+		req.Source = &vercel.Source{Type: vercel.SourceSnapshot, SnapshotID: base.Status.SnapshotID}
+	}
+	resp, err := r.api(ctx).CreateSandbox(ctx, req)
+	switch {
+	case vercel.IsConflict(err):
+		// Created meanwhile (a lost answer, or another user): found next time.
+		return ctrl.Result{RequeueAfter: snapshotBootPoll}, nil
+	case err != nil:
+		return ctrl.Result{}, fmt.Errorf("create builder sandbox %s: %w", name, err)
+	}
+	snap.Status.Build.SessionID = sessionID(resp)
+	logf.FromContext(ctx).Info("Created builder sandbox", "vercelName", name, "session", snap.Status.Build.SessionID)
+	r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "BuildStarted", "Build", "Created builder sandbox %s for content hash %s", name, recipe.Short(hash))
+	r.building(snap, serving, "Booting the builder sandbox "+name)
+	return ctrl.Result{RequeueAfter: snapshotBootPoll}, nil
+}
+
+// advance reads the builder's commands (one per step, oldest first) and
+// starts the next step, waits for the running one, or captures.
+func (r *SandboxSnapshotReconciler) advance(ctx context.Context, snap *sandboxv1.SandboxSnapshot, steps []buildStep, sessionID string, expiration *time.Duration, serving bool) (ctrl.Result, error) {
+	b := snap.Status.Build
+	cmds, err := r.api(ctx).ListCommands(ctx, sessionID)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("list commands of builder session %s: %w", sessionID, err)
+	}
+	for i, j := 0, len(cmds)-1; i < j; i, j = i+1, j-1 {
+		cmds[i], cmds[j] = cmds[j], cmds[i]
+	}
+	for i := 0; i < len(cmds) && i < len(steps); i++ {
+		c := cmds[i]
+		if c.ExitCode == nil {
+			b.CompletedSteps = int32(i)
+			if b.CommandID != c.ID {
+				b.CommandID, b.StepStartedAt = c.ID, msTime(c.StartedAt)
+			}
+			b.Step = steps[i].label
+			r.building(snap, serving, fmt.Sprintf("Running build step %d of %d (%s)", i+1, len(steps), steps[i].label))
+			return ctrl.Result{RequeueAfter: snapshotBuildPoll}, nil
+		}
+		if *c.ExitCode != 0 {
+			return r.stepFailed(ctx, snap, serving, steps[i], i, len(steps), sessionID, &c)
+		}
+	}
+	b.CompletedSteps = int32(min(len(cmds), len(steps)))
+	if len(cmds) < len(steps) {
+		i := len(cmds)
+		req, secrets, err := r.stepRequest(ctx, snap, steps[i])
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		r.sentSecrets.remember(snap.UID, secrets)
+		cmd, err := r.api(ctx).RunCommand(ctx, sessionID, req)
+		if err != nil {
+			return ctrl.Result{}, redact(fmt.Errorf("start build step %s: %w", steps[i].label, err), secrets)
+		}
+		now := metav1.NewTime(r.now().Truncate(time.Second))
+		b.CommandID, b.Step, b.StepStartedAt = cmd.ID, steps[i].label, &now
+		r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "StepStarted", "Build", "Started build step %d of %d (%s)", i+1, len(steps), steps[i].label)
+		r.building(snap, serving, fmt.Sprintf("Running build step %d of %d (%s)", i+1, len(steps), steps[i].label))
+		return ctrl.Result{RequeueAfter: snapshotBuildPoll}, nil
+	}
+
+	// Every step succeeded: capture. The intent is written first; a restart
+	// finds the snapshot as the builder's currentSnapshotId.
+	if err := r.patchStatusNow(ctx, snap, func(st *sandboxv1.SandboxSnapshotStatus) {
+		st.Build.Step, st.Build.CommandID = "capture", ""
+		if !serving {
+			st.Phase = sandboxv1.SnapshotCapturing
+		}
+	}); err != nil {
+		return ctrl.Result{}, err
+	}
+	resp, err := r.api(ctx).CreateSnapshot(ctx, sessionID, expiration)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("capture builder session %s: %w", sessionID, err)
+	}
+	r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "SnapshotCreated", "CreateSnapshot", "Captured builder %s as snapshot %s", b.BuilderName, resp.Snapshot.ID)
+	return r.built(ctx, snap, &resp.Snapshot)
+}
+
+// stepRequest is the command of one build step. Clone credentials go into the
+// clone command's environment only, through a credential helper given on the
+// command line, so they are neither in the repository's config nor in any
+// later step's environment.
+func (r *SandboxSnapshotReconciler) stepRequest(ctx context.Context, snap *sandboxv1.SandboxSnapshot, step buildStep) (vercel.RunCommandRequest, []string, error) {
+	rcp := snap.Spec.Source.Recipe
+	if s := step.setup; s != nil {
+		req := vercel.RunCommandRequest{Command: s.Command, Args: s.Args, Cwd: s.Cwd, Env: recipe.StepEnv(rcp, *s), Sudo: s.Sudo, Timeout: defaultStepTimeout.Milliseconds()}
+		if req.Args == nil {
+			req.Args = []string{}
+		}
+		if s.TimeoutSeconds != nil {
+			req.Timeout = int64(*s.TimeoutSeconds) * 1000
+		}
+		return req, nil, nil
+	}
+	repo := step.repo
+	env := map[string]string{
+		"GIT_TERMINAL_PROMPT": "0",
+		"CLONE_URL":           repo.URL,
+		"CLONE_DEST":          recipe.DefaultCwd + "/" + recipe.CleanPath(repo.Path),
+		"CLONE_REVISION":      repo.Revision,
+	}
+	secrets := &secretReader{reader: r.APIReader, namespace: snap.Namespace}
+	if c := repo.Credentials; c != nil {
+		u, p, err := secrets.gitCredentials(ctx, c.SecretName)
+		if err != nil {
+			return vercel.RunCommandRequest{}, nil, err
+		}
+		env["GIT_USERNAME"], env["GIT_PASSWORD"] = u, p
+	}
+	clone := "git -c credential.helper= -c 'credential.helper=!f() { test \"$1\" = get || exit 0; echo \"username=${GIT_USERNAME:-}\"; echo \"password=${GIT_PASSWORD:-}\"; }; f' clone --quiet"
+	if repo.Depth != nil {
+		clone += fmt.Sprintf(" --depth %d --no-single-branch", *repo.Depth)
+	}
+	script := strings.Join([]string{
+		"set -eu",
+		`mkdir -p "$(dirname "$CLONE_DEST")"`,
+		clone + ` -- "$CLONE_URL" "$CLONE_DEST"`,
+		`if [ -n "$CLONE_REVISION" ]; then git -C "$CLONE_DEST" checkout --quiet "$CLONE_REVISION"; fi`,
+	}, "\n")
+	return vercel.RunCommandRequest{Command: "sh", Args: []string{"-c", script}, Env: env, Timeout: defaultStepTimeout.Milliseconds()}, secrets.values, nil
+}
+
+// building reports a build in progress: Ready=False, or still True with
+// reason Rebuilding while the old snapshot is served.
+func (r *SandboxSnapshotReconciler) building(snap *sandboxv1.SandboxSnapshot, serving bool, msg string) {
+	st := &snap.Status
+	if serving {
+		setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionTrue, sandboxv1.ReasonRebuilding,
+			fmt.Sprintf("Serving %s while it is rebuilt: %s", st.SnapshotID, msg))
+		return
+	}
+	st.Phase = sandboxv1.SnapshotBuilding
+	setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonBuilding, msg)
+}
+
+// stepFailed reports the failed step with its exit code and output tail.
+func (r *SandboxSnapshotReconciler) stepFailed(ctx context.Context, snap *sandboxv1.SandboxSnapshot, serving bool, step buildStep, i, n int, sessionID string, c *vercel.Command) (ctrl.Result, error) {
+	_, secrets, _ := r.stepRequest(ctx, snap, step)
+	secrets = r.sentSecrets.with(snap.UID, secrets)
+	tail, err := commandOutputTail(ctx, r.api(ctx), sessionID, c.ID, secrets)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("read output of build step %s: %w", step.label, err)
+	}
+	msg := fmt.Sprintf("Build step %d of %d (%s) exited with code %d", i+1, n, step.label, *c.ExitCode)
+	if *c.ExitCode == exitKilledByTimeout {
+		msg += " (killed: its time budget ran out)"
+	}
+	if tail != "" {
+		msg += ": " + tail
+	}
+	return r.buildFailed(ctx, snap, serving, scrub(msg, secrets))
+}
+
+// exitKilledByTimeout is the exit code of a command Vercel killed (SIGKILL).
+const exitKilledByTimeout = 137
+
+// buildFailed records a failed build, deletes the builder and does not retry
+// until the recipe changes. A rebuild that fails keeps serving the old snapshot.
+func (r *SandboxSnapshotReconciler) buildFailed(ctx context.Context, snap *sandboxv1.SandboxSnapshot, serving bool, msg string) (ctrl.Result, error) {
+	st := &snap.Status
+	b := st.Build
+	if _, err := r.deleteBuilder(ctx, snap, b.BuilderName, "Build"); err != nil {
+		return ctrl.Result{}, err
+	}
+	b.Failed, b.CommandID = true, ""
+	if b.StartedAt != nil {
+		metrics.ObserveSnapshotBuild(metrics.BuildFailed, r.now().Sub(b.StartedAt.Time))
+	}
+	r.Recorder.Eventf(snap, nil, corev1.EventTypeWarning, sandboxv1.ReasonBuildFailed, "Build", "%s", truncate(msg, maxEventNote))
+	if serving {
+		setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionTrue, sandboxv1.ReasonBuildFailed,
+			fmt.Sprintf("Serving %s; its rebuild failed: %s", st.SnapshotID, msg))
+		return ctrl.Result{}, nil
+	}
+	st.Phase, st.ReadyToUse = sandboxv1.SnapshotFailed, false
+	setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonBuildFailed, msg)
+	return ctrl.Result{}, nil
+}
+
+// built records the captured snapshot and deletes the builder.
+func (r *SandboxSnapshotReconciler) built(ctx context.Context, snap *sandboxv1.SandboxSnapshot, s *vercel.Snapshot) (ctrl.Result, error) {
+	st := &snap.Status
+	b := st.Build
+	if st.SnapshotID != "" && st.SnapshotID != s.ID {
+		b.Replaces, b.ReplacesSourceVercelName = st.SnapshotID, replacedSource(snap, st.SnapshotID)
+	}
+	st.SnapshotID = s.ID
+	r.markReady(snap, s)
+	now := r.now()
+	if b.StartedAt != nil {
+		d := now.Sub(b.StartedAt.Time)
+		secs := int64(d.Round(time.Second) / time.Second)
+		b.DurationSeconds = &secs
+		metrics.ObserveSnapshotBuild(metrics.BuildSucceeded, d)
+	}
+	done := metav1.NewTime(now.Truncate(time.Second))
+	b.CompletedAt = &done
+	b.Step, b.CommandID, b.CompletedSteps = "", "", b.TotalSteps
+	r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Built", "Build", "Built snapshot %s in builder %s", s.ID, b.BuilderName)
+	if err := r.cleanupBuilder(ctx, snap); err != nil {
+		return ctrl.Result{}, err
+	}
+	// Retire the replaced snapshot on the next reconcile, once status says
+	// which one is served now.
+	return ctrl.Result{RequeueAfter: time.Second}, nil
+}
+
+// cleanupBuilder deletes the builder of a finished build.
+func (r *SandboxSnapshotReconciler) cleanupBuilder(ctx context.Context, snap *sandboxv1.SandboxSnapshot) error {
+	b := snap.Status.Build
+	if b == nil || b.BuilderName == "" || b.Failed {
+		return nil
+	}
+	if _, err := r.deleteBuilder(ctx, snap, b.BuilderName, "Build"); err != nil {
+		return err
+	}
+	b.BuilderName, b.SessionID = "", ""
+	return nil
+}
+
+// retire deletes the snapshot a rebuild replaced once no other
+// SandboxSnapshot holds it.
+func (r *SandboxSnapshotReconciler) retire(ctx context.Context, snap *sandboxv1.SandboxSnapshot, all []sandboxv1.SandboxSnapshot) (ctrl.Result, error) {
+	b := snap.Status.Build
+	if b == nil || b.Replaces == "" || b.Replaces == snap.Status.SnapshotID {
+		return ctrl.Result{}, nil
+	}
+	old := b.Replaces
+	switch {
+	case snap.Spec.DeletionPolicy == sandboxv1.DeletionPolicyRetain:
+	case holdsSnapshot(snap, all, old):
+		// Another user still serves it; it switches on its next reconcile.
+		return ctrl.Result{RequeueAfter: snapshotWaitPoll}, nil
+	default:
+		ours, err := r.snapshotIsOurs(ctx, snap, old)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if !ours {
+			r.foreignSnapshotKept(snap, old)
+			break
+		}
+		if _, err := r.api(ctx).DeleteSnapshot(ctx, old); err != nil && !vercel.IsNotFound(err) && !vercel.IsGone(err) {
+			return ctrl.Result{}, fmt.Errorf("retire snapshot %s: %w", old, err)
+		}
+		r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Retired", "Delete", "Deleted Vercel snapshot %s, replaced by %s", old, snap.Status.SnapshotID)
+	}
+	b.Replaces = ""
+	return ctrl.Result{}, nil
+}
+
+// builderSnapshot finds the snapshot taken of a (since deleted) builder.
+func (r *SandboxSnapshotReconciler) builderSnapshot(ctx context.Context, name string) (*vercel.Snapshot, error) {
+	snaps, err := r.api(ctx).ListAllSnapshots(ctx, vercel.ListSnapshotsOptions{Name: name})
+	if err != nil {
+		return nil, fmt.Errorf("list snapshots of %s: %w", name, err)
+	}
+	for i := range snaps {
+		if snaps[i].Status == vercel.SnapshotCreated {
+			return &snaps[i], nil
+		}
+	}
+	return nil, nil
+}
+
+// builderSnapshots lists the live snapshots taken of a builder: a capture
+// whose answer was lost, or taken just before a crash, is recorded nowhere
+// else.
+func (r *SandboxSnapshotReconciler) builderSnapshots(ctx context.Context, name string) ([]string, error) {
+	snaps, err := r.api(ctx).ListAllSnapshots(ctx, vercel.ListSnapshotsOptions{Name: name})
+	if err != nil {
+		return nil, fmt.Errorf("list snapshots of %s: %w", name, err)
+	}
+	var ids []string
+	for _, s := range snaps {
+		if s.Status == vercel.SnapshotCreated {
+			ids = append(ids, s.ID)
+		}
+	}
+	return ids, nil
+}
