@@ -30,7 +30,6 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 )
@@ -171,65 +170,6 @@ func (l *QuotaLedger) build(ctx context.Context, ns string, n *nsLedger) error {
 	}
 	n.built = true
 	return nil
-}
-
-// holdingOf is what a Sandbox holds according to its status: a Vercel
-// sandbox once a session was recorded, and a running session until the
-// session is known to have stopped, with the vCPUs it was started with.
-func holdingOf(s *sandboxv1.Sandbox) (holding, bool) {
-	st := &s.Status
-	if st.SessionID == "" {
-		return holding{}, false
-	}
-	vcpus := int64(st.SessionVCPUs)
-	if vcpus == 0 {
-		// A session the controller did not start (an adoption), or one
-		// started before status recorded its vCPUs.
-		vcpus = vcpusOf(s)
-	}
-	return holding{uid: s.UID, remote: true, running: sessionMayRun(st.Phase) && st.Phase != sandboxv1.SandboxPending, vcpus: vcpus}, true
-}
-
-// builderHeld is the builder sandbox a SandboxSnapshot's status says it
-// drives, "" when none: the build failed (its builder is deleted), another
-// user of the hash drives it, or the name is held by a foreign sandbox.
-func builderHeld(s *sandboxv1.SandboxSnapshot) string {
-	b := s.Status.Build
-	if b == nil || b.BuilderName == "" || b.Failed || b.SharedWith != "" ||
-		hasCondition(s.Status.Conditions, sandboxv1.ConditionReady, sandboxv1.ReasonNameConflict) {
-		return ""
-	}
-	return b.BuilderName
-}
-
-// recipeVCPUs is what a recipe's builder runs with.
-func recipeVCPUs(s *sandboxv1.SandboxSnapshot) int64 {
-	if rcp := s.Spec.Source.Recipe; rcp != nil && rcp.Resources != nil && rcp.Resources.VCPUs != nil {
-		return int64(*rcp.Resources.VCPUs)
-	}
-	return defaultVCPUs
-}
-
-func vcpusOf(s *sandboxv1.Sandbox) int64 {
-	if r := s.Spec.Resources; r != nil && r.VCPUs != nil {
-		return int64(*r.VCPUs)
-	}
-	return defaultVCPUs
-}
-
-// used sums the holdings. Called with n.mu held.
-func (n *nsLedger) used() usage {
-	var u usage
-	for _, h := range n.holders {
-		if h.remote {
-			u.sandboxes++
-		}
-		if h.running {
-			u.running++
-			u.vcpus += h.vcpus
-		}
-	}
-	return u
 }
 
 // Admit grants sbx a session start (a create, a resume or a re-create) within
@@ -568,97 +508,6 @@ func (l *QuotaLedger) Usage(ctx context.Context, ns string) (Usage, error) {
 	}
 	u := n.used()
 	return Usage{Sandboxes: u.sandboxes, RunningSandboxes: u.running, RunningVCPUs: u.vcpus}, nil
-}
-
-// Wake requeues the Sandboxes of ns that wait for quota: its quotas changed.
-func (l *QuotaLedger) Wake(ns string) {
-	n := l.namespace(ns)
-	n.mu.Lock()
-	names := waiterNames(n)
-	n.mu.Unlock()
-	l.wakeSandboxes(ns, names)
-}
-
-// wakeBatch bounds how many waiters one change wakes: the earliest, which
-// are served first. Each grant wakes the next ones, so a burst of freed
-// capacity is handed on down the line; a later, smaller waiter that could
-// pass the earlier ones waits at most quotaRecheck when it is beyond the
-// batch.
-const wakeBatch = 32
-
-// waiterNames lists the first wakeBatch waiting Sandboxes in creation
-// order. (A waiting build is woken by the change of its quotas' status that
-// freed capacity brings: sandboxsnapshot_controller.go watches them.) Called
-// with n.mu held.
-func waiterNames(n *nsLedger) []string {
-	ws := make([]waiter, 0, len(n.waiters))
-	for _, w := range n.waiters {
-		if !w.build {
-			ws = append(ws, w)
-		}
-	}
-	sort.Slice(ws, func(i, j int) bool {
-		if !ws[i].created.Equal(ws[j].created) {
-			return ws[i].created.Before(ws[j].created)
-		}
-		return ws[i].name < ws[j].name
-	})
-	names := make([]string, 0, min(len(ws), wakeBatch))
-	for _, w := range ws[:min(len(ws), wakeBatch)] {
-		names = append(names, w.name)
-	}
-	return names
-}
-
-func (l *QuotaLedger) wakeSandboxes(ns string, names []string) {
-	l.mu.Lock()
-	q := l.sandboxQ
-	l.mu.Unlock()
-	if q == nil {
-		return
-	}
-	for _, name := range names {
-		q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}})
-	}
-}
-
-func (l *QuotaLedger) wakeQuotas(ctx context.Context, ns string) {
-	l.mu.Lock()
-	q := l.quotaQ
-	l.mu.Unlock()
-	if q == nil {
-		return
-	}
-	quotas := &sandboxv1.SandboxQuotaList{}
-	if err := l.reader.List(ctx, quotas, client.InNamespace(ns)); err != nil {
-		return
-	}
-	for i := range quotas.Items {
-		q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&quotas.Items[i])})
-	}
-}
-
-// sandboxSource hands the ledger the Sandbox controller's queue, to wake
-// waiters with.
-func (l *QuotaLedger) sandboxSource() source.Source {
-	return source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
-		if l != nil {
-			l.mu.Lock()
-			l.sandboxQ = q
-			l.mu.Unlock()
-		}
-		return nil
-	})
-}
-
-// quotaSource hands the ledger the SandboxQuota controller's queue.
-func (l *QuotaLedger) quotaSource() source.Source {
-	return source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
-		l.mu.Lock()
-		l.quotaQ = q
-		l.mu.Unlock()
-		return nil
-	})
 }
 
 // describeUsage is a Usage in words, for events.
