@@ -21,31 +21,37 @@ func escapeControl(s string) string {
 	for i := 0; i < len(s); {
 		r, size := utf8.DecodeRuneInString(s[i:])
 		switch {
-		case r == utf8.RuneError && size == 1:
-			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case r == '\n' || r == '\t':
-			b.WriteRune(r)
-		case r < 0x20 || r == 0x7f:
-			fmt.Fprintf(&b, `\x%02x`, r)
-		case r >= 0x80 && r < 0xa0: // C1 controls: \u009b is a CSI too
-			fmt.Fprintf(&b, `\u%04x`, r)
-		default:
+		case !mustEscape(r, size):
 			b.WriteString(s[i : i+size])
+		case r == utf8.RuneError:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r < 0x80:
+			fmt.Fprintf(&b, `\x%02x`, r)
+		default: // C1 controls: \u009b is a CSI too
+			fmt.Fprintf(&b, `\u%04x`, r)
 		}
 		i += size
 	}
 	return b.String()
 }
 
+// needsEscape reports whether escapeControl would change s.
 func needsEscape(s string) bool {
 	for i := 0; i < len(s); {
 		r, size := utf8.DecodeRuneInString(s[i:])
-		if (r == utf8.RuneError && size == 1) || (r < 0x20 && r != '\n' && r != '\t') || (r >= 0x7f && r < 0xa0) {
+		if mustEscape(r, size) {
 			return true
 		}
 		i += size
 	}
 	return false
+}
+
+// mustEscape reports whether the rune r, size bytes long in the text, is
+// escaped: a byte that is not UTF-8 (RuneError of size 1), a C0 control
+// but newline and tab, DEL, or a C1 control.
+func mustEscape(r rune, size int) bool {
+	return (r == utf8.RuneError && size == 1) || (r < 0x20 && r != '\n' && r != '\t') || (r >= 0x7f && r < 0xa0)
 }
 
 // escapingWriter escapes what is written to it as escapeControl does: the
