@@ -15,12 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 	"github.com/getsentry/sandbox-controller/controllers"
@@ -92,35 +87,15 @@ var _ = Describe("Vercel's concurrency limit", Serial, func() {
 		DeferCleanup(srv.Close)
 
 		// The suite's manager makes way for one wired as cmd/manager wires
-		// it (controllers.SetupWithManager: the in-flight bound with its
-		// reserved lane, the deadlines), watching this namespace only.
-		stopManager()
-		DeferCleanup(func() { startManager(k8sClient.Scheme()) })
-		mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-			Scheme:                 k8sClient.Scheme(),
-			Metrics:                metricsserver.Options{BindAddress: "0"},
-			HealthProbeBindAddress: "0",
-			Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-			Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}},
-		})
-		Expect(err).NotTo(HaveOccurred())
-		Expect(controllers.SetupWithManager(mgr,
-			vercel.Config{BaseURL: srv.URL, Token: e.Token(), TeamID: localstack.TeamID, ProjectID: localstack.ProjectID},
+		// it, watching this namespace only.
+		startWiredManager(vercel.Config{BaseURL: srv.URL, Token: e.Token(), TeamID: localstack.TeamID, ProjectID: localstack.ProjectID},
 			controllers.Options{
 				MaxConcurrentReconciles: 16,
 				VercelInFlight:          4,
 				VercelReservedInFlight:  1,
 				PollInterval:            pollInterval,
 				BackoffCap:              time.Minute,
-			})).To(Succeed())
-		mgrCtx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() {
-			defer GinkgoRecover()
-			defer close(done)
-			Expect(mgr.Start(mgrCtx)).To(Succeed())
-		}()
-		DeferCleanup(func() { cancel(); <-done })
+			}, ns)
 		// Runs before the manager stops: the finalizers need it.
 		DeferCleanup(func() {
 			for i := range sandboxes {

@@ -12,11 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 	"github.com/getsentry/sandbox-controller/controllers"
@@ -32,37 +28,15 @@ import (
 var _ = Describe("Exec readiness probes, detached", Serial, func() {
 	ctx := context.Background()
 
-	// wiredManager makes the suite's manager give way to one wired as
-	// cmd/manager wires it (controllers.SetupWithManager: the shared Vercel
-	// in-flight slots, the call timeout), watching the given namespaces.
+	// wiredManager runs the spec on a manager wired as cmd/manager wires it
+	// (startWiredManager), with the given Vercel call timeout (0: the
+	// default).
 	wiredManager := func(o controllers.Options, callTimeout time.Duration, namespaces ...string) {
 		GinkgoHelper()
-		stopManager()
-		DeferCleanup(func() { startManager(k8sClient.Scheme()) })
-		nss := map[string]cache.Config{}
-		for _, ns := range namespaces {
-			nss[ns] = cache.Config{}
-		}
-		mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-			Scheme:                 k8sClient.Scheme(),
-			Metrics:                metricsserver.Options{BindAddress: "0"},
-			HealthProbeBindAddress: "0",
-			Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-			Cache:                  cache.Options{DefaultNamespaces: nss},
-		})
-		Expect(err).NotTo(HaveOccurred())
 		vcfg := classBase
 		vcfg.CallTimeout = callTimeout
 		o.ClusterID, o.PollInterval, o.BackoffCap = clusterID, pollInterval, 10*time.Second
-		Expect(controllers.SetupWithManager(mgr, vcfg, o)).To(Succeed())
-		mgrCtx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() {
-			defer GinkgoRecover()
-			defer close(done)
-			Expect(mgr.Start(mgrCtx)).To(Succeed())
-		}()
-		DeferCleanup(func() { cancel(); <-done })
+		startWiredManager(vcfg, o, namespaces...)
 	}
 	// deleteAll deletes the Sandboxes of the namespaces and waits for them
 	// to go; registered after wiredManager, it runs while that manager does.

@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -247,6 +248,37 @@ func stopManager() {
 	defer mgrMu.Unlock()
 	mgrCancel()
 	<-mgrDone
+}
+
+// startWiredManager makes the suite's manager give way, for the rest of the
+// spec, to one wired as cmd/manager wires it (controllers.SetupWithManager:
+// the shared Vercel in-flight slots with their reserved lane, the call
+// timeout and deadlines), with vcfg and o, watching the given namespaces only.
+func startWiredManager(vcfg vercel.Config, o controllers.Options, namespaces ...string) {
+	GinkgoHelper()
+	stopManager()
+	DeferCleanup(func() { startManager(k8sClient.Scheme()) })
+	nss := map[string]cache.Config{}
+	for _, ns := range namespaces {
+		nss[ns] = cache.Config{}
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 k8sClient.Scheme(),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+		Cache:                  cache.Options{DefaultNamespaces: nss},
+	})
+	Expect(err).NotTo(HaveOccurred())
+	Expect(controllers.SetupWithManager(mgr, vcfg, o)).To(Succeed())
+	mgrCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer GinkgoRecover()
+		defer close(done)
+		Expect(mgr.Start(mgrCtx)).To(Succeed())
+	}()
+	DeferCleanup(func() { cancel(); <-done })
 }
 
 // restartManager stops the manager and starts a new one, as a crash and
