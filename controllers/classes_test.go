@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -75,12 +76,31 @@ func newClass(name, token, team, project string, selector map[string]string, ann
 	// recording proxy, which specs that count Vercel requests would see.
 	DeferCleanup(func() {
 		Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, &sandboxv1.SandboxClass{ObjectMeta: metav1.ObjectMeta{Name: name}}))).To(Succeed())
+		// The class goes only once no object uses it. An object an earlier
+		// spec left behind, created in the same second as this class, was
+		// given it (a default class applies to objects not older than it),
+		// and envtest never finishes deleting a namespace: delete every
+		// object pinned to the class, not only this spec's.
+		deleteClassUsers(ctx, name)
 		Eventually(func() bool {
 			return apierrors.IsNotFound(k8sClient.Get(ctx, types.NamespacedName{Name: name}, &sandboxv1.SandboxClass{}))
 		}, time.Minute).Should(BeTrue(), "SandboxClass %s is still there", name)
 		Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, sec))).To(Succeed())
 	})
 	return cl
+}
+
+// deleteClassUsers deletes every Sandbox, SandboxSnapshot and SandboxFork
+// pinned to class name, in any namespace.
+func deleteClassUsers(ctx context.Context, name string) {
+	GinkgoHelper()
+	pinned := client.MatchingLabels{sandboxv1.LabelClass: name}
+	for _, list := range []client.ObjectList{&sandboxv1.SandboxList{}, &sandboxv1.SandboxSnapshotList{}, &sandboxv1.SandboxForkList{}} {
+		Expect(k8sClient.List(ctx, list, pinned)).To(Succeed())
+		Expect(meta.EachListItem(list, func(o runtime.Object) error {
+			return client.IgnoreNotFound(k8sClient.Delete(ctx, o.(client.Object)))
+		})).To(Succeed())
+	}
 }
 
 // labelledNamespace creates a namespace for one spec with labels.

@@ -276,7 +276,7 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 	chaosCtx, endChaos := context.WithTimeout(ctx, cfg.Duration)
 	var chaosWG sync.WaitGroup
 	chaosWG.Go(func() { faults.run(chaosCtx, chaosStart) })
-	chaosWG.Go(func() { w.run(chaosCtx) })
+	chaosWG.Go(func() { w.run(ctx, chaosCtx) })
 	chaosWG.Go(func() { h.killLoop(chaosCtx, rngKill, &rngKillMu) })
 	chaosWG.Go(func() {
 		for {

@@ -114,11 +114,13 @@ func (w *workload) setup(ctx context.Context) error {
 	return nil
 }
 
-// run performs operations until ctx ends. Halfway through, a namespace is
-// deleted whatever the dice say, so that every run deletes one.
-func (w *workload) run(ctx context.Context) {
+// run performs operations until chaos ends. Halfway through, a namespace is
+// deleted whatever the dice say, so that every run deletes one. Each operation
+// runs under ctx, not chaos: one still in flight when the chaos phase ends
+// finishes, rather than being cut off and counted as a refused declaration.
+func (w *workload) run(ctx, chaos context.Context) {
 	halfway := time.Now().Add(w.h.cfg.Duration / 2)
-	for ctx.Err() == nil {
+	for chaos.Err() == nil {
 		if !halfway.IsZero() && time.Now().After(halfway) {
 			halfway = time.Time{}
 			if err := w.replaceNamespace(ctx, w.nss[w.rng.IntN(len(w.nss))]); err != nil && ctx.Err() == nil {
@@ -130,7 +132,7 @@ func (w *workload) run(ctx context.Context) {
 		}
 		d := w.h.cfg.OpInterval/2 + time.Duration(w.rng.Int64N(int64(w.h.cfg.OpInterval)+1))
 		select {
-		case <-ctx.Done():
+		case <-chaos.Done():
 		case <-time.After(d):
 		}
 	}
