@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
-	"github.com/getsentry/sandbox-controller/internal/admissionpolicy"
+	"github.com/getsentry/sandbox-controller/localstack/admissionpolicy"
 )
 
 // The suite installs config/admission, as `make install` does. These specs

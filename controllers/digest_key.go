@@ -30,7 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/getsentry/sandbox-controller/internal/admissionpolicy"
+	"github.com/getsentry/sandbox-controller/localstack/admissionpolicy"
 )
 
 const (

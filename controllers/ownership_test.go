@@ -25,9 +25,9 @@ import (
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 	"github.com/getsentry/sandbox-controller/controllers"
-	"github.com/getsentry/sandbox-controller/internal/localstack"
 	"github.com/getsentry/sandbox-controller/internal/recipe"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
+	"github.com/getsentry/sandbox-controller/localstack"
 )
 
 // docs/security.md names these specs as the proof that the operator deletes

@@ -24,8 +24,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
-	"github.com/getsentry/sandbox-controller/internal/admissionpolicy"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
+	"github.com/getsentry/sandbox-controller/localstack/admissionpolicy"
 )
 
 // docs/security.md names these specs as the proof of each rule. Two users

@@ -2,7 +2,7 @@
 # Builds the envtest control-plane binaries (kube-apiserver, etcd) and
 # kube-controller-manager from the Go module proxy and prints the directory
 # that holds them (for KUBEBUILDER_ASSETS). kube-controller-manager is not part
-# of envtest; internal/controlplane runs it beside the API server so that
+# of envtest; localstack/controlplane runs it beside the API server so that
 # namespace deletion, garbage collection, ServiceAccounts and ResourceQuota
 # work as on a real cluster.
 #

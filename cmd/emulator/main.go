@@ -1,5 +1,5 @@
 // Command emulator serves a local emulator of the Vercel Sandbox REST API v2
-// (internal/emulator) for development and tests.
+// (localstack/emulator) for development and tests.
 //
 //	go run ./cmd/emulator --exec=none --plan=hobby
 //
@@ -24,8 +24,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/getsentry/sandbox-controller/internal/emulator"
-	"github.com/getsentry/sandbox-controller/internal/emulator/sandboxruntime"
+	"github.com/getsentry/sandbox-controller/localstack/emulator"
+	"github.com/getsentry/sandbox-controller/localstack/emulator/sandboxruntime"
 )
 
 func main() {

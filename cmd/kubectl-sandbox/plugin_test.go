@@ -2,7 +2,7 @@ package main
 
 // These tests build kubectl-sandbox into a temporary directory on PATH and
 // run the real kubectl, which finds the plugin there, against the dev
-// environment of internal/clienttest: the API server with the CRDs, the
+// environment of localstack/clienttest: the API server with the CRDs, the
 // Vercel emulator and the manager, with KUBECONFIG and VERCEL_* set as
 // `make dev` prints them.
 
@@ -23,8 +23,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
-	"github.com/getsentry/sandbox-controller/internal/clienttest"
 	"github.com/getsentry/sandbox-controller/internal/pty"
+	"github.com/getsentry/sandbox-controller/localstack/clienttest"
 )
 
 // pluginDir holds the built kubectl-sandbox.

@@ -27,8 +27,8 @@ import (
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 	"github.com/getsentry/sandbox-controller/controllers"
-	"github.com/getsentry/sandbox-controller/internal/emulator"
-	"github.com/getsentry/sandbox-controller/internal/localstack"
+	"github.com/getsentry/sandbox-controller/localstack"
+	"github.com/getsentry/sandbox-controller/localstack/emulator"
 )
 
 // TestShardsOwnDisjointObjectsAndHandOver runs three manager binaries against

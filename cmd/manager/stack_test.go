@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/getsentry/sandbox-controller/internal/emulator"
-	"github.com/getsentry/sandbox-controller/internal/localstack"
+	"github.com/getsentry/sandbox-controller/localstack"
+	"github.com/getsentry/sandbox-controller/localstack/emulator"
 )
 
 // startStack starts the local control plane and the emulator (with emu's

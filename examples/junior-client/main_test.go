@@ -11,7 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/getsentry/sandbox-controller/internal/clienttest"
+	"github.com/getsentry/sandbox-controller/localstack/clienttest"
 	"github.com/getsentry/sandbox-controller/pkg/sandboxclient"
 )
 

@@ -33,8 +33,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/getsentry/sandbox-controller/internal/procfs"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
+	"github.com/getsentry/sandbox-controller/localstack/procfs"
 )
 
 // readyLine is what the dev program prints once everything is up.

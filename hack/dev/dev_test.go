@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/getsentry/sandbox-controller/internal/procfs"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
+	"github.com/getsentry/sandbox-controller/localstack/procfs"
 )
 
 // TestDev runs the dev program the way a user runs `make dev` and drives it

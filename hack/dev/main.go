@@ -1,5 +1,5 @@
 // Command dev runs the local development environment behind `make dev`: a
-// control plane (internal/controlplane: etcd, kube-apiserver and
+// control plane (localstack/controlplane: etcd, kube-apiserver and
 // kube-controller-manager) with the CRDs installed as `make install` renders
 // them, the Vercel Sandbox API emulator, and the manager pointed at both, in
 // the foreground until Ctrl-C. It needs no cluster, no Vercel account and no Docker.
@@ -34,10 +34,10 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/getsentry/sandbox-controller/controllers"
-	"github.com/getsentry/sandbox-controller/internal/emulator"
-	"github.com/getsentry/sandbox-controller/internal/localstack"
 	"github.com/getsentry/sandbox-controller/internal/notify"
-	"github.com/getsentry/sandbox-controller/internal/procfs"
+	"github.com/getsentry/sandbox-controller/localstack"
+	"github.com/getsentry/sandbox-controller/localstack/emulator"
+	"github.com/getsentry/sandbox-controller/localstack/procfs"
 )
 
 // stopSignals end the environment cleanly.

@@ -4,7 +4,7 @@
 //
 // The contract it speaks is the project's API specification,
 // docs/dev/vercel-sandbox-api.md; comments cite its sections by number. The
-// same wire types (types.go) are served by internal/emulator, and
+// same wire types (types.go) are served by localstack/emulator, and
 // contract_test.go drives this client against that emulator over loopback, so
 // the wire format is exercised on every test run.
 //

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/getsentry/sandbox-controller/internal/emulator"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
+	"github.com/getsentry/sandbox-controller/localstack/emulator"
 )
 
 // lockedBuffer is a bytes.Buffer safe to read while Wait writes it.

@@ -18,9 +18,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/getsentry/sandbox-controller/internal/emulator"
 	"github.com/getsentry/sandbox-controller/internal/httplimit"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
+	"github.com/getsentry/sandbox-controller/localstack/emulator"
 )
 
 // arrival is one request as the emulator received it.

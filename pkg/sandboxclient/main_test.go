@@ -14,12 +14,12 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/getsentry/sandbox-controller/internal/clienttest"
+	"github.com/getsentry/sandbox-controller/localstack/clienttest"
 	"github.com/getsentry/sandbox-controller/pkg/sandboxclient"
 )
 
 // The tests and the examples run against the dev environment of
-// internal/clienttest.
+// localstack/clienttest.
 func TestMain(m *testing.M) { os.Exit(clienttest.Main(m)) }
 
 // requestLog records the requests a Client sends to the API server, to

@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/getsentry/sandbox-controller/internal/emulator"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
+	"github.com/getsentry/sandbox-controller/localstack/emulator"
 )
 
 // Vercel operations (emulator RequestCount names) faults are aimed at.

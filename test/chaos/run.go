@@ -28,9 +28,9 @@ import (
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 	"github.com/getsentry/sandbox-controller/controllers"
-	"github.com/getsentry/sandbox-controller/internal/controlplane"
-	"github.com/getsentry/sandbox-controller/internal/emulator"
-	"github.com/getsentry/sandbox-controller/internal/localstack"
+	"github.com/getsentry/sandbox-controller/localstack"
+	"github.com/getsentry/sandbox-controller/localstack/controlplane"
+	"github.com/getsentry/sandbox-controller/localstack/emulator"
 )
 
 // What `make deploy` names things (config/default).

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/getsentry/sandbox-controller/internal/managerpod"
+	"github.com/getsentry/sandbox-controller/localstack/managerpod"
 )
 
 // notFromValues are manager flags the chart deliberately leaves out.

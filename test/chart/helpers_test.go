@@ -25,7 +25,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
-	"github.com/getsentry/sandbox-controller/internal/controlplane"
+	"github.com/getsentry/sandbox-controller/localstack/controlplane"
 )
 
 const (

@@ -23,9 +23,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
-	"github.com/getsentry/sandbox-controller/internal/controlplane"
-	"github.com/getsentry/sandbox-controller/internal/emulator"
-	"github.com/getsentry/sandbox-controller/internal/managerpod"
+	"github.com/getsentry/sandbox-controller/localstack/controlplane"
+	"github.com/getsentry/sandbox-controller/localstack/emulator"
+	"github.com/getsentry/sandbox-controller/localstack/managerpod"
 )
 
 // cluster is a control plane the chart is installed into.

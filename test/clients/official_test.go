@@ -18,9 +18,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/getsentry/sandbox-controller/internal/emulator"
 	"github.com/getsentry/sandbox-controller/internal/pty"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
+	"github.com/getsentry/sandbox-controller/localstack/emulator"
 )
 
 // The versions of Vercel's official clients these tests drive (see

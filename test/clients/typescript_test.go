@@ -1,6 +1,6 @@
 // Package clients tests the client libraries in clients/ against the dev
 // environment: a real API server with the CRDs, the Vercel emulator and the
-// manager (internal/localstack), each client authenticating as a
+// manager (localstack), each client authenticating as a
 // ServiceAccount bound to the editor role a user binds for their program.
 package clients
 
@@ -33,9 +33,9 @@ import (
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 	"github.com/getsentry/sandbox-controller/controllers"
-	"github.com/getsentry/sandbox-controller/internal/controlplane"
-	"github.com/getsentry/sandbox-controller/internal/emulator"
-	"github.com/getsentry/sandbox-controller/internal/localstack"
+	"github.com/getsentry/sandbox-controller/localstack"
+	"github.com/getsentry/sandbox-controller/localstack/controlplane"
+	"github.com/getsentry/sandbox-controller/localstack/emulator"
 )
 
 // editorRole is config/rbac's client role as `make deploy` names it

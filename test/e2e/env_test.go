@@ -20,10 +20,10 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/yaml"
 
-	"github.com/getsentry/sandbox-controller/internal/controlplane"
-	"github.com/getsentry/sandbox-controller/internal/emulator"
-	"github.com/getsentry/sandbox-controller/internal/localstack"
-	"github.com/getsentry/sandbox-controller/internal/managerpod"
+	"github.com/getsentry/sandbox-controller/localstack"
+	"github.com/getsentry/sandbox-controller/localstack/controlplane"
+	"github.com/getsentry/sandbox-controller/localstack/emulator"
+	"github.com/getsentry/sandbox-controller/localstack/managerpod"
 )
 
 // What `make deploy` names things (config/default's namespace and namePrefix).
@@ -172,7 +172,7 @@ func (e *env) runReadmeBlock(heading string, env map[string]string) {
 }
 
 // startManager runs the manager binary as a pod of the deployed Deployment
-// would (internal/managerpod), against the emulator, with extra after the
+// would (localstack/managerpod), against the emulator, with extra after the
 // Deployment's arguments. It is stopped at the end of the test.
 func (e *env) startManager(name string, extra ...string) *managerpod.Process {
 	t := e.t

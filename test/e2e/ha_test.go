@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
-	"github.com/getsentry/sandbox-controller/internal/managerpod"
+	"github.com/getsentry/sandbox-controller/localstack/managerpod"
 )
 
 // TestHighAvailability runs two manager processes with leader election, as

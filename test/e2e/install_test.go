@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
-	"github.com/getsentry/sandbox-controller/internal/controlplane"
+	"github.com/getsentry/sandbox-controller/localstack/controlplane"
 )
 
 // crdNames returns the names of the CustomResourceDefinitions in a YAML stream.

@@ -21,7 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
-	"github.com/getsentry/sandbox-controller/internal/controlplane"
+	"github.com/getsentry/sandbox-controller/localstack/controlplane"
 )
 
 // What config/rbac names the metrics roles after config/default's namePrefix.

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
-	"github.com/getsentry/sandbox-controller/internal/controlplane"
+	"github.com/getsentry/sandbox-controller/localstack/controlplane"
 )
 
 // The user the manager's pods run as, for impersonation.

@@ -49,11 +49,11 @@ import (
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 	"github.com/getsentry/sandbox-controller/controllers"
-	"github.com/getsentry/sandbox-controller/internal/emulator"
 	"github.com/getsentry/sandbox-controller/internal/httplimit"
-	"github.com/getsentry/sandbox-controller/internal/localstack"
-	"github.com/getsentry/sandbox-controller/internal/procfs"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
+	"github.com/getsentry/sandbox-controller/localstack"
+	"github.com/getsentry/sandbox-controller/localstack/emulator"
+	"github.com/getsentry/sandbox-controller/localstack/procfs"
 )
 
 // Config says what to measure. Zero fields take the defaults of
