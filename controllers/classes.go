@@ -22,7 +22,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlevent "sigs.k8s.io/controller-runtime/pkg/event"
 
@@ -462,76 +461,4 @@ func classLabel(name string) string {
 		return "none (the manager's own credentials)"
 	}
 	return fmt.Sprintf("%q", name)
-}
-
-// api is the Vercel client of the Sandbox being reconciled (its class's).
-func (r *SandboxReconciler) api(ctx context.Context) SandboxAPI { return apiFor(ctx, r.Vercel) }
-
-// api is the Vercel client of the SandboxSnapshot being reconciled (its
-// class's).
-func (r *SandboxSnapshotReconciler) api(ctx context.Context) SandboxAPI {
-	return apiFor(ctx, r.Vercel)
-}
-
-// sameClass reports whether o (a SandboxSnapshot of the namespace) uses the
-// class of the one being reconciled, so that recipe builds are shared
-// within a class only (each class is its own Vercel project).
-func (r *SandboxSnapshotReconciler) sameClass(ctx context.Context, o client.Object) bool {
-	if r.Classes == nil {
-		return true
-	}
-	n, err := r.Classes.className(ctx, o)
-	return err == nil && n == classNameIn(ctx)
-}
-
-// inheritClass gives an object a SandboxFork creates (its capture, its
-// children) the fork's class: spec.className, and the label that pins it,
-// so that a fork of no class makes children of no class even when a
-// default class exists.
-func (r *SandboxForkReconciler) inheritClass(ctx context.Context, o client.Object) {
-	if r.Classes == nil {
-		return
-	}
-	name := classNameIn(ctx)
-	l := o.GetLabels()
-	if l == nil {
-		l = map[string]string{}
-	}
-	l[sandboxv1.LabelClass] = name
-	o.SetLabels(l)
-	if name == "" {
-		return
-	}
-	switch o := o.(type) {
-	case *sandboxv1.Sandbox:
-		o.Spec.ClassName = &name
-	case *sandboxv1.SandboxSnapshot:
-		o.Spec.ClassName = &name
-	}
-}
-
-// classMismatch reports a fork whose source is of another class; it waits
-// (both are immutable, so only a new fork helps).
-func (r *SandboxForkReconciler) classMismatch(fork *sandboxv1.SandboxFork, msg string) ctrl.Result {
-	st := &fork.Status
-	st.Phase = sandboxv1.ForkPending
-	setCondition(&st.Conditions, fork.Generation, sandboxv1.ConditionResolvedRefs, metav1.ConditionFalse, sandboxv1.ReasonClassMismatch, msg)
-	setCondition(&st.Conditions, fork.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonClassMismatch, msg)
-	return ctrl.Result{RequeueAfter: time.Minute}
-}
-
-// maxSessionLengthOf is the maximum session length of sbx: its class's
-// defaults.maxSessionLengthSeconds, else the manager's.
-func (r *SandboxReconciler) maxSessionLengthOf(sbx *sandboxv1.Sandbox) time.Duration {
-	name, ok := pinnedClass(sbx)
-	if r.Classes == nil || !ok || name == "" {
-		return r.maxSessionLength()
-	}
-	cl := &sandboxv1.SandboxClass{}
-	// A read from the manager's cache: no request leaves the process.
-	if err := r.Classes.Client.Get(context.Background(), types.NamespacedName{Name: name}, cl); err != nil ||
-		cl.Spec.Defaults == nil || cl.Spec.Defaults.MaxSessionLengthSeconds == nil {
-		return r.maxSessionLength()
-	}
-	return time.Duration(*cl.Spec.Defaults.MaxSessionLengthSeconds) * time.Second
 }

@@ -29,17 +29,6 @@ const (
 	indexSecretRef = "sandbox.sentry.io/secretRef"
 )
 
-func indexSandboxes(ctx context.Context, mgr ctrl.Manager) error {
-	if err := indexRef(ctx, mgr, &sandboxv1.Sandbox{}, indexSnapshotRef, func(o client.Object) *sandboxv1.LocalObjectReference {
-		return o.(*sandboxv1.Sandbox).Spec.Source.SnapshotRef
-	}); err != nil {
-		return err
-	}
-	return mgr.GetFieldIndexer().IndexField(ctx, &sandboxv1.Sandbox{}, indexSecretRef, func(o client.Object) []string {
-		return referencedSecrets(&o.(*sandboxv1.Sandbox).Spec)
-	})
-}
-
 func indexForks(ctx context.Context, mgr ctrl.Manager) error {
 	return indexRef(ctx, mgr, &sandboxv1.SandboxFork{}, indexSnapshotRef, func(o client.Object) *sandboxv1.LocalObjectReference {
 		return o.(*sandboxv1.SandboxFork).Spec.Source.SnapshotRef

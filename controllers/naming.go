@@ -3,6 +3,7 @@ package controllers
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -91,4 +92,19 @@ func hashedName(name, suffix string, max int) string {
 func shortHash(s string, n int) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])[:n]
+}
+
+// recreatedName is the Vercel name of the n-th recreation of the sandbox
+// first named base: base itself for n = 0, else base with "-r<n>", cut to
+// Vercel's length limit (base ends in a UID part or hash, so the cut name
+// stays unique per object).
+func recreatedName(base string, n int32) string {
+	if n == 0 {
+		return base
+	}
+	suffix := fmt.Sprintf("-r%d", n)
+	if len(base)+len(suffix) > maxVercelNameLength {
+		base = base[:maxVercelNameLength-len(suffix)]
+	}
+	return base + suffix
 }

@@ -66,3 +66,13 @@ func (n *nsLedger) used() usage {
 	}
 	return u
 }
+
+// sessionMayRun reports whether a Sandbox in phase may have a session that
+// has not stopped.
+func sessionMayRun(phase sandboxv1.SandboxPhase) bool {
+	switch phase {
+	case sandboxv1.SandboxStopped, sandboxv1.SandboxIdle, sandboxv1.SandboxFailed:
+		return false
+	}
+	return true
+}

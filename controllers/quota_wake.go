@@ -8,6 +8,7 @@ package controllers
 import (
 	"context"
 	"sort"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
@@ -108,3 +109,8 @@ func (l *QuotaLedger) quotaSource() source.Source {
 		return nil
 	})
 }
+
+// quotaRecheck is how long a Sandbox waiting for quota waits before it asks
+// again on its own. Freed capacity wakes the waiters at once; this only
+// bounds the wait should a wake-up be lost.
+const quotaRecheck = time.Minute

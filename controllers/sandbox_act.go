@@ -466,13 +466,3 @@ func (r *SandboxReconciler) shutdownDelete(ctx context.Context, sbx *sandboxv1.S
 	}
 	return ctrl.Result{}, nil
 }
-
-// sessionMayRun reports whether a Sandbox in phase may have a session that
-// has not stopped.
-func sessionMayRun(phase sandboxv1.SandboxPhase) bool {
-	switch phase {
-	case sandboxv1.SandboxStopped, sandboxv1.SandboxIdle, sandboxv1.SandboxFailed:
-		return false
-	}
-	return true
-}

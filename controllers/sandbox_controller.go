@@ -55,7 +55,7 @@ type SandboxReconciler struct {
 	// Vercel outage as soon as Vercel answers again.
 	VercelHealth *VercelHealth
 	// Quota, when set, enforces the namespaces' SandboxQuotas: it admits
-	// each session start (quota_gate.go).
+	// each session start (sandbox_quota.go).
 	Quota *QuotaLedger
 	// MaxSessionLength is the plan's maximum session length: sessions are
 	// never extended beyond it (default DefaultMaxSessionLength).

@@ -172,21 +172,6 @@ var recreateText = map[string]string{
 	sandboxv1.ReasonSnapshotOutdated: "its SandboxSnapshot has new content",
 }
 
-// recreatedName is the Vercel name of the n-th recreation of the sandbox
-// first named base: base itself for n = 0, else base with "-r<n>", cut to
-// Vercel's length limit (base ends in a UID part or hash, so the cut name
-// stays unique per object).
-func recreatedName(base string, n int32) string {
-	if n == 0 {
-		return base
-	}
-	suffix := fmt.Sprintf("-r%d", n)
-	if len(base)+len(suffix) > maxVercelNameLength {
-		base = base[:maxVercelNameLength-len(suffix)]
-	}
-	return base + suffix
-}
-
 // recreate replaces a gone Vercel sandbox: it deletes the old one, if it
 // still exists and deletionPolicy is Delete, then records the recreation
 // (count, new name, condition Recreated) in status and returns an

@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -366,4 +367,18 @@ func (r *SandboxReconciler) secretRequests(ctx context.Context, obj client.Objec
 		return nil
 	}
 	return requestsFor(list.Items, func(*sandboxv1.Sandbox) bool { return true })
+}
+
+// indexSandboxes adds the Sandbox's field indexes: by spec.source.snapshotRef
+// (snapshotRefRequests) and by each Secret its spec references
+// (secretRequests).
+func indexSandboxes(ctx context.Context, mgr ctrl.Manager) error {
+	if err := indexRef(ctx, mgr, &sandboxv1.Sandbox{}, indexSnapshotRef, func(o client.Object) *sandboxv1.LocalObjectReference {
+		return o.(*sandboxv1.Sandbox).Spec.Source.SnapshotRef
+	}); err != nil {
+		return err
+	}
+	return mgr.GetFieldIndexer().IndexField(ctx, &sandboxv1.Sandbox{}, indexSecretRef, func(o client.Object) []string {
+		return referencedSecrets(&o.(*sandboxv1.Sandbox).Spec)
+	})
 }
