@@ -51,6 +51,8 @@ type Options struct {
 	AssetsDir         string
 	StateDir          string
 	ControllerManager bool
+	// Workloads: see controlplane.Options.
+	Workloads bool
 	// ControlPlaneLog receives the control plane's output; discarded when nil.
 	ControlPlaneLog io.Writer
 	// InstallNothing leaves the CRDs and the admission policy to the caller
@@ -107,6 +109,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		AssetsDir:         opts.AssetsDir,
 		StateDir:          opts.StateDir,
 		ControllerManager: opts.ControllerManager,
+		Workloads:         opts.Workloads,
 		Out:               opts.ControlPlaneLog,
 	}
 	if !opts.InstallNothing {

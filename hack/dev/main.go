@@ -57,6 +57,9 @@ type config struct {
 	maxSessionLength               time.Duration
 	shutdownWarning                time.Duration
 	zap                            zap.Options
+	// deployed runs no manager in-process: `make deploy` installs it and
+	// localstack/kubelet runs its Deployment's pods (deployed.go).
+	deployed bool
 }
 
 func main() {
@@ -72,6 +75,7 @@ func main() {
 	flag.DurationVar(&c.shutdownWarning, "shutdown-warning", controllers.DefaultShutdownWarning, "How long before a Sandbox's spec.shutdownTime the ShutdownWarning event is emitted.")
 	flag.IntVar(&c.concurrency, "max-concurrent-reconciles", 16, "Reconciles of each kind that run in parallel.")
 	flag.IntVar(&c.vercelInFlight, "vercel-max-in-flight", 4, "Vercel requests in flight at once, shared by all kinds (0: no bound).")
+	flag.BoolVar(&c.deployed, "deployed", false, "Start no manager and install nothing: follow the README's \"Install on a cluster\" against this control plane (make deploy), whose Deployment's pods a local kubelet runs as processes.")
 	c.zap = zap.Options{Development: true}
 	c.zap.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -165,6 +169,8 @@ func run(c config) int {
 		AssetsDir:         assets,
 		StateDir:          paths.controlPlane,
 		ControllerManager: true,
+		Workloads:         c.deployed,
+		InstallNothing:    c.deployed,
 		ControlPlaneLog:   cpLog,
 		Emulator: emulator.Options{
 			DataDir: paths.emulatorData,
@@ -195,9 +201,17 @@ func run(c config) int {
 	if err := stack.ControlPlane.WriteAdminKubeconfig(paths.kubeconfig); err != nil {
 		return fail("admin kubeconfig: %v", err)
 	}
-	fmt.Printf("  API server %s, CRDs installed from config/crd, admission policies from config/admission\n", stack.Config.Host)
+	if c.deployed {
+		fmt.Printf("  API server %s, with the deployment and replicaset controllers; nothing installed\n", stack.Config.Host)
+	} else {
+		fmt.Printf("  API server %s, CRDs installed from config/crd, admission policies from config/admission\n", stack.Config.Host)
+	}
 	emuURL, emu := stack.EmulatorURL, stack.Emulator
 	fmt.Printf("Started the Vercel Sandbox API emulator at %s (data in %s)\n", emuURL, paths.emulatorData)
+
+	if c.deployed {
+		return runDeployed(ctx, stack, paths, fail, &cleanups)
+	}
 
 	// The manager acts as its ServiceAccount, with the RBAC `make deploy`
 	// installs: local behaviour is production behaviour.
@@ -290,16 +304,7 @@ Other clients (e.g. the official Vercel SDK) reach the same backend with:
 
 	select {
 	case <-ctx.Done():
-		fmt.Println()
-		// A second Ctrl-C must not kill us half-way: the control plane would
-		// be left running. Say that we heard it and carry on stopping.
-		sigs := make(chan os.Signal, 1)
-		signal.Notify(sigs, stopSignals...)
-		go func() {
-			for range sigs {
-				fmt.Println("Still stopping; the control plane needs a few seconds…")
-			}
-		}()
+		keepStopping()
 		return 0
 	case <-mgr.Stopped():
 		err := mgr.Err()
@@ -307,11 +312,27 @@ Other clients (e.g. the official Vercel SDK) reach the same backend with:
 	}
 }
 
+// keepStopping is called once a signal asked us to stop: a second Ctrl-C
+// must not kill us half-way, or the control plane would be left running. It
+// says that we heard it, and the deferred clean-ups carry on.
+func keepStopping() {
+	fmt.Println()
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, stopSignals...)
+	go func() {
+		for range sigs {
+			fmt.Println("Still stopping; the control plane needs a few seconds…")
+		}
+	}()
+}
+
 // layout is where the files of one environment live.
 type layout struct {
 	kubeconfig, managerKubeconfig, env       string
 	managerLog, emulatorLog, controlPlaneLog string
 	controlPlane, emulatorData               string
+	// pods holds the files and logs of the pods the kubelet runs (--deployed).
+	pods string
 }
 
 func newLayout(stateDir string) layout {
@@ -325,6 +346,7 @@ func newLayout(stateDir string) layout {
 		controlPlaneLog:   p("control-plane.log"),
 		controlPlane:      p("control-plane"),
 		emulatorData:      p("emulator"),
+		pods:              p("pods"),
 	}
 }
 

@@ -46,6 +46,18 @@ var controllers = []string{
 	"clusterrole-aggregation-controller",
 }
 
+// workloadControllers turn a Deployment into ReplicaSets and Pods, and the
+// pods' readiness back into the Deployment's status (what `kubectl rollout
+// status` waits for).
+var workloadControllers = []string{"deployment-controller", "replicaset-controller"}
+
+func kcmControllers(workloads bool) []string {
+	if workloads {
+		return append(append([]string(nil), controllers...), workloadControllers...)
+	}
+	return controllers
+}
+
 // Options says what to start.
 type Options struct {
 	// AssetsDir holds kube-apiserver, etcd and kube-controller-manager;
@@ -57,6 +69,10 @@ type Options struct {
 	StateDir string
 	// ControllerManager also runs kube-controller-manager.
 	ControllerManager bool
+	// Workloads also runs kube-controller-manager's deployment and
+	// replicaset controllers, for a kubelet that runs the pods
+	// (localstack/kubelet): a Deployment then rolls out as on a cluster.
+	Workloads bool
 	// CRDs is a YAML stream of CustomResourceDefinitions (Render's output for
 	// config/crd) installed before Start returns, established and served.
 	CRDs []byte
@@ -124,7 +140,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 		return nil, fmt.Errorf("start kube-apiserver and etcd: %w", err)
 	}
 	if opts.ControllerManager {
-		if err := cp.startControllerManager(ctx, assets, out); err != nil {
+		if err := cp.startControllerManager(ctx, assets, out, opts.Workloads); err != nil {
 			return nil, err
 		}
 	}
@@ -135,7 +151,7 @@ func (cp *ControlPlane) path(elem ...string) string {
 	return filepath.Join(append([]string{cp.dir}, elem...)...)
 }
 
-func (cp *ControlPlane) startControllerManager(ctx context.Context, assets string, out io.Writer) error {
+func (cp *ControlPlane) startControllerManager(ctx context.Context, assets string, out io.Writer, workloads bool) error {
 	bin := filepath.Join(assets, "kube-controller-manager")
 	if _, err := os.Stat(bin); err != nil {
 		return fmt.Errorf("kube-controller-manager is not in %s (hack/envtest.sh builds it): %w", assets, err)
@@ -154,7 +170,7 @@ func (cp *ControlPlane) startControllerManager(ctx context.Context, assets strin
 		"--authorization-kubeconfig="+kubeconfig,
 		"--secure-port=0", // no one scrapes it here; nothing to collide with
 		"--leader-elect=false",
-		"--controllers="+strings.Join(controllers, ","),
+		"--controllers="+strings.Join(kcmControllers(workloads), ","),
 		"--root-ca-file="+ca,
 		"--use-service-account-credentials=false",
 		// Namespaces are deleted in seconds, not after the default sync.

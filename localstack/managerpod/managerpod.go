@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -53,6 +54,9 @@ type Options struct {
 	// Deployment is the installed manager Deployment; its first container
 	// is run. Its namespace is the pod's.
 	Deployment *appsv1.Deployment
+	// Pod, when set instead of Deployment, is the pod to run (its first
+	// container), as a kubelet runs one of the Deployment's pods.
+	Pod *corev1.Pod
 	// ControlPlane issues the ServiceAccount's token.
 	ControlPlane *controlplane.ControlPlane
 	// Client reads the Secrets the container refers to.
@@ -60,6 +64,8 @@ type Options struct {
 	// ExtraArgs follow the Deployment's arguments: a flag given again here
 	// wins, as Go's flag package keeps the last occurrence.
 	ExtraArgs []string
+	// Output, when set, also receives the process's output.
+	Output io.Writer
 }
 
 // Process is one run of the manager binary.
@@ -70,6 +76,7 @@ type Process struct {
 	MetricsAddr string
 
 	probeAddr, probePath string
+	livenessPath         string
 	cmd                  *exec.Cmd
 	log                  lockedBuffer
 	done                 chan struct{}
@@ -100,13 +107,28 @@ func Start(ctx context.Context, t testing.TB, opts Options) *Process {
 	return p
 }
 
+// Run starts the process in dir, which receives its kubeconfig, token file
+// and HOME, and returns without waiting for its readiness (see Ready): a
+// kubelet's view of a container start.
+func Run(ctx context.Context, dir string, opts Options) (*Process, error) {
+	return start(ctx, dir, opts)
+}
+
 // start starts the process in dir, which receives its kubeconfig, token file
 // and HOME.
 func start(ctx context.Context, dir string, opts Options) (*Process, error) {
-	d := opts.Deployment
-	ns, pod := d.Namespace, d.Spec.Template.Spec
+	var ns, what string
+	var pod corev1.PodSpec
+	switch {
+	case opts.Pod != nil:
+		ns, pod, what = opts.Pod.Namespace, opts.Pod.Spec, "pod "+opts.Pod.Name
+	case opts.Deployment != nil:
+		ns, pod, what = opts.Deployment.Namespace, opts.Deployment.Spec.Template.Spec, "deployment "+opts.Deployment.Name
+	default:
+		return nil, errors.New("managerpod: neither a Deployment nor a Pod to run")
+	}
 	if ns == "" || len(pod.Containers) == 0 {
-		return nil, fmt.Errorf("deployment %q: want a namespace and a container", d.Name)
+		return nil, fmt.Errorf("%s: want a namespace and a container", what)
 	}
 	c := pod.Containers[0]
 	secret := func(name, key string) (string, error) {
@@ -160,6 +182,9 @@ func start(ctx context.Context, dir string, opts Options) (*Process, error) {
 	if h := c.ReadinessProbe; h != nil && h.HTTPGet != nil {
 		p.probePath = h.HTTPGet.Path
 	}
+	if h := c.LivenessProbe; h != nil && h.HTTPGet != nil {
+		p.livenessPath = h.HTTPGet.Path
+	}
 	var err error
 	if p.probeAddr, err = freeAddr(); err != nil {
 		return nil, err
@@ -205,7 +230,11 @@ func start(ctx context.Context, dir string, opts Options) (*Process, error) {
 	}
 	p.cmd = exec.Command(opts.Binary, append(args, opts.ExtraArgs...)...)
 	p.cmd.Env = append(procEnv, "KUBECONFIG="+kubeconfig)
-	p.cmd.Stdout, p.cmd.Stderr = &p.log, &p.log
+	var out io.Writer = &p.log
+	if opts.Output != nil {
+		out = io.MultiWriter(&p.log, opts.Output)
+	}
+	p.cmd.Stdout, p.cmd.Stderr = out, out
 	if err := p.cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -235,6 +264,24 @@ func (p *Process) waitReady(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// Ready probes readiness once, as the kubelet's readiness probe does: true
+// when the probe path answers 200 within a second.
+func (p *Process) Ready() bool { return p.probe(p.probePath) }
+
+// Live probes liveness once: true when the container has no liveness probe
+// or its path answers 200 within a second.
+func (p *Process) Live() bool { return p.livenessPath == "" || p.probe(p.livenessPath) }
+
+func (p *Process) probe(path string) bool {
+	hc := &http.Client{Timeout: time.Second} // the kubelet's default timeoutSeconds
+	resp, err := hc.Get("http://" + p.probeAddr + path)
+	if err != nil {
+		return false
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 // Signal sends sig to the process.

@@ -23,6 +23,7 @@ import (
 	"github.com/getsentry/sandbox-controller/localstack"
 	"github.com/getsentry/sandbox-controller/localstack/controlplane"
 	"github.com/getsentry/sandbox-controller/localstack/emulator"
+	"github.com/getsentry/sandbox-controller/localstack/kubelet"
 	"github.com/getsentry/sandbox-controller/localstack/managerpod"
 )
 
@@ -77,6 +78,10 @@ type envOptions struct {
 	noManager bool
 	// managerArgs are appended to the Deployment's arguments.
 	managerArgs []string
+	// kubelet runs the Deployment's pods with localstack/kubelet, as `make
+	// dev --deployed` does, instead of the test starting managers; the
+	// deployment and replicaset controllers run too.
+	kubelet bool
 }
 
 // TestMain gives controller-runtime's logger (envtest logs through it) a
@@ -112,6 +117,7 @@ func newEnv(t *testing.T, opts envOptions) *env {
 	stack, err := localstack.Start(ctx, localstack.Options{
 		RepoRoot:          repoRoot,
 		ControllerManager: true,
+		Workloads:         opts.kubelet,
 		ControlPlaneLog:   cpLog,
 		InstallNothing:    true,
 		Emulator:          emulator.Options{DataDir: filepath.Join(dir, "emulator")},
@@ -138,10 +144,65 @@ func newEnv(t *testing.T, opts envOptions) *env {
 	must(t, controlplane.Apply(ctx, e.kubeconfig, e.manifests))
 	e.deployment = findDeployment(t, e.manifests)
 
-	if !opts.noManager {
+	switch {
+	case opts.kubelet:
+		e.startKubelet(dir, opts.managerArgs...)
+	case !opts.noManager:
 		e.startManager("manager", opts.managerArgs...)
 	}
 	return e
+}
+
+// startKubelet runs localstack/kubelet for the manager's pods, with extra
+// after the containers' arguments, until the test ends.
+func (e *env) startKubelet(dir string, extra ...string) {
+	t := e.t
+	t.Helper()
+	bin, err := buildManager()
+	must(t, err)
+	sel, err := metav1.LabelSelectorAsSelector(e.deployment.Spec.Selector)
+	must(t, err)
+	var log syncBuffer
+	k := kubelet.New(kubelet.Options{
+		ControlPlane: e.cp, Client: e.client, Binary: bin, Selector: sel,
+		ExtraArgs: append([]string{"--vercel-api-url=" + e.emuURL}, extra...),
+		Dir:       filepath.Join(dir, "pods"), Log: &log,
+	})
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan error, 1)
+	go func() { done <- k.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("kubelet: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("kubelet:\n%s", log.String())
+			logs, _ := filepath.Glob(filepath.Join(dir, "pods", "*.log"))
+			for _, l := range logs {
+				b, _ := os.ReadFile(l)
+				t.Logf("%s (last 8 KiB):\n%s", filepath.Base(l), b[max(0, len(b)-8<<10):])
+			}
+		}
+	})
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and readers.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // runReadmeBlock runs, with bash and the admin kubeconfig, the first ```sh
@@ -162,6 +223,7 @@ func (e *env) runReadmeBlock(heading string, env map[string]string) {
 	}
 	script, _, _ := strings.Cut(after, "```")
 	cmd := exec.CommandContext(e.ctx, "bash", "-euo", "pipefail", "-c", script)
+	cmd.Dir = repoRoot // the README's paths are the repository's
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig)
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
