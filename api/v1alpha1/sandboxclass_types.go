@@ -149,11 +149,14 @@ type SandboxClassStatus struct {
 // SandboxClass is a set of Vercel credentials (team, project, token), the
 // defaults for the objects using it, and the namespaces allowed to use it.
 // Cluster-scoped, like StorageClass; only cluster admins should create them.
+// It is in no kubectl category: a category is also reached by namespaced
+// commands, and `kubectl delete <category> --all -n <ns>` would delete every
+// SandboxClass of the cluster.
 // +genclient
 // +genclient:nonNamespaced
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:scope=Cluster,shortName=sbxclass,categories=sentry-sandboxes
+// +kubebuilder:resource:scope=Cluster,shortName=sbxclass
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63",message="metadata.name of a SandboxClass must be at most 63 characters (it is a label value on the objects using it)"
 // +kubebuilder:printcolumn:name="Team",type=string,JSONPath=`.status.teamID`,description="Vercel team"
 // +kubebuilder:printcolumn:name="Project",type=string,JSONPath=`.status.projectID`,description="Vercel project"

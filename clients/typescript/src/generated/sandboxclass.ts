@@ -16,6 +16,9 @@ export const sandboxclassResource = {
  * SandboxClass is a set of Vercel credentials (team, project, token), the
  * defaults for the objects using it, and the namespaces allowed to use it.
  * Cluster-scoped, like StorageClass; only cluster admins should create them.
+ * It is in no kubectl category: a category is also reached by namespaced
+ * commands, and `kubectl delete <category> --all -n <ns>` would delete every
+ * SandboxClass of the cluster.
  *
  * Validated: metadata.name of a SandboxClass must be at most 63 characters (it is a label value on the objects using it)
  */

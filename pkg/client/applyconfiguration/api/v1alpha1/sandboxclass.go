@@ -23,6 +23,9 @@ import (
 // SandboxClass is a set of Vercel credentials (team, project, token), the
 // defaults for the objects using it, and the namespaces allowed to use it.
 // Cluster-scoped, like StorageClass; only cluster admins should create them.
+// It is in no kubectl category: a category is also reached by namespaced
+// commands, and `kubectl delete <category> --all -n <ns>` would delete every
+// SandboxClass of the cluster.
 type SandboxClassApplyConfiguration struct {
 	v1.TypeMetaApplyConfiguration    `json:""`
 	*v1.ObjectMetaApplyConfiguration `json:"metadata,omitempty"`
