@@ -5,6 +5,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 )
 
 // setCondition sets a condition stamped with the object's generation. The
@@ -55,4 +57,13 @@ func msTimeOf(ms int64) time.Time {
 		return t.Time
 	}
 	return time.Time{}
+}
+
+// readyMessage is an object's Ready condition as a message quotes it (why a
+// source or a base is not ready).
+func readyMessage(conds []metav1.Condition) string {
+	if c := meta.FindStatusCondition(conds, sandboxv1.ConditionReady); c != nil {
+		return c.Reason + ": " + c.Message
+	}
+	return "not observed yet"
 }
