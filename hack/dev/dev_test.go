@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"os"
@@ -205,6 +206,40 @@ func TestDev(t *testing.T) {
 		}
 	}
 
+	// The emulator knows its project only, as Vercel does: a client given
+	// the wrong project id hears so, and so does the manager's check.
+	wrong := vercel.Config{BaseURL: vercelEnv[1], Token: vercelEnv[2], TeamID: vercelEnv[3], ProjectID: "prj_not_ours"}
+	wvc, err := vercel.New(wrong)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wvc.VerifyProject(ctx); !vercel.IsProjectNotFound(err) {
+		t.Errorf("VerifyProject with a project the emulator does not know: got %v, want project not found", err)
+	}
+
+	// docs/clients.md's serverless client: its ServiceAccount and
+	// RoleBinding, applied as written, and a token of it may create
+	// Sandboxes in team-a, and nothing else (Secrets, other namespaces).
+	runCmdIn(t, root, kenv, docsBlock(t, root, "docs/clients.md", "### Authenticating a serverless client", "```yaml\n"), "kubectl", "apply", "-f", "-")
+	token := strings.TrimSpace(runCmd(t, root, kenv, "kubectl", "-n", "team-a", "create", "token", "junior", "--duration=1h"))
+	server := strings.TrimSpace(runCmd(t, root, kenv, "kubectl", "config", "view", "--minify", "--raw", "-o", "jsonpath={.clusters[0].cluster.server}"))
+	ca := filepath.Join(t.TempDir(), "ca.crt")
+	caData := runCmd(t, root, kenv, "kubectl", "config", "view", "--minify", "--raw", "-o", "jsonpath={.clusters[0].cluster.certificate-authority-data}")
+	pem, err := base64.StdEncoding.DecodeString(strings.TrimSpace(caData))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(ca, pem, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	asJunior := []string{"--kubeconfig=/dev/null", "--server=" + server, "--certificate-authority=" + ca, "--token=" + token}
+	runCmd(t, root, nil, "kubectl", append(asJunior, "-n", "team-a", "apply", "-f", "config/samples/sandbox_v1alpha1_sandbox.yaml")...)
+	for _, denied := range [][]string{{"-n", "team-a", "get", "secrets"}, {"-n", "default", "get", "sbx"}} {
+		if out, err := exec.Command("kubectl", append(asJunior, denied...)...).CombinedOutput(); err == nil || !strings.Contains(string(out), "forbidden") {
+			t.Errorf("kubectl %v as team-a's junior: want forbidden, got %v\n%s", denied, err, out)
+		}
+	}
+
 	// A second instance on the same state dir refuses, naming the first.
 	second := exec.Command(bin, "--state-dir", stateDir)
 	second.Dir, second.Env = root, dev.Env
@@ -305,6 +340,38 @@ func TestDev(t *testing.T) {
 }
 
 // runCmd runs a command in dir and returns its output; a failure fails the test.
+// docsBlock returns the first fenced block opening with fence after the
+// line heading in the repository file doc: what a reader copies.
+func docsBlock(t *testing.T, root, doc, heading, fence string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(b), "\n"+heading+"\n")
+	if !ok {
+		t.Fatalf("%s has no heading %q", doc, heading)
+	}
+	if _, after, ok = strings.Cut(after, fence); !ok {
+		t.Fatalf("%s has no %q block after %q", doc, fence, heading)
+	}
+	block, _, _ := strings.Cut(after, "```")
+	return block
+}
+
+// runCmdIn is runCmd with stdin.
+func runCmdIn(t *testing.T, dir string, env []string, stdin, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir, cmd.Stdin = dir, strings.NewReader(stdin)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
 func runCmd(t *testing.T, dir string, env []string, name string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(name, args...)

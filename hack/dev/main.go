@@ -176,6 +176,11 @@ func run(c config) int {
 			DataDir: paths.emulatorData,
 			Exec:    c.emulatorExec,
 			Logger:  slog.New(slog.NewTextHandler(emuLog, nil)),
+			// Its own team and project only, as a Vercel token is scoped:
+			// a wrong team answers 403 and a wrong project 404, so the
+			// manager's project check (and a client's) can be seen locally.
+			Teams:    []string{localstack.TeamID},
+			Projects: []string{localstack.ProjectID},
 			// Two more teams, each with its own token and project: the
 			// SandboxClasses team-a and team-b (classes.go).
 			Credentials: emulatorCredentials(tenants),
