@@ -280,9 +280,32 @@ func captureName(fork *sandboxv1.SandboxFork) string { return derivedName(fork.N
 // own snapshot, and is done once they are gone, so a deleted fork leaves no
 // Vercel sandbox behind.
 func (r *SandboxForkReconciler) finalize(ctx context.Context, fork *sandboxv1.SandboxFork) (bool, ctrl.Result, error) {
-	children, err := r.children(ctx, fork)
+	children, owned, err := r.owned(ctx, fork)
 	if err != nil {
 		return false, ctrl.Result{}, err
+	}
+	if fork.Spec.DeletionPolicy == sandboxv1.DeletionPolicyRetain {
+		if err := r.releaseAll(ctx, fork, owned); err != nil {
+			return false, ctrl.Result{}, err
+		}
+		return true, ctrl.Result{}, nil
+	}
+	if err := r.deleteOwned(ctx, owned, len(children) > 0); err != nil {
+		return false, ctrl.Result{}, err
+	}
+	if len(owned) > 0 {
+		// Owned objects' deletions wake this reconcile through Owns().
+		return false, ctrl.Result{RequeueAfter: forkWaitPoll}, nil
+	}
+	return true, ctrl.Result{}, nil
+}
+
+// owned is what the fork controls: its children and, after them, its
+// capture snapshot.
+func (r *SandboxForkReconciler) owned(ctx context.Context, fork *sandboxv1.SandboxFork) ([]sandboxv1.Sandbox, []client.Object, error) {
+	children, err := r.children(ctx, fork)
+	if err != nil {
+		return nil, nil, err
 	}
 	owned := make([]client.Object, 0, len(children)+1)
 	for i := range children {
@@ -294,36 +317,40 @@ func (r *SandboxForkReconciler) finalize(ctx context.Context, fork *sandboxv1.Sa
 	case err == nil && metav1.IsControlledBy(snap, fork):
 		owned = append(owned, snap)
 	case err != nil && !apierrors.IsNotFound(err):
-		return false, ctrl.Result{}, err
+		return nil, nil, err
 	}
+	return children, owned, nil
+}
 
-	if fork.Spec.DeletionPolicy == sandboxv1.DeletionPolicyRetain {
-		for _, obj := range owned {
-			if err := r.release(ctx, fork, obj); err != nil {
-				return false, ctrl.Result{}, err
-			}
-		}
-		if len(owned) > 0 {
-			r.Recorder.Eventf(fork, nil, corev1.EventTypeNormal, "Released", "Delete", "Released %d children and snapshots (deletionPolicy Retain)", len(owned))
-		}
-	} else {
-		// Children go first: their snapshot must outlive them while they boot.
-		for _, obj := range owned {
-			if _, isSnap := obj.(*sandboxv1.SandboxSnapshot); isSnap && len(children) > 0 {
-				continue
-			}
-			if obj.GetDeletionTimestamp().IsZero() {
-				if err := r.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
-					return false, ctrl.Result{}, err
-				}
-			}
-		}
-		if len(owned) > 0 {
-			// Owned objects' deletions wake this reconcile through Owns().
-			return false, ctrl.Result{RequeueAfter: forkWaitPoll}, nil
+// releaseAll releases every owned object (deletionPolicy Retain), with one
+// event for them all.
+func (r *SandboxForkReconciler) releaseAll(ctx context.Context, fork *sandboxv1.SandboxFork, owned []client.Object) error {
+	for _, obj := range owned {
+		if err := r.release(ctx, fork, obj); err != nil {
+			return err
 		}
 	}
-	return true, ctrl.Result{}, nil
+	if len(owned) > 0 {
+		r.Recorder.Eventf(fork, nil, corev1.EventTypeNormal, "Released", "Delete", "Released %d children and snapshots (deletionPolicy Retain)", len(owned))
+	}
+	return nil
+}
+
+// deleteOwned deletes the owned objects not being deleted yet; the snapshot
+// waits while children remain.
+func (r *SandboxForkReconciler) deleteOwned(ctx context.Context, owned []client.Object, childrenLeft bool) error {
+	for _, obj := range owned {
+		// Children go first: their snapshot must outlive them while they boot.
+		if _, isSnap := obj.(*sandboxv1.SandboxSnapshot); isSnap && childrenLeft {
+			continue
+		}
+		if obj.GetDeletionTimestamp().IsZero() {
+			if err := r.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // release removes the fork's owner reference, leaving the object in place.

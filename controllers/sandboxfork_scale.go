@@ -26,55 +26,103 @@ import (
 // that the fork's creator may read every Secret the child inherits; refused
 // says it may not (described in status) and no child was created.
 func (r *SandboxForkReconciler) scale(ctx context.Context, fork *sandboxv1.SandboxFork, snap *sandboxv1.SandboxSnapshot, inherited *sandboxv1.SourceSandboxSpec) (refused bool, err error) {
-	want := int32(1)
-	if fork.Spec.Replicas != nil {
-		want = *fork.Spec.Replicas
-	}
+	want := replicasOf(fork)
 	children, err := r.children(ctx, fork)
 	if err != nil {
 		return false, err
 	}
+	have := childrenByIndex(fork, children)
+	if err := r.scaleDown(ctx, fork, have, want); err != nil {
+		return false, err
+	}
+	if refused, err := r.scaleUp(ctx, fork, snap, inherited, have, want); refused || err != nil {
+		return refused, err
+	}
+	recordChildren(fork, have, want)
+	return false, nil
+}
+
+// replicasOf is the number of children the fork asks for (default 1).
+func replicasOf(fork *sandboxv1.SandboxFork) int32 {
+	if fork.Spec.Replicas != nil {
+		return *fork.Spec.Replicas
+	}
+	return 1
+}
+
+// childrenByIndex maps the fork's children to their indexes; a child whose
+// index label does not match its name is not one of them.
+func childrenByIndex(fork *sandboxv1.SandboxFork, children []sandboxv1.Sandbox) map[int32]*sandboxv1.Sandbox {
 	have := map[int32]*sandboxv1.Sandbox{}
 	for i := range children {
 		if idx, ok := childIndex(fork, &children[i]); ok {
 			have[idx] = &children[i]
 		}
 	}
+	return have
+}
+
+// scaleDown deletes the children of an index want or above.
+func (r *SandboxForkReconciler) scaleDown(ctx context.Context, fork *sandboxv1.SandboxFork, have map[int32]*sandboxv1.Sandbox, want int32) error {
 	for idx, child := range have {
 		if idx >= want && child.DeletionTimestamp.IsZero() {
 			if err := r.Delete(ctx, child); client.IgnoreNotFound(err) != nil {
-				return false, fmt.Errorf("delete child %s: %w", child.Name, err)
+				return fmt.Errorf("delete child %s: %w", child.Name, err)
 			}
 			r.Recorder.Eventf(fork, child, corev1.EventTypeNormal, "ScaledDown", "Delete", "Deleted child Sandbox %s", child.Name)
 		}
 	}
-	if anyMissing(have, want) {
-		msg, err := r.refusedSecrets(ctx, fork, snap, inherited)
-		if err != nil {
-			return false, err
-		}
-		if msg != "" {
-			r.refuseSecrets(fork, msg)
-			return true, nil
-		}
+	return nil
+}
+
+// scaleUp creates the missing children below want and adds them to have,
+// once the fork's creator is known to read every Secret they inherit;
+// refused says it is not, and nothing was created.
+func (r *SandboxForkReconciler) scaleUp(ctx context.Context, fork *sandboxv1.SandboxFork, snap *sandboxv1.SandboxSnapshot, inherited *sandboxv1.SourceSandboxSpec, have map[int32]*sandboxv1.Sandbox, want int32) (refused bool, err error) {
+	if !anyMissing(have, want) {
+		return false, nil
+	}
+	msg, err := r.refusedSecrets(ctx, fork, snap, inherited)
+	if err != nil {
+		return false, err
+	}
+	if msg != "" {
+		r.refuseSecrets(fork, msg)
+		return true, nil
 	}
 	for idx := int32(0); idx < want; idx++ {
 		if _, ok := have[idx]; ok {
 			continue
 		}
-		child := r.newChild(fork, snap, inherited, idx)
-		r.inheritClass(ctx, child)
-		switch err := r.Create(ctx, child); {
-		case apierrors.IsAlreadyExists(err):
-			// Created by an earlier reconcile the cache does not show yet.
-		case err != nil:
-			return false, fmt.Errorf("create child %s: %w", child.Name, err)
-		default:
-			r.Recorder.Eventf(fork, child, corev1.EventTypeNormal, "ChildCreated", "Create", "Created child Sandbox %s", child.Name)
+		child, err := r.createChild(ctx, fork, snap, inherited, idx)
+		if err != nil {
+			return false, err
 		}
 		have[idx] = child
 	}
+	return false, nil
+}
 
+// createChild creates child number idx, of the fork's class.
+func (r *SandboxForkReconciler) createChild(ctx context.Context, fork *sandboxv1.SandboxFork, snap *sandboxv1.SandboxSnapshot, inherited *sandboxv1.SourceSandboxSpec, idx int32) (*sandboxv1.Sandbox, error) {
+	child := r.newChild(fork, snap, inherited, idx)
+	r.inheritClass(ctx, child)
+	switch err := r.Create(ctx, child); {
+	case apierrors.IsAlreadyExists(err):
+		// Created by an earlier reconcile the cache does not show yet.
+	case err != nil:
+		return nil, fmt.Errorf("create child %s: %w", child.Name, err)
+	default:
+		r.Recorder.Eventf(fork, child, corev1.EventTypeNormal, "ChildCreated", "Create", "Created child Sandbox %s", child.Name)
+	}
+	return child, nil
+}
+
+// recordChildren writes the state of the children below want (the others
+// are being deleted) into the fork's status: each child's phase and
+// readiness, the counts, and the fork's Phase and Ready, Ready once every
+// wanted child is.
+func recordChildren(fork *sandboxv1.SandboxFork, have map[int32]*sandboxv1.Sandbox, want int32) {
 	st := &fork.Status
 	st.Children = st.Children[:0]
 	st.Replicas, st.ReadyReplicas = 0, 0
@@ -108,7 +156,6 @@ func (r *SandboxForkReconciler) scale(ctx context.Context, fork *sandboxv1.Sandb
 		setCondition(&st.Conditions, fork.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonCreatingChildren,
 			fmt.Sprintf("%d of %d children are Ready", st.ReadyReplicas, want))
 	}
-	return false, nil
 }
 
 // anyMissing reports whether a child of an index below want does not exist.
