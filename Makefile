@@ -16,6 +16,9 @@ KUSTOMIZE ?= $(LOCALBIN)/kustomize
 KUSTOMIZE_VERSION ?= v5.8.1
 KUBECTL ?= kubectl
 HELM ?= $(LOCALBIN)/helm
+# promtool (test/monitoring: `promtool test rules`) is extracted from Debian's
+# prometheus package by hack/promtool.sh.
+PROMTOOL ?= $(LOCALBIN)/promtool
 HELM_VERSION ?= v3.22.0
 # Linked as helm's own Makefile does: its version, and the Kubernetes version of
 # its client-go (v0.37: 1.37), which `helm template` and `helm lint` assume.
@@ -79,7 +82,7 @@ lint: staticcheck ## Run staticcheck (CI runs it too) on everything but the gene
 	$(STATICCHECK) $$(go list ./... | grep -v '/pkg/client/')
 
 .PHONY: test
-test: manifests generate fmt vet envtest kustomize helm ## Run all tests against envtest and the emulator.
+test: manifests generate fmt vet envtest kustomize helm promtool ## Run all tests against envtest and the emulator.
 	KUBEBUILDER_ASSETS="$$(./hack/envtest.sh)" go test $(GO_TEST_FLAGS) ./... -coverprofile cover.out
 
 .PHONY: chaos-short
@@ -194,6 +197,11 @@ $(KUSTOMIZE):
 helm: $(HELM) ## Build helm into bin/ (test/chart lints, renders and installs the chart with it).
 $(HELM):
 	GOBIN=$(LOCALBIN) go install -ldflags '$(HELM_LDFLAGS)' helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
+.PHONY: promtool
+promtool: $(PROMTOOL) ## Put promtool into bin/ from Debian's prometheus package (test/monitoring unit-tests the alerts with it).
+$(PROMTOOL):
+	./hack/promtool.sh $(PROMTOOL)
 
 .PHONY: controller-gen
 controller-gen: $(CONTROLLER_GEN) ## Build controller-gen into bin/.
