@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -92,10 +93,7 @@ func (s *secretReader) gitCredentials(ctx context.Context, name string) (usernam
 // buildConfig resolves the mutable part of a Sandbox's spec.
 func buildConfig(ctx context.Context, secrets *secretReader, spec *sandboxv1.SandboxSpec) (*sandboxConfig, error) {
 	cfg := &sandboxConfig{}
-	if spec.Resources != nil && spec.Resources.VCPUs != nil {
-		v := int64(*spec.Resources.VCPUs)
-		cfg.resources = &vercel.Resources{VCPUs: v, Memory: v * 2048}
-	}
+	cfg.resources = vercelResources(spec.Resources)
 	for _, p := range spec.Ports {
 		cfg.ports = append(cfg.ports, int64(p))
 	}
@@ -134,6 +132,37 @@ func buildConfig(ctx context.Context, secrets *secretReader, spec *sandboxv1.San
 	cfg.networkPolicy = np
 	cfg.secrets = secrets.values
 	return cfg, nil
+}
+
+// memoryPerVCPU is the memory Vercel gives each vCPU, in MB.
+const memoryPerVCPU = 2048
+
+// vercelResources translates spec.resources (a Sandbox's, a recipe's) to
+// Vercel's: memory follows the vCPUs. Nil leaves Vercel's default.
+func vercelResources(r *sandboxv1.SandboxResources) *vercel.Resources {
+	if r == nil || r.VCPUs == nil {
+		return nil
+	}
+	v := int64(*r.VCPUs)
+	return &vercel.Resources{VCPUs: v, Memory: v * memoryPerVCPU}
+}
+
+// builderRequest is the create request of a recipe's builder sandbox: named
+// and tagged for its build, not persistent, its session as long as the
+// build's time budget, with the recipe's resources and runtime. A recipe
+// with no runtime boots from its base snapshot, which the caller adds.
+func builderRequest(name string, tags map[string]string, rcp *sandboxv1.SnapshotRecipe, budget time.Duration) vercel.CreateSandboxRequest {
+	req := vercel.CreateSandboxRequest{
+		Name:       name,
+		Timeout:    budget.Milliseconds(),
+		Persistent: new(bool),
+		Tags:       tags,
+		Resources:  vercelResources(rcp.Resources),
+	}
+	if rcp.Runtime != nil {
+		req.Runtime = string(*rcp.Runtime)
+	}
+	return req
 }
 
 // buildNetworkPolicy translates spec.networkPolicy to Vercel's mode form.

@@ -34,19 +34,57 @@ const (
 	setupFailed
 )
 
-// runSetup advances spec.setup in session sessionID by at most one command
-// per step: it polls the running command, or starts the next one. Commands
-// run detached and are polled, so no worker waits for them. The running
-// command's id is kept in status; after a crash that lost it, the command is
-// found again in the session by the marker it was started with, never by its
-// place in the session's command list, which clients add to as well.
+// runSetup advances spec.setup in session sessionID: it polls the running
+// command, or starts the next one, through the step runner (steps.go), whose
+// marker finds a command started before a crash lost its id.
 func (r *SandboxReconciler) runSetup(ctx context.Context, sbx *sandboxv1.Sandbox, sessionID string) (setupProgress, error) {
+	steps := sbx.Spec.Setup
+	st, progress, done := r.setupState(ctx, sbx)
+	if done {
+		return progress, nil
+	}
+	// While setup runs, a spec.setup change applies from the next command.
+	st.SpecHash = setupHash(steps)
+	run := stepRun{
+		api:     r.api(ctx),
+		session: sessionID,
+		n:       len(steps),
+		marker:  func(i int) string { return setupMarker(st.Attempt, int32(i)+1) },
+		request: func(_ context.Context, i int) (vercel.RunCommandRequest, []string, error) {
+			return setupCommand(steps[i]), nil, nil
+		},
+		label: func(i int) string { return fmt.Sprintf("setup step %d (%s)", i+1, stepName(steps[i])) },
+		started: func(i int, _ *vercel.Command) {
+			r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "SetupStarted", "RunCommand", "Started setup step %d (%s)", i+1, stepName(steps[i]))
+		},
+	}
+	cur := stepCursor{completed: int(st.Completed), commandID: st.CommandID, session: st.SessionID}
+	res, err := run.advance(ctx, &cur)
+	st.Completed, st.CommandID, st.SessionID = int32(cur.completed), cur.commandID, cur.session
+	switch {
+	case err != nil:
+		return setupRunning, err
+	case res.state == stepRunning:
+		setReady(sbx, readiness{sandboxv1.SandboxSettingUp, metav1.ConditionFalse, sandboxv1.ReasonSettingUp,
+			fmt.Sprintf("Running setup step %d of %d (%s)", st.Completed+1, len(steps), stepName(steps[st.Completed]))})
+		return setupRunning, nil
+	case res.state == stepFailed:
+		return setupFailed, r.reportSetupFailed(ctx, sbx, sessionID, steps[st.Completed], res.cmd)
+	}
+	st.State = sandboxv1.SetupSucceeded
+	return setupDone, nil
+}
+
+// setupState is status.setup made current for the spec: started for a
+// spec.setup never run, restarted for one changed after a failure. done
+// reports that there is nothing to run, with the progress to return.
+func (r *SandboxReconciler) setupState(ctx context.Context, sbx *sandboxv1.Sandbox) (*sandboxv1.SetupStatus, setupProgress, bool) {
 	steps := sbx.Spec.Setup
 	hash := setupHash(steps)
 	st := sbx.Status.Setup
 	if st == nil {
 		if len(steps) == 0 {
-			return setupDone, nil
+			return nil, setupDone, true
 		}
 		st = &sandboxv1.SetupStatus{State: sandboxv1.SetupRunning, SpecHash: hash, Attempt: 1}
 		sbx.Status.Setup = st
@@ -60,7 +98,7 @@ func (r *SandboxReconciler) runSetup(ctx context.Context, sbx *sandboxv1.Sandbox
 	}
 	switch {
 	case st.State == sandboxv1.SetupSucceeded:
-		return setupDone, nil
+		return st, setupDone, true
 	case st.State == sandboxv1.SetupFailed && st.SpecHash != hash:
 		// A changed spec.setup is the way to run setup again after a
 		// failure: from its first command, on the filesystem as it is.
@@ -73,72 +111,10 @@ func (r *SandboxReconciler) runSetup(ctx context.Context, sbx *sandboxv1.Sandbox
 				fmt.Sprintf("Setup step %d (%s) failed in session %s, so this filesystem is only partly set up; change spec.setup to run setup again, or delete and re-create this Sandbox",
 					st.Completed+1, failedStepName(steps, st.Completed), st.SessionID)})
 		}
-		return setupFailed, nil
+		return st, setupFailed, true
 	}
-	// While setup runs, a spec.setup change applies from the next command.
-	st.SpecHash = hash
-	for int(st.Completed) < len(steps) {
-		step := steps[st.Completed]
-		if st.CommandID != "" && st.SessionID != sessionID {
-			// The session running the step stopped before it exited (a
-			// pause, a shutdown): the step runs again in this session.
-			st.CommandID = ""
-		}
-		st.SessionID = sessionID
-		if st.CommandID == "" {
-			id, err := r.startSetupCommand(ctx, sbx, sessionID, step)
-			if err != nil {
-				return setupRunning, err
-			}
-			st.CommandID = id
-		}
-		cmd, err := r.api(ctx).GetCommand(ctx, sessionID, st.CommandID, false)
-		if err != nil {
-			return setupRunning, fmt.Errorf("get setup command %s: %w", st.CommandID, err)
-		}
-		if cmd.ExitCode == nil {
-			setReady(sbx, readiness{sandboxv1.SandboxSettingUp, metav1.ConditionFalse, sandboxv1.ReasonSettingUp,
-				fmt.Sprintf("Running setup step %d of %d (%s)", st.Completed+1, len(steps), stepName(step))})
-			return setupRunning, nil
-		}
-		if *cmd.ExitCode != 0 {
-			return setupFailed, r.reportSetupFailed(ctx, sbx, sessionID, step, cmd)
-		}
-		st.Completed++
-		st.CommandID = ""
-	}
-	st.State = sandboxv1.SetupSucceeded
-	return setupDone, nil
+	return st, setupRunning, false
 }
-
-// startSetupCommand starts the current setup step in the session, or finds
-// it there when it was started before a crash kept its id from status.
-func (r *SandboxReconciler) startSetupCommand(ctx context.Context, sbx *sandboxv1.Sandbox, sessionID string, step sandboxv1.SetupCommand) (string, error) {
-	st := sbx.Status.Setup
-	marker := setupMarker(st.Attempt, st.Completed+1)
-	cmds, err := r.api(ctx).ListCommands(ctx, sessionID)
-	if err != nil {
-		return "", fmt.Errorf("list commands of session %s: %w", sessionID, err)
-	}
-	for _, c := range cmds {
-		if isSetupCommand(c, marker) {
-			return c.ID, nil
-		}
-	}
-	cmd, err := r.api(ctx).RunCommand(ctx, sessionID, setupRequest(step, marker))
-	if err != nil {
-		return "", fmt.Errorf("run setup step %d (%s): %w", st.Completed+1, stepName(step), err)
-	}
-	r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "SetupStarted", "RunCommand", "Started setup step %d (%s)", st.Completed+1, stepName(step))
-	return cmd.ID, nil
-}
-
-// setupExec runs a setup command with the marker as $0: the shell replaces
-// itself with the command (resolved through PATH, with its arguments, cwd,
-// environment, exit code and timeout unchanged), and the session's command
-// list shows the marker among the arguments. Vercel's list reports neither
-// environment nor any label of a command, only its argv and cwd.
-const setupExec = `exec "$@"`
 
 // setupMarker names one setup step of one setup attempt; it is unique within
 // a session, because a session runs each step of an attempt at most once.
@@ -146,20 +122,19 @@ func setupMarker(attempt, step int32) string {
 	return fmt.Sprintf("sandbox-setup:attempt=%d:step=%d", attempt, step)
 }
 
-// setupRequest is the run-command request for a setup step.
-func setupRequest(step sandboxv1.SetupCommand, marker string) vercel.RunCommandRequest {
-	args := append([]string{"-c", setupExec, marker, step.Command}, step.Args...)
-	req := vercel.RunCommandRequest{Command: "sh", Args: args, Cwd: step.Cwd, Env: map[string]string{}, Sudo: step.Sudo}
+// setupCommand is the run-command request for a setup step, unmarked.
+func setupCommand(step sandboxv1.SetupCommand) vercel.RunCommandRequest {
+	req := vercel.RunCommandRequest{Command: step.Command, Args: step.Args, Cwd: step.Cwd, Env: map[string]string{}, Sudo: step.Sudo}
 	if step.TimeoutSeconds != nil {
 		req.Timeout = int64(*step.TimeoutSeconds) * 1000
 	}
 	return req
 }
 
-// isSetupCommand reports whether a command of the session is the setup step
-// the marker names.
-func isSetupCommand(c vercel.Command, marker string) bool {
-	return c.Name == "sh" && len(c.Args) >= 4 && c.Args[0] == "-c" && c.Args[1] == setupExec && c.Args[2] == marker
+// setupRequest is the run-command request for a setup step (and an exec
+// probe, sandbox_probe.go), marked.
+func setupRequest(step sandboxv1.SetupCommand, marker string) vercel.RunCommandRequest {
+	return markedRequest(setupCommand(step), marker)
 }
 
 // setupHash identifies a spec.setup.

@@ -11,8 +11,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
@@ -23,7 +21,8 @@ import (
 // Vercel snapshot among the SandboxSnapshots of the namespace with the same
 // content hash. It rebuilds when the snapshot expired or is older than
 // maxAgeSeconds (serving the old one meanwhile), and retires the old one once
-// no SandboxSnapshot uses it.
+// no SandboxSnapshot uses it. decideRecipe chooses between serving,
+// following and driving the build.
 func (r *SandboxSnapshotReconciler) reconcileRecipe(ctx context.Context, snap *sandboxv1.SandboxSnapshot, hash string) (ctrl.Result, error) {
 	st := &snap.Status
 	if st.ContentHash != hash {
@@ -37,86 +36,104 @@ func (r *SandboxSnapshotReconciler) reconcileRecipe(ctx context.Context, snap *s
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	peers := r.hashPeers(ctx, snap, all, hash)
+	current, err := r.observeServed(ctx, snap)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if current, err = r.adoptNewerPeer(ctx, snap, peers, current); err != nil {
+		return ctrl.Result{}, err
+	}
+	var age, next time.Duration
+	if current != nil {
+		if res, err := r.retire(ctx, snap, all); err != nil || !res.IsZero() {
+			return res, err
+		}
+		age, next = r.now().Sub(st.CreatedAt.Time), r.nextObservation(current)
+	}
+	d := decideRecipe(snap, peers, current != nil, age, next)
+	switch d.action {
+	case recipeServe:
+		// Fresh: a builder still recorded is left over from a finished build.
+		if err := r.cleanupBuilder(ctx, snap); err != nil {
+			return ctrl.Result{}, err
+		}
+		if st.Build != nil {
+			st.Build.SharedWith = ""
+		}
+		return ctrl.Result{RequeueAfter: d.requeue}, nil
+	case recipeFollow:
+		return r.follow(snap, d.driver, current != nil), nil
+	}
+	return r.drive(ctx, snap, peers, hash, st.SnapshotID, current != nil)
+}
+
+// hashPeers are the other recipes of the namespace with the content hash, in
+// the same class. The hash is computed from each peer's spec, not read from
+// its status, so a peer created a moment ago counts before its first
+// reconcile.
+func (r *SandboxSnapshotReconciler) hashPeers(ctx context.Context, snap *sandboxv1.SandboxSnapshot, all []sandboxv1.SandboxSnapshot, hash string) []*sandboxv1.SandboxSnapshot {
 	var peers []*sandboxv1.SandboxSnapshot
 	for i := range all {
 		o := &all[i]
 		if o.UID == snap.UID || o.Spec.Source.Recipe == nil {
 			continue
 		}
-		// The hash is computed from the peer's spec, not read from its
-		// status, so a peer created a moment ago counts before its first
-		// reconcile.
 		if h, _ := r.contentHash(ctx, o); h == hash && r.sameClass(ctx, o) {
 			peers = append(peers, o)
 		}
 	}
+	return peers
+}
 
-	// What this object serves now.
-	var current *vercel.Snapshot
+// observeServed reads the snapshot this object serves: Ready while Vercel
+// serves it (returned), Expired once not.
+func (r *SandboxSnapshotReconciler) observeServed(ctx context.Context, snap *sandboxv1.SandboxSnapshot) (*vercel.Snapshot, error) {
+	id := snap.Status.SnapshotID
+	if id == "" {
+		return nil, nil
+	}
+	remote, err := r.api(ctx).GetSnapshot(ctx, id)
+	state, err := classifyServed(remote, err, r.now())
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("get snapshot %s: %w", id, err)
+	case state != servedCreated:
+		r.markExpired(snap, id)
+		return nil, nil
+	}
+	r.markReady(snap, remote)
+	return remote, nil
+}
+
+// adoptNewerPeer serves a newer snapshot of the same hash built for another
+// user (peerToAdopt), when Vercel still serves it, and returns what is
+// served.
+func (r *SandboxSnapshotReconciler) adoptNewerPeer(ctx context.Context, snap *sandboxv1.SandboxSnapshot, peers []*sandboxv1.SandboxSnapshot, current *vercel.Snapshot) (*vercel.Snapshot, error) {
+	st := &snap.Status
+	p := peerToAdopt(st, peers, current != nil)
+	if p == nil {
+		return current, nil
+	}
+	remote, err := r.api(ctx).GetSnapshot(ctx, p.Status.SnapshotID)
+	state, err := classifyServed(remote, err, r.now())
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("get snapshot %s: %w", p.Status.SnapshotID, err)
+	case state != servedCreated:
+		return current, nil
+	}
 	if st.SnapshotID != "" {
-		remote, err := r.api(ctx).GetSnapshot(ctx, st.SnapshotID)
-		switch {
-		case err == nil && !r.expired(remote) && remote.Status == vercel.SnapshotCreated:
-			current = remote
-		case err == nil, vercel.IsNotFound(err), vercel.IsGone(err):
-			r.markExpired(snap, st.SnapshotID)
-		default:
-			return ctrl.Result{}, fmt.Errorf("get snapshot %s: %w", st.SnapshotID, err)
-		}
+		r.setReplaces(snap, st.SnapshotID)
 	}
-	if current != nil {
-		r.markReady(snap, current)
-	}
-
-	// A newer snapshot of the same hash built for another user is adopted.
-	if p := newestReadyPeer(peers); p != nil && p.Status.SnapshotID != st.SnapshotID &&
-		(current == nil || (p.Status.CreatedAt != nil && st.CreatedAt != nil && p.Status.CreatedAt.After(st.CreatedAt.Time))) {
-		remote, err := r.api(ctx).GetSnapshot(ctx, p.Status.SnapshotID)
-		if err == nil && !r.expired(remote) && remote.Status == vercel.SnapshotCreated {
-			if st.SnapshotID != "" {
-				r.setReplaces(snap, st.SnapshotID)
-			}
-			r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Shared", "Observe",
-				"Uses Vercel snapshot %s built for SandboxSnapshot %s (same content hash)", remote.ID, p.Name)
-			st.SnapshotID = remote.ID
-			// Its provenance is the builder's that made it, for the check
-			// before the last user deletes it.
-			st.Provenance = p.Status.Provenance.DeepCopy()
-			current = remote
-			r.markReady(snap, remote)
-		} else if err != nil && !vercel.IsNotFound(err) && !vercel.IsGone(err) {
-			return ctrl.Result{}, fmt.Errorf("get snapshot %s: %w", p.Status.SnapshotID, err)
-		}
-	}
-
-	if current != nil {
-		if res, err := r.retire(ctx, snap, all); err != nil || !res.IsZero() {
-			return res, err
-		}
-		maxAge := effectiveMaxAge(snap, peers)
-		age := r.now().Sub(st.CreatedAt.Time)
-		if maxAge == 0 || age < maxAge {
-			// Fresh: a builder still recorded is left over from a finished build.
-			if err := r.cleanupBuilder(ctx, snap); err != nil {
-				return ctrl.Result{}, err
-			}
-			next := r.nextObservation(current)
-			if maxAge > 0 && maxAge-age < next {
-				next = max(maxAge-age, time.Second)
-			}
-			if st.Build != nil {
-				st.Build.SharedWith = ""
-			}
-			return ctrl.Result{RequeueAfter: next}, nil
-		}
-	}
-
-	// A build is needed: none yet, the snapshot expired, or it is too old.
-	replaces := st.SnapshotID
-	if driver := buildDriver(snap, peers); driver != nil {
-		return r.follow(snap, driver, current != nil), nil
-	}
-	return r.drive(ctx, snap, peers, hash, replaces, current != nil)
+	r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Shared", "Observe",
+		"Uses Vercel snapshot %s built for SandboxSnapshot %s (same content hash)", remote.ID, p.Name)
+	st.SnapshotID = remote.ID
+	// Its provenance is the builder's that made it, for the check before
+	// the last user deletes it.
+	st.Provenance = p.Status.Provenance.DeepCopy()
+	r.markReady(snap, remote)
+	return remote, nil
 }
 
 func (r *SandboxSnapshotReconciler) setReplaces(snap *sandboxv1.SandboxSnapshot, id string) {
@@ -223,17 +240,11 @@ func (r *SandboxSnapshotReconciler) follow(snap, driver *sandboxv1.SandboxSnapsh
 	st.Build.SharedWith = driver.Name
 	if db := driver.Status.Build; db != nil {
 		st.Build.Step, st.Build.CompletedSteps, st.Build.TotalSteps = db.Step, db.CompletedSteps, db.TotalSteps
-		if db.Failed && !serving {
-			st.Phase, st.ReadyToUse = sandboxv1.SnapshotFailed, false
-			msg := "the build failed"
-			if c := meta.FindStatusCondition(driver.Status.Conditions, sandboxv1.ConditionReady); c != nil {
-				msg = c.Message
-			}
-			setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonBuildFailed,
-				fmt.Sprintf("The build shared with SandboxSnapshot %s failed: %s", driver.Name, msg))
-			return ctrl.Result{}
-		}
 	}
-	r.building(snap, serving, fmt.Sprintf("Waiting for the build run by SandboxSnapshot %s (same content hash)", driver.Name))
+	rd := followReadiness(driver, serving, st.SnapshotID)
+	setSnapshotReady(snap, rd)
+	if rd.phase == sandboxv1.SnapshotFailed {
+		return ctrl.Result{}
+	}
 	return ctrl.Result{RequeueAfter: snapshotWaitPoll}
 }

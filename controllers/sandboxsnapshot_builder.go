@@ -38,48 +38,67 @@ const tagContentHash = "k8s-content-hash"
 
 // drive advances this object's build by at most one step: create the
 // builder, start the next clone or setup command (detached, polled), or
-// capture. Progress is read back from Vercel (the builder's command list), so
-// a restarted controller continues from the last finished step and never
-// starts a step twice.
+// capture. Progress is read back from Vercel, so a restarted controller
+// continues from the last finished step and never starts a step twice.
+// decideClaim says who drives the build, decideBuild what comes next.
 func (r *SandboxSnapshotReconciler) drive(ctx context.Context, snap *sandboxv1.SandboxSnapshot, peers []*sandboxv1.SandboxSnapshot, hash, replaces string, serving bool) (ctrl.Result, error) {
 	st := &snap.Status
-	rcp := snap.Spec.Source.Recipe
-	steps := buildSteps(rcp)
 	name := builderName(r.ClusterID, snap.Namespace, hash, replaces)
 	if st.Build == nil {
 		st.Build = &sandboxv1.SnapshotBuildStatus{}
 	}
-	b := st.Build
-	if b.BuilderName == name && b.Failed {
+	o, resp, err := r.observeBuilder(ctx, snap, peers, name, hash)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	switch decideClaim(o) {
+	case claimFailed:
 		// Reported already; retried only when the recipe changes.
 		return ctrl.Result{}, nil
+	case claimNameTaken:
+		return r.builderNameTaken(snap, serving, name, resp.Sandbox.Tags), nil
+	case claimFollow:
+		return r.follow(snap, o.liveOwner, serving), nil
+	case claimTakeOver:
+		// Its driver is gone: this object takes the build over, and the
+		// owner tag says so, for the checks before a delete.
+		if _, err := r.api(ctx).UpdateSandbox(ctx, name, vercel.UpdateSandboxRequest{Tags: builderTags(r.ClusterID, snap.UID, hash)}, false); err != nil {
+			return ctrl.Result{}, fmt.Errorf("take over builder sandbox %s: %w", name, err)
+		}
+		r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "BuildTakenOver", "Build", "Took over builder sandbox %s, whose SandboxSnapshot is gone", name)
+	}
+	st.Build.SharedWith = ""
+	if err := r.startBuild(ctx, snap, name, replaces, serving); err != nil {
+		return ctrl.Result{}, err
+	}
+	return r.runBuild(ctx, snap, peers, o.found, resp, hash, serving)
+}
+
+// observeBuilder reads the builder named name, unless its build failed.
+func (r *SandboxSnapshotReconciler) observeBuilder(ctx context.Context, snap *sandboxv1.SandboxSnapshot, peers []*sandboxv1.SandboxSnapshot, name, hash string) (builderObservation, *vercel.SandboxResponse, error) {
+	b := snap.Status.Build
+	if b.BuilderName == name && b.Failed {
+		return builderObservation{failedBefore: true}, nil, nil
 	}
 	resp, err := r.api(ctx).GetSandbox(ctx, name, false)
-	if err != nil && !vercel.IsNotFound(err) {
-		return ctrl.Result{}, fmt.Errorf("get builder sandbox %s: %w", name, err)
+	switch {
+	case vercel.IsNotFound(err):
+		return builderObservation{}, nil, nil
+	case err != nil:
+		return builderObservation{}, nil, fmt.Errorf("get builder sandbox %s: %w", name, err)
 	}
-	if err == nil {
-		tags := resp.Sandbox.Tags
-		o := ownerOf(tags, r.ClusterID, snap.UID)
-		if (o != ownedBySelf && o != ownedByPeer) || tags[tagContentHash] != recipe.Short(hash) {
-			return r.builderNameTaken(snap, serving, name, tags), nil
-		}
-		// Vercel's unique names make the builder a lock: whoever created it
-		// drives the build while it exists, so two users of a hash that both
-		// thought themselves first still never run a step twice.
-		if o == ownedByPeer {
-			if p := liveOwner(tags[tagOwnerUID], peers); p != nil {
-				return r.follow(snap, p, serving), nil
-			}
-			// Its driver is gone: this object takes the build over, and the
-			// owner tag says so, for the checks before a delete.
-			if _, err := r.api(ctx).UpdateSandbox(ctx, name, vercel.UpdateSandboxRequest{Tags: builderTags(r.ClusterID, snap.UID, hash)}, false); err != nil {
-				return ctrl.Result{}, fmt.Errorf("take over builder sandbox %s: %w", name, err)
-			}
-			r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "BuildTakenOver", "Build", "Took over builder sandbox %s, whose SandboxSnapshot is gone", name)
-		}
-	}
-	b.SharedWith = ""
+	tags := resp.Sandbox.Tags
+	o := builderObservation{found: true, owner: ownerOf(tags, r.ClusterID, snap.UID), hashMatches: tags[tagContentHash] == recipe.Short(hash)}
+	o.liveOwner = liveOwner(tags[tagOwnerUID], peers)
+	return o, resp, nil
+}
+
+// startBuild records a new build under the builder name before the builder
+// is created, so a delete after a crash finds it (and deletes it, or nothing
+// if it was never created), and a retry adopts it by name.
+func (r *SandboxSnapshotReconciler) startBuild(ctx context.Context, snap *sandboxv1.SandboxSnapshot, name, replaces string, serving bool) error {
+	b := snap.Status.Build
+	building := snapReadiness{phase: sandboxv1.SnapshotBuilding}
 	if b.BuilderName != name {
 		if old := b.BuilderName; old != "" && !b.Failed {
 			// The build under the recorded name was cut short (the base's
@@ -88,70 +107,80 @@ func (r *SandboxSnapshotReconciler) drive(ctx context.Context, snap *sandboxv1.S
 			// replaces the only record of it, else it would run, and bill,
 			// until its timeout. A failed build deleted its own.
 			if _, err := r.deleteBuilder(ctx, snap, old, "Build"); err != nil {
-				return ctrl.Result{}, err
+				return err
 			}
 		}
-		// A new build: its builder's name is recorded before the builder is
-		// created, so a delete after a crash finds it (and deletes it, or
-		// nothing if it was never created), and a retry adopts it by name.
+		steps := int32(len(buildSteps(snap.Spec.Source.Recipe)))
 		now := metav1.NewTime(r.now().Truncate(time.Second))
 		if err := r.patchStatusNow(ctx, snap, func(st *sandboxv1.SandboxSnapshotStatus) {
 			b := st.Build
 			b.BuilderName, b.SessionID, b.CommandID, b.Step, b.Failed = name, "", "", "boot", false
 			b.Attempts++
 			b.StartedAt, b.StepStartedAt = &now, &now
-			b.CompletedSteps, b.TotalSteps = 0, int32(len(steps))
+			b.CompletedSteps, b.TotalSteps = 0, steps
 			if replaces != "" {
 				b.Replaces = replaces
 			}
 			if !serving {
-				st.Phase = sandboxv1.SnapshotBuilding
+				setSnapshotReady(snap, building)
 			}
 		}); err != nil {
-			return ctrl.Result{}, err
+			return err
 		}
-		b = st.Build
 	}
 	if !serving {
-		st.Phase = sandboxv1.SnapshotBuilding
+		setSnapshotReady(snap, building)
 	}
+	return nil
+}
+
+// runBuild takes the build's next step, as decideBuild says.
+func (r *SandboxSnapshotReconciler) runBuild(ctx context.Context, snap *sandboxv1.SandboxSnapshot, peers []*sandboxv1.SandboxSnapshot, found bool, resp *vercel.SandboxResponse, hash string, serving bool) (ctrl.Result, error) {
+	b := snap.Status.Build
+	rcp := snap.Spec.Source.Recipe
 	budget := defaultBuildTimeout
 	if rcp.TimeoutSeconds != nil {
 		budget = time.Duration(*rcp.TimeoutSeconds) * time.Second
 	}
-	if b.StartedAt != nil && r.now().Sub(b.StartedAt.Time) > budget {
+	p := buildProgress{
+		overBudget:      b.StartedAt != nil && r.now().Sub(b.StartedAt.Time) > budget,
+		found:           found,
+		sessionRecorded: b.SessionID != "",
+	}
+	if found {
+		p.currentSnapshot, p.session = resp.Sandbox.CurrentSnapshotID, resp.Session
+	}
+	switch decideBuild(p) {
+	case buildTimedOut:
 		return r.buildFailed(ctx, snap, serving, fmt.Sprintf("The build exceeded its total time budget of %s during %s", budget, b.Step))
-	}
-	if vercel.IsNotFound(err) {
-		if b.SessionID != "" {
-			// The builder was deleted after its capture, before the result
-			// was recorded.
-			if s, err := r.builderSnapshot(ctx, name); err != nil || s != nil {
-				if err != nil {
-					return ctrl.Result{}, err
-				}
-				return r.built(ctx, snap, s)
-			}
+	case buildRecover:
+		// The builder was deleted after its capture, before the result was
+		// recorded.
+		s, err := r.builderSnapshot(ctx, b.BuilderName)
+		switch {
+		case err != nil:
+			return ctrl.Result{}, err
+		case s != nil:
+			return r.built(ctx, snap, s)
 		}
-		return r.createBuilder(ctx, snap, name, hash, budget, serving)
-	}
-	if id := resp.Sandbox.CurrentSnapshotID; id != "" {
+		return r.createBuilder(ctx, snap, b.BuilderName, hash, budget, serving)
+	case buildCreate:
+		return r.createBuilder(ctx, snap, b.BuilderName, hash, budget, serving)
+	case buildCaptured:
+		id := p.currentSnapshot
 		s, err := r.api(ctx).GetSnapshot(ctx, id)
 		if err != nil {
 			return ctrl.Result{}, fmt.Errorf("get snapshot %s: %w", id, err)
 		}
 		return r.built(ctx, snap, s)
-	}
-	s := resp.Session
-	if s == nil || s.Status == vercel.SessionPending {
+	case buildBooting:
 		r.building(snap, serving, "Waiting for the builder session to start")
 		return ctrl.Result{RequeueAfter: snapshotBootPoll}, nil
+	case buildSessionEnded:
+		return r.buildFailed(ctx, snap, serving, fmt.Sprintf("The builder session %s %s during %s", p.session.ID, p.session.Status, b.Step))
 	}
-	if s.Status != vercel.SessionRunning {
-		return r.buildFailed(ctx, snap, serving, fmt.Sprintf("The builder session %s %s during %s", s.ID, s.Status, b.Step))
-	}
-	b.SessionID = s.ID
-	return r.advance(ctx, snap, steps, s.ID, sharedExpiration(snap, peers), serving)
+	b.SessionID = p.session.ID
+	return r.advance(ctx, snap, buildSteps(rcp), p.session.ID, sharedExpiration(snap, peers), serving)
 }
 
 // builderTags are the tags of a builder: its owner's and the content hash.
@@ -170,13 +199,7 @@ func (r *SandboxSnapshotReconciler) builderNameTaken(snap *sandboxv1.SandboxSnap
 	if !hasCondition(st.Conditions, sandboxv1.ConditionReady, sandboxv1.ReasonNameConflict) {
 		r.Recorder.Eventf(snap, nil, corev1.EventTypeWarning, sandboxv1.ReasonNameConflict, "Build", "%s", msg)
 	}
-	status := metav1.ConditionFalse
-	if serving {
-		status, msg = metav1.ConditionTrue, fmt.Sprintf("Serving %s; its rebuild cannot start: %s", st.SnapshotID, msg)
-	} else {
-		st.Phase, st.ReadyToUse = sandboxv1.SnapshotFailed, false
-	}
-	setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, status, sandboxv1.ReasonNameConflict, msg)
+	setSnapshotReady(snap, buildReadiness(serving, st.SnapshotID, sandboxv1.SnapshotFailed, sandboxv1.ReasonNameConflict, msg, "; its rebuild cannot start"))
 	return ctrl.Result{RequeueAfter: snapshotRefPoll}
 }
 
@@ -219,20 +242,8 @@ func (r *SandboxSnapshotReconciler) createBuilder(ctx context.Context, snap *san
 	if wait, err := r.waitForBuildQuota(ctx, snap, name, serving); wait || err != nil {
 		return ctrl.Result{RequeueAfter: quotaRecheck}, err
 	}
-	rcp := snap.Spec.Source.Recipe
-	req := vercel.CreateSandboxRequest{
-		Name:       name,
-		Timeout:    budget.Milliseconds(),
-		Persistent: new(bool),
-		Tags:       builderTags(r.ClusterID, snap.UID, hash),
-	}
-	if rcp.Resources != nil && rcp.Resources.VCPUs != nil {
-		v := int64(*rcp.Resources.VCPUs)
-		req.Resources = &vercel.Resources{VCPUs: v, Memory: v * 2048}
-	}
-	if rcp.Runtime != nil {
-		req.Runtime = string(*rcp.Runtime)
-	} else {
+	req := builderRequest(name, builderTags(r.ClusterID, snap.UID, hash), snap.Spec.Source.Recipe, budget)
+	if snap.Spec.Source.Recipe.Runtime == nil {
 		base, msg := r.readyBase(ctx, snap)
 		if base == nil {
 			return r.waitForBase(ctx, snap, msg)
@@ -247,64 +258,78 @@ func (r *SandboxSnapshotReconciler) createBuilder(ctx context.Context, snap *san
 	case err != nil:
 		return ctrl.Result{}, fmt.Errorf("create builder sandbox %s: %w", name, err)
 	}
-	snap.Status.Build.SessionID = sessionID(resp)
+	// A new builder runs the steps from the first.
+	b := snap.Status.Build
+	b.SessionID, b.CommandID, b.CompletedSteps = sessionID(resp), "", 0
 	logf.FromContext(ctx).Info("Created builder sandbox", "vercelName", name, "session", snap.Status.Build.SessionID)
 	r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "BuildStarted", "Build", "Created builder sandbox %s for content hash %s", name, recipe.Short(hash))
 	r.building(snap, serving, "Booting the builder sandbox "+name)
 	return ctrl.Result{RequeueAfter: snapshotBootPoll}, nil
 }
 
-// advance reads the builder's commands (one per step, oldest first) and
-// starts the next step, waits for the running one, or captures.
+// advance runs the build's steps through the step runner (steps.go): it
+// polls the running step, starts the next, or, once every step succeeded,
+// captures. A step started before a crash lost its id is found again by its
+// marker in the builder's command list.
 func (r *SandboxSnapshotReconciler) advance(ctx context.Context, snap *sandboxv1.SandboxSnapshot, steps []buildStep, sessionID string, expiration *time.Duration, serving bool) (ctrl.Result, error) {
 	b := snap.Status.Build
-	cmds, err := r.api(ctx).ListCommands(ctx, sessionID)
-	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("list commands of builder session %s: %w", sessionID, err)
-	}
-	for i, j := 0, len(cmds)-1; i < j; i, j = i+1, j-1 {
-		cmds[i], cmds[j] = cmds[j], cmds[i]
-	}
-	for i := 0; i < len(cmds) && i < len(steps); i++ {
-		c := cmds[i]
-		if c.ExitCode == nil {
-			b.CompletedSteps = int32(i)
-			if b.CommandID != c.ID {
-				b.CommandID, b.StepStartedAt = c.ID, msTime(c.StartedAt)
+	run := stepRun{
+		api:     r.api(ctx),
+		session: sessionID,
+		n:       len(steps),
+		marker:  buildMarker,
+		request: func(ctx context.Context, i int) (vercel.RunCommandRequest, []string, error) {
+			req, secrets, err := r.stepRequest(ctx, snap, steps[i])
+			if err == nil {
+				r.sentSecrets.remember(snap.UID, secrets)
 			}
-			b.Step = steps[i].label
-			r.building(snap, serving, fmt.Sprintf("Running build step %d of %d (%s)", i+1, len(steps), steps[i].label))
-			return ctrl.Result{RequeueAfter: snapshotBuildPoll}, nil
-		}
-		if *c.ExitCode != 0 {
-			return r.stepFailed(ctx, snap, serving, steps[i], i, len(steps), sessionID, &c)
-		}
+			return req, secrets, err
+		},
+		label: func(i int) string { return "build step " + steps[i].label },
+		started: func(i int, cmd *vercel.Command) {
+			r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "StepStarted", "Build", "Started build step %d of %d (%s)", i+1, len(steps), steps[i].label)
+		},
 	}
-	b.CompletedSteps = int32(min(len(cmds), len(steps)))
-	if len(cmds) < len(steps) {
-		i := len(cmds)
-		req, secrets, err := r.stepRequest(ctx, snap, steps[i])
-		if err != nil {
-			return ctrl.Result{}, err
+	cur := stepCursor{completed: int(b.CompletedSteps), commandID: b.CommandID, session: sessionID}
+	res, err := run.advance(ctx, &cur)
+	b.CompletedSteps = int32(cur.completed)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	switch res.state {
+	case stepRunning:
+		i := cur.completed
+		if b.CommandID != res.cmd.ID {
+			b.CommandID, b.StepStartedAt = res.cmd.ID, msTime(res.cmd.StartedAt)
+			if res.started {
+				now := metav1.NewTime(r.now().Truncate(time.Second))
+				b.StepStartedAt = &now
+			}
 		}
-		r.sentSecrets.remember(snap.UID, secrets)
-		cmd, err := r.api(ctx).RunCommand(ctx, sessionID, req)
-		if err != nil {
-			return ctrl.Result{}, redact(fmt.Errorf("start build step %s: %w", steps[i].label, err), secrets)
-		}
-		now := metav1.NewTime(r.now().Truncate(time.Second))
-		b.CommandID, b.Step, b.StepStartedAt = cmd.ID, steps[i].label, &now
-		r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "StepStarted", "Build", "Started build step %d of %d (%s)", i+1, len(steps), steps[i].label)
+		b.Step = steps[i].label
 		r.building(snap, serving, fmt.Sprintf("Running build step %d of %d (%s)", i+1, len(steps), steps[i].label))
 		return ctrl.Result{RequeueAfter: snapshotBuildPoll}, nil
+	case stepFailed:
+		return r.stepFailed(ctx, snap, serving, steps[cur.completed], cur.completed, len(steps), sessionID, res.cmd)
 	}
+	return r.captureBuild(ctx, snap, sessionID, expiration, serving)
+}
 
+// buildMarker names build step i (from 0) in the builder's session, which
+// runs one build.
+func buildMarker(i int) string {
+	return fmt.Sprintf("sandbox-build:step=%d", i+1)
+}
+
+// captureBuild captures the builder once every step succeeded.
+func (r *SandboxSnapshotReconciler) captureBuild(ctx context.Context, snap *sandboxv1.SandboxSnapshot, sessionID string, expiration *time.Duration, serving bool) (ctrl.Result, error) {
+	b := snap.Status.Build
 	// Every step succeeded: capture. The intent is written first; a restart
 	// finds the snapshot as the builder's currentSnapshotId.
 	if err := r.patchStatusNow(ctx, snap, func(st *sandboxv1.SandboxSnapshotStatus) {
 		st.Build.Step, st.Build.CommandID = "capture", ""
 		if !serving {
-			st.Phase = sandboxv1.SnapshotCapturing
+			setSnapshotReady(snap, snapReadiness{phase: sandboxv1.SnapshotCapturing})
 		}
 	}); err != nil {
 		return ctrl.Result{}, err
@@ -364,14 +389,7 @@ func (r *SandboxSnapshotReconciler) stepRequest(ctx context.Context, snap *sandb
 // building reports a build in progress: Ready=False, or still True with
 // reason Rebuilding while the old snapshot is served.
 func (r *SandboxSnapshotReconciler) building(snap *sandboxv1.SandboxSnapshot, serving bool, msg string) {
-	st := &snap.Status
-	if serving {
-		setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionTrue, sandboxv1.ReasonRebuilding,
-			fmt.Sprintf("Serving %s while it is rebuilt: %s", st.SnapshotID, msg))
-		return
-	}
-	st.Phase = sandboxv1.SnapshotBuilding
-	setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonBuilding, msg)
+	setSnapshotReady(snap, buildingReadiness(serving, snap.Status.SnapshotID, msg))
 }
 
 // stepFailed reports the failed step with its exit code and output tail.
@@ -408,13 +426,7 @@ func (r *SandboxSnapshotReconciler) buildFailed(ctx context.Context, snap *sandb
 		metrics.ObserveSnapshotBuild(metrics.BuildFailed, r.now().Sub(b.StartedAt.Time))
 	}
 	r.Recorder.Eventf(snap, nil, corev1.EventTypeWarning, sandboxv1.ReasonBuildFailed, "Build", "%s", truncate(msg, maxEventNote))
-	if serving {
-		setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionTrue, sandboxv1.ReasonBuildFailed,
-			fmt.Sprintf("Serving %s; its rebuild failed: %s", st.SnapshotID, msg))
-		return ctrl.Result{}, nil
-	}
-	st.Phase, st.ReadyToUse = sandboxv1.SnapshotFailed, false
-	setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonBuildFailed, msg)
+	setSnapshotReady(snap, buildReadiness(serving, st.SnapshotID, sandboxv1.SnapshotFailed, sandboxv1.ReasonBuildFailed, msg, "; its rebuild failed"))
 	return ctrl.Result{}, nil
 }
 

@@ -19,139 +19,149 @@ import (
 // as that Sandbox runs, and afterwards only observes the snapshot. The
 // session to capture is recorded in status before Vercel is asked; after a
 // restart the snapshot is looked up by that session instead of being taken
-// again.
+// again. decideCapture (sandboxsnapshot_decide.go) chooses the step.
 func (r *SandboxSnapshotReconciler) reconcileCapture(ctx context.Context, snap *sandboxv1.SandboxSnapshot) (ctrl.Result, error) {
 	st := &snap.Status
 	ref := snap.Spec.Source.SandboxRef
-	if st.SnapshotID != "" {
-		// A resume that failed after the capture is retried here.
-		resumed, err := r.resumeSource(ctx, snap)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		if resumed {
-			sbx, err := findSandbox(ctx, r, snap.Namespace, ref.Name)
-			if err != nil {
-				return ctrl.Result{}, err
-			}
-			if sbx != nil {
-				if err := r.requestSandboxReconcile(ctx, sbx); err != nil {
-					return ctrl.Result{}, err
-				}
-			}
-		}
-		return r.observe(ctx, snap, st.SnapshotID)
-	}
-	sbx, err := findSandbox(ctx, r, snap.Namespace, ref.Name)
+	o, err := r.observeCapture(ctx, snap)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if sbx != nil {
-		if msg := classMismatch(ctx, sbx, "Sandbox", "spec.source.sandboxRef"); msg != "" {
-			st.Phase = sandboxv1.SnapshotPending
-			setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionResolvedRefs, metav1.ConditionFalse, sandboxv1.ReasonClassMismatch, msg)
-			setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonClassMismatch, msg)
-			return ctrl.Result{RequeueAfter: snapshotWaitPoll}, nil
-		}
-	}
-	if c := st.Capture; c != nil && c.SessionID != "" {
-		found, err := r.findCapture(ctx, c)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		if found != nil {
-			return r.captured(ctx, snap, sbx, found)
-		}
-		// The intent was recorded but Vercel never took the snapshot: ask
-		// again if that session still runs, else wait for the next one.
-		resp, err := r.api(ctx).GetSandbox(ctx, c.VercelName, false)
-		if err != nil && !vercel.IsNotFound(err) {
-			return ctrl.Result{}, fmt.Errorf("get sandbox %s: %w", c.VercelName, err)
-		}
-		if err == nil && resp.Session != nil && resp.Session.ID == c.SessionID && resp.Session.Status == vercel.SessionRunning {
-			return r.capture(ctx, snap, sbx, c.VercelName, c.SessionID)
-		}
+	act, forget := decideCapture(o)
+	if forget {
 		st.Capture = nil
 	}
-	switch {
-	case sbx == nil:
-		st.Phase = sandboxv1.SnapshotPending
-		setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonSourceNotFound,
-			fmt.Sprintf("Sandbox %q does not exist; the capture starts once it runs", ref.Name))
+	if act == captureReadSource {
+		if wait, err := r.waitForSnapshotQuota(ctx, snap); wait || err != nil {
+			return ctrl.Result{RequeueAfter: quotaRecheck}, err
+		}
+		if err := r.observeSource(ctx, &o); err != nil {
+			return ctrl.Result{}, err
+		}
+		act, _ = decideCapture(o)
+	}
+	switch act {
+	case captureObserve:
+		return r.observeCaptured(ctx, snap)
+	case captureClassMismatch:
+		setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionResolvedRefs, metav1.ConditionFalse, sandboxv1.ReasonClassMismatch, o.mismatch)
+		setSnapshotReady(snap, snapPending(sandboxv1.ReasonClassMismatch, o.mismatch))
 		return ctrl.Result{RequeueAfter: snapshotWaitPoll}, nil
-	case sbx.Status.Phase != sandboxv1.SandboxRunning || sbx.Status.SessionID == "" || sbx.Status.VercelName == "":
-		return r.waitForSource(snap, sbx), nil
+	case captureRecord:
+		return r.captured(ctx, snap, o.sbx, o.found)
+	case captureRetry:
+		return r.capture(ctx, snap, o.sbx, st.Capture.VercelName, st.Capture.SessionID)
+	case captureSourceMissing:
+		setSnapshotReady(snap, snapPending(sandboxv1.ReasonSourceNotFound, fmt.Sprintf("Sandbox %q does not exist; the capture starts once it runs", ref.Name)))
+		return ctrl.Result{RequeueAfter: snapshotWaitPoll}, nil
+	case captureWaitSource:
+		return r.waitForSource(snap, o.sbx), nil
+	case captureForeign:
+		return r.foreignSource(snap, o), nil
 	}
-	if wait, err := r.waitForSnapshotQuota(ctx, snap); wait || err != nil {
-		return ctrl.Result{RequeueAfter: quotaRecheck}, err
+	return r.capture(ctx, snap, o.sbx, remoteName(o.sbx), o.source.Session.ID)
+}
+
+// observeCapture reads the source Sandbox and, when a capture intent is
+// recorded, what Vercel did with it.
+func (r *SandboxSnapshotReconciler) observeCapture(ctx context.Context, snap *sandboxv1.SandboxSnapshot) (captureObservation, error) {
+	st := &snap.Status
+	if st.SnapshotID != "" {
+		return captureObservation{recorded: true}, nil
 	}
-	// The Sandbox's status names the session; Vercel confirms that it is a
-	// session of the sandbox this Sandbox stands for, so that a written
-	// status cannot have another team's sandbox captured.
-	name := remoteName(sbx)
+	var o captureObservation
+	sbx, err := findSandbox(ctx, r, snap.Namespace, snap.Spec.Source.SandboxRef.Name)
+	if err != nil {
+		return o, err
+	}
+	o.sbx = sbx
+	if sbx != nil {
+		if o.mismatch = classMismatch(ctx, sbx, "Sandbox", "spec.source.sandboxRef"); o.mismatch != "" {
+			return o, nil
+		}
+	}
+	c := st.Capture
+	if c == nil || c.SessionID == "" {
+		return o, nil
+	}
+	o.intent = true
+	if o.found, err = r.findCapture(ctx, c); err != nil || o.found != nil {
+		return o, err
+	}
+	// The intent was recorded but Vercel never took the snapshot: asked
+	// again if that session still runs, else the next one is waited for.
+	resp, err := r.api(ctx).GetSandbox(ctx, c.VercelName, false)
+	if err != nil && !vercel.IsNotFound(err) {
+		return o, fmt.Errorf("get sandbox %s: %w", c.VercelName, err)
+	}
+	o.intentRunning = err == nil && resp.Session != nil && resp.Session.ID == c.SessionID && resp.Session.Status == vercel.SessionRunning
+	return o, nil
+}
+
+// observeSource reads the Vercel sandbox the source Sandbox stands for. The
+// Sandbox's status names the session; Vercel confirms that it is a session
+// of the sandbox this Sandbox stands for, so that a written status cannot
+// have another team's sandbox captured.
+func (r *SandboxSnapshotReconciler) observeSource(ctx context.Context, o *captureObservation) error {
+	name := remoteName(o.sbx)
 	resp, err := r.api(ctx).GetSandbox(ctx, name, false)
 	switch {
 	case vercel.IsNotFound(err):
-		return r.waitForSource(snap, sbx), nil
 	case err != nil:
-		return ctrl.Result{}, fmt.Errorf("get sandbox %s: %w", name, err)
+		return fmt.Errorf("get sandbox %s: %w", name, err)
+	default:
+		o.source, o.owner = resp, ownerOf(resp.Sandbox.Tags, r.ClusterID, o.sbx.UID)
 	}
-	if o := ownerOf(resp.Sandbox.Tags, r.ClusterID, sbx.UID); o != ownedBySelf {
-		msg := fmt.Sprintf("Vercel sandbox %s is not Sandbox %q's (%s); it is not captured", name, sbx.Name, describeOwner(resp.Sandbox.Tags, r.ClusterID))
-		if !hasCondition(st.Conditions, sandboxv1.ConditionReady, sandboxv1.ReasonOwnedElsewhere) {
-			r.Recorder.Eventf(snap, nil, corev1.EventTypeWarning, sandboxv1.ReasonOwnedElsewhere, "Capture", "%s", msg)
+	o.sourceRead = true
+	return nil
+}
+
+// observeCaptured observes the recorded snapshot, after retrying a resume
+// that failed after the capture.
+func (r *SandboxSnapshotReconciler) observeCaptured(ctx context.Context, snap *sandboxv1.SandboxSnapshot) (ctrl.Result, error) {
+	resumed, err := r.resumeSource(ctx, snap)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if resumed {
+		sbx, err := findSandbox(ctx, r, snap.Namespace, snap.Spec.Source.SandboxRef.Name)
+		if err != nil {
+			return ctrl.Result{}, err
 		}
-		st.Phase = sandboxv1.SnapshotPending
-		setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonOwnedElsewhere, msg)
-		return ctrl.Result{RequeueAfter: snapshotWaitPoll}, nil
+		if sbx != nil {
+			if err := r.requestSandboxReconcile(ctx, sbx); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
 	}
-	s := resp.Session
-	if s == nil || s.Status != vercel.SessionRunning {
-		return r.waitForSource(snap, sbx), nil
+	return r.observe(ctx, snap, snap.Status.SnapshotID)
+}
+
+// foreignSource reports a source whose Vercel sandbox is not the Sandbox's.
+func (r *SandboxSnapshotReconciler) foreignSource(snap *sandboxv1.SandboxSnapshot, o captureObservation) ctrl.Result {
+	name := remoteName(o.sbx)
+	msg := fmt.Sprintf("Vercel sandbox %s is not Sandbox %q's (%s); it is not captured", name, o.sbx.Name, describeOwner(o.source.Sandbox.Tags, r.ClusterID))
+	if !hasCondition(snap.Status.Conditions, sandboxv1.ConditionReady, sandboxv1.ReasonOwnedElsewhere) {
+		r.Recorder.Eventf(snap, nil, corev1.EventTypeWarning, sandboxv1.ReasonOwnedElsewhere, "Capture", "%s", msg)
 	}
-	return r.capture(ctx, snap, sbx, name, s.ID)
+	setSnapshotReady(snap, snapPending(sandboxv1.ReasonOwnedElsewhere, msg))
+	return ctrl.Result{RequeueAfter: snapshotWaitPoll}
 }
 
 // waitForSource reports why the Sandbox to capture does not run, so a capture
-// never waits silently: Failed (reason SourceFailed) while the source cannot
-// run again — it failed, or it stopped and is not persistent — else Pending
-// with what would make it run. The capture is looked at again whenever the
-// Sandbox changes, so one that recovers is still captured.
+// never waits silently (sourceWait). The capture is looked at again whenever
+// the Sandbox changes, so one that recovers is still captured.
 func (r *SandboxSnapshotReconciler) waitForSource(snap *sandboxv1.SandboxSnapshot, sbx *sandboxv1.Sandbox) ctrl.Result {
-	st := &snap.Status
-	name := sbx.Name
-	why := readyMessage(sbx.Status.Conditions)
-	notPersistent := sbx.Spec.Persistent != nil && !*sbx.Spec.Persistent
-	var msg string
-	switch {
-	case sbx.Status.Phase == sandboxv1.SandboxFailed:
-		msg = fmt.Sprintf("Sandbox %q failed (%s); it cannot be captured unless it runs again", name, why)
-	case sbx.Status.Phase == sandboxv1.SandboxStopped && notPersistent && sbx.Status.SessionID != "":
-		msg = fmt.Sprintf("Sandbox %q stopped and is not persistent, so it cannot run again to be captured (%s)", name, why)
-	}
-	if msg != "" {
-		if st.Phase != sandboxv1.SnapshotFailed {
-			r.Recorder.Eventf(snap, nil, corev1.EventTypeWarning, sandboxv1.ReasonSourceFailed, "Capture", "%s", truncate(msg, maxEventNote))
+	rd := sourceWait(sbx)
+	if rd.phase == sandboxv1.SnapshotFailed {
+		if snap.Status.Phase != sandboxv1.SnapshotFailed {
+			r.Recorder.Eventf(snap, nil, corev1.EventTypeWarning, sandboxv1.ReasonSourceFailed, "Capture", "%s", truncate(rd.message, maxEventNote))
 		}
-		st.Phase, st.ReadyToUse = sandboxv1.SnapshotFailed, false
-		setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonSourceFailed, msg)
+		setSnapshotReady(snap, rd)
 		// Woken by the Sandbox's changes; no timer.
 		return ctrl.Result{}
 	}
-	switch {
-	case sbx.Spec.State == sandboxv1.SandboxStateStopped:
-		msg = fmt.Sprintf("Waiting for Sandbox %q to be running before capturing it: it is paused (spec.state Stopped)", name)
-	case sbx.Status.Phase == sandboxv1.SandboxStopped:
-		msg = fmt.Sprintf("Waiting for Sandbox %q to be running before capturing it: it is stopped (%s)", name, why)
-	default:
-		phase := string(sbx.Status.Phase)
-		if phase == "" {
-			phase = "not started"
-		}
-		msg = fmt.Sprintf("Waiting for Sandbox %q to be running (phase %s) before capturing it", name, phase)
-	}
-	st.Phase = sandboxv1.SnapshotPending
-	setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonSourceNotRunning, msg)
+	setSnapshotReady(snap, rd)
 	return ctrl.Result{RequeueAfter: snapshotWaitPoll}
 }
 
@@ -168,9 +178,8 @@ func (r *SandboxSnapshotReconciler) capture(ctx context.Context, snap *sandboxv1
 		if st.SourceSpec == nil && sbx != nil {
 			st.SourceSpec = sourceSpecOf(sbx)
 		}
-		st.Phase = sandboxv1.SnapshotCapturing
-		setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonCapturing,
-			fmt.Sprintf("Capturing session %s of Vercel sandbox %s", sessionID, vercelName))
+		setSnapshotReady(snap, snapReadiness{sandboxv1.SnapshotCapturing, metav1.ConditionFalse, sandboxv1.ReasonCapturing,
+			fmt.Sprintf("Capturing session %s of Vercel sandbox %s", sessionID, vercelName)})
 	}); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -182,9 +191,8 @@ func (r *SandboxSnapshotReconciler) capture(ctx context.Context, snap *sandboxv1
 		// The session stopped before the snapshot was taken; wait for the
 		// Sandbox to run again.
 		snap.Status.Capture = nil
-		snap.Status.Phase = sandboxv1.SnapshotPending
-		setCondition(&snap.Status.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonSourceNotRunning,
-			fmt.Sprintf("Session %s stopped before it could be captured; waiting for Sandbox %q to run again", sessionID, snap.Spec.Source.SandboxRef.Name))
+		setSnapshotReady(snap, snapPending(sandboxv1.ReasonSourceNotRunning,
+			fmt.Sprintf("Session %s stopped before it could be captured; waiting for Sandbox %q to run again", sessionID, snap.Spec.Source.SandboxRef.Name)))
 		return ctrl.Result{RequeueAfter: snapshotWaitPoll}, nil
 	case err != nil:
 		return ctrl.Result{}, fmt.Errorf("snapshot session %s: %w", sessionID, err)
@@ -315,26 +323,22 @@ func (r *SandboxSnapshotReconciler) releaseSource(ctx context.Context, snap *san
 	case err != nil:
 		return "", fmt.Errorf("get sandbox %s: %w", c.VercelName, err)
 	}
-	if !resp.Sandbox.Persistent || resp.Sandbox.CurrentSnapshotID != id {
+	switch decideRelease(resp, id) {
+	case releaseFree:
 		return "", nil
+	case releaseWait:
+		s := resp.Session
+		return fmt.Sprintf("Waiting for session %s of Vercel sandbox %s (Sandbox %q) to settle: it would resume from snapshot %s",
+			s.ID, c.VercelName, sbx.Name, id), nil
 	}
-	if s := resp.Session; s != nil {
-		switch s.Status {
-		case vercel.SessionRunning:
-			// The filesystem lives in the session now.
-			return "", nil
-		case vercel.SessionPending, vercel.SessionStopping, vercel.SessionSnapshotting:
-			return fmt.Sprintf("Waiting for session %s of Vercel sandbox %s (Sandbox %q) to settle: it would resume from snapshot %s",
-				s.ID, c.VercelName, sbx.Name, id), nil
-		case vercel.SessionFailed, vercel.SessionAborted:
-			if s.SourceSnapshotID == id {
-				// A session restored from it failed: resuming again would
-				// loop, and the snapshot did not help.
-				return "", nil
-			}
-		}
-	}
-	resp, err = r.api(ctx).GetSandbox(ctx, c.VercelName, true)
+	return r.resumeToRelease(ctx, snap, sbx, id)
+}
+
+// resumeToRelease resumes the source's Vercel sandbox, whose next stop
+// snapshots its filesystem again, and asks its Sandbox to look at Vercel.
+func (r *SandboxSnapshotReconciler) resumeToRelease(ctx context.Context, snap *sandboxv1.SandboxSnapshot, sbx *sandboxv1.Sandbox, id string) (string, error) {
+	c := snap.Status.Capture
+	resp, err := r.api(ctx).GetSandbox(ctx, c.VercelName, true)
 	switch {
 	case vercel.IsNotFound(err) || vercel.IsSnapshotNotFound(err):
 		return "", nil

@@ -157,22 +157,16 @@ func (r *SandboxSnapshotReconciler) patchStatusNow(ctx context.Context, snap *sa
 // expiry while it exists, Expired once Vercel expired or deleted it.
 func (r *SandboxSnapshotReconciler) observe(ctx context.Context, snap *sandboxv1.SandboxSnapshot, id string) (ctrl.Result, error) {
 	remote, err := r.api(ctx).GetSnapshot(ctx, id)
+	state, err := classifyServed(remote, err, r.now())
 	switch {
-	case vercel.IsNotFound(err) || vercel.IsGone(err):
-		r.markExpired(snap, id)
-		return ctrl.Result{}, nil
 	case err != nil:
 		return ctrl.Result{}, fmt.Errorf("get snapshot %s: %w", id, err)
-	}
-	if r.expired(remote) {
+	case state == servedGone || state == servedExpired:
 		r.markExpired(snap, id)
 		return ctrl.Result{}, nil
-	}
-	if remote.Status == vercel.SnapshotFailed {
-		st := &snap.Status
-		st.Phase, st.ReadyToUse, st.SnapshotID = sandboxv1.SnapshotFailed, false, id
-		setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonCaptureFailed,
-			fmt.Sprintf("Vercel reports snapshot %s as failed", id))
+	case state == servedFailed:
+		snap.Status.SnapshotID = id
+		setSnapshotReady(snap, snapFailed(sandboxv1.ReasonCaptureFailed, fmt.Sprintf("Vercel reports snapshot %s as failed", id)))
 		return ctrl.Result{}, nil
 	}
 	r.markReady(snap, remote)
@@ -181,7 +175,7 @@ func (r *SandboxSnapshotReconciler) observe(ctx context.Context, snap *sandboxv1
 
 // expired reports a snapshot Vercel no longer serves.
 func (r *SandboxSnapshotReconciler) expired(s *vercel.Snapshot) bool {
-	return s.Status == vercel.SnapshotDeleted || (s.ExpiresAt > 0 && s.ExpiresAt <= r.now().UnixMilli())
+	return snapshotExpired(s, r.now())
 }
 
 // nextObservation polls at the usual interval, or right after the snapshot
@@ -199,15 +193,13 @@ func (r *SandboxSnapshotReconciler) nextObservation(s *vercel.Snapshot) time.Dur
 func (r *SandboxSnapshotReconciler) markReady(snap *sandboxv1.SandboxSnapshot, remote *vercel.Snapshot) {
 	st := &snap.Status
 	wasReady := st.ReadyToUse && st.SnapshotID == remote.ID
-	st.Phase = sandboxv1.SnapshotReady
-	st.ReadyToUse = true
 	st.SnapshotID = remote.ID
 	st.SizeBytes = remote.SizeBytes
 	st.CreatedAt = msTime(remote.CreatedAt)
 	st.ExpiresAt = msTime(remote.ExpiresAt)
 	st.Provenance = provenance(snap, remote)
-	setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionTrue, sandboxv1.ReasonSnapshotReady,
-		fmt.Sprintf("Vercel snapshot %s is ready to use", remote.ID))
+	setSnapshotReady(snap, snapReadiness{sandboxv1.SnapshotReady, metav1.ConditionTrue, sandboxv1.ReasonSnapshotReady,
+		fmt.Sprintf("Vercel snapshot %s is ready to use", remote.ID)})
 	if !wasReady {
 		r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Ready", "Observe", "Vercel snapshot %s (%d bytes) is ready to use", remote.ID, remote.SizeBytes)
 	}
@@ -242,107 +234,138 @@ func (r *SandboxSnapshotReconciler) markExpired(snap *sandboxv1.SandboxSnapshot,
 		r.Recorder.Eventf(snap, nil, corev1.EventTypeWarning, sandboxv1.ReasonExpired, "Observe",
 			"Vercel snapshot %s expired or was deleted outside the operator", id)
 	}
-	st.Phase = sandboxv1.SnapshotExpired
-	st.ReadyToUse = false
 	st.SnapshotID = id
 	st.ExpiresAt = nil
-	setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonExpired,
-		fmt.Sprintf("Vercel snapshot %s expired or was deleted; sandboxes can no longer boot from it", id))
+	setSnapshotReady(snap, snapReadiness{sandboxv1.SnapshotExpired, metav1.ConditionFalse, sandboxv1.ReasonExpired,
+		fmt.Sprintf("Vercel snapshot %s expired or was deleted; sandboxes can no longer boot from it", id)})
 }
 
 // finalize deletes the Vercel snapshot (and any builder this object drives)
-// unless the policy retains it or another SandboxSnapshot still uses it.
-// Intents recorded in status are resolved first, so a crash between a Vercel
-// call and the status write that would have recorded its result leaks
-// nothing: a capture taken but not recorded is found by its session, and a
-// builder's capture by the builder's name. A capture that its source Sandbox
-// would resume from is deleted only once the source no longer needs it.
+// unless the policy retains it or another SandboxSnapshot still uses it
+// (decideDelete). Intents recorded in status are resolved first, so a crash
+// between a Vercel call and the status write that would have recorded its
+// result leaks nothing: a capture taken but not recorded is found by its
+// session, and a builder's capture by the builder's name. A capture that its
+// source Sandbox would resume from is deleted only once the source no longer
+// needs it.
 func (r *SandboxSnapshotReconciler) finalize(ctx context.Context, snap *sandboxv1.SandboxSnapshot) (bool, ctrl.Result, error) {
-	log := logf.FromContext(ctx)
 	orig := snap.DeepCopy()
-	st := &snap.Status
 	peers, err := r.namespaceSnapshots(ctx, snap.Namespace)
 	if err != nil {
 		return false, ctrl.Result{}, err
 	}
-	fail := func(err error) (bool, ctrl.Result, error) {
-		st.Phase, st.ReadyToUse = sandboxv1.SnapshotDeleting, false
-		return false, ctrl.Result{}, err
+	ids, wait, err := r.finalizeIDs(ctx, snap, peers)
+	if err == nil && wait == "" {
+		wait, err = r.deleteSnapshots(ctx, snap, peers, ids)
 	}
+	switch {
+	case err != nil:
+		setSnapshotReady(snap, snapReadiness{phase: sandboxv1.SnapshotDeleting})
+		return false, ctrl.Result{}, err
+	case wait != "":
+		return r.waitToDelete(ctx, orig, snap, wait)
+	}
+	return true, ctrl.Result{}, nil
+}
 
+// finalizeIDs lists the Vercel snapshots a delete of snap considers, the
+// served one first: the capture Vercel took of a recorded intent, the
+// snapshots an abandoned build's builder left (the builder is deleted), and
+// the one a rebuild replaced. wait says why the delete must wait.
+func (r *SandboxSnapshotReconciler) finalizeIDs(ctx context.Context, snap *sandboxv1.SandboxSnapshot, peers []sandboxv1.SandboxSnapshot) ([]string, string, error) {
+	st := &snap.Status
 	ids := []string{st.SnapshotID}
 	if st.SnapshotID == "" && st.Capture != nil && st.Capture.SessionID != "" {
 		id, wait, err := r.unrecordedCapture(ctx, st.Capture)
 		switch {
 		case err != nil:
-			return fail(err)
+			return nil, "", err
 		case wait:
-			return r.waitToDelete(ctx, orig, snap, fmt.Sprintf("Waiting for Vercel to finish capturing session %s before deleting its snapshot", st.Capture.SessionID))
+			return nil, fmt.Sprintf("Waiting for Vercel to finish capturing session %s before deleting its snapshot", st.Capture.SessionID), nil
 		}
 		ids[0] = id
 	}
 	if b := st.Build; b != nil && b.BuilderName != "" && !waitsForHash(snap, peers) {
-		// Nobody else will finish this build. Its capture may have been
-		// taken without being recorded: the builder's snapshots go too,
-		// unless another SandboxSnapshot serves them.
-		left, err := r.builderSnapshots(ctx, b.BuilderName)
+		left, err := r.abandonBuild(ctx, snap, b)
 		if err != nil {
-			return fail(err)
+			return nil, "", err
 		}
 		ids = append(ids, left...)
-		// Never created, or deleted by an earlier try of this finalizer,
-		// or not this object's: nothing to delete.
-		deleted, err := r.deleteBuilder(ctx, snap, b.BuilderName, "Delete")
-		if err != nil {
-			return fail(err)
-		}
-		if deleted && !b.Failed && b.StartedAt != nil {
-			metrics.ObserveSnapshotBuild(metrics.BuildAbandoned, r.now().Sub(b.StartedAt.Time))
-		}
 	}
 	if st.Build != nil && st.Build.Replaces != "" {
 		ids = append(ids, st.Build.Replaces)
 	}
+	return ids, "", nil
+}
+
+// abandonBuild deletes the builder of a build nobody else will finish, and
+// returns the snapshots taken of it: its capture may have been taken without
+// being recorded, and goes too unless another SandboxSnapshot serves it.
+func (r *SandboxSnapshotReconciler) abandonBuild(ctx context.Context, snap *sandboxv1.SandboxSnapshot, b *sandboxv1.SnapshotBuildStatus) ([]string, error) {
+	left, err := r.builderSnapshots(ctx, b.BuilderName)
+	if err != nil {
+		return nil, err
+	}
+	// Never created, or deleted by an earlier try of this finalizer, or not
+	// this object's: nothing to delete.
+	deleted, err := r.deleteBuilder(ctx, snap, b.BuilderName, "Delete")
+	if err != nil {
+		return nil, err
+	}
+	if deleted && !b.Failed && b.StartedAt != nil {
+		metrics.ObserveSnapshotBuild(metrics.BuildAbandoned, r.now().Sub(b.StartedAt.Time))
+	}
+	return left, nil
+}
+
+// deleteSnapshots deletes or keeps each id once, as decideDelete says. It
+// returns why the delete must wait, or "".
+func (r *SandboxSnapshotReconciler) deleteSnapshots(ctx context.Context, snap *sandboxv1.SandboxSnapshot, peers []sandboxv1.SandboxSnapshot, ids []string) (string, error) {
 	seen := map[string]bool{}
 	for i, id := range ids {
 		if id == "" || seen[id] {
 			continue
 		}
 		seen[id] = true
-		switch {
-		case snap.Spec.Source.SnapshotID != nil:
-			// Imported: made outside this object, perhaps by another team.
+		switch decideDelete(snap, peers, id, i == 0) {
+		case keepImported:
+			// Made outside this object, perhaps by another team.
 			r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Retained", "Delete", "Left imported Vercel snapshot %s in place (the operator never deletes a snapshot it did not make)", id)
-		case snap.Spec.DeletionPolicy == sandboxv1.DeletionPolicyRetain:
+		case keepRetained:
 			r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Retained", "Delete", "Left Vercel snapshot %s in place (deletionPolicy Retain)", id)
-		case holdsSnapshot(snap, peers, id) || (i == 0 && waitsForHash(snap, peers)):
+		case keepShared:
 			r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Kept", "Delete", "Kept Vercel snapshot %s: another SandboxSnapshot still uses it", id)
 		default:
-			if i == 0 && snap.Spec.Source.SandboxRef != nil {
-				wait, err := r.releaseSource(ctx, snap, id)
-				switch {
-				case err != nil:
-					return fail(err)
-				case wait != "":
-					return r.waitToDelete(ctx, orig, snap, wait)
-				}
+			if wait, err := r.deleteOurs(ctx, snap, id, i == 0); wait != "" || err != nil {
+				return wait, err
 			}
-			ours, err := r.snapshotIsOurs(ctx, snap, id)
-			if err != nil {
-				return fail(err)
-			}
-			if !ours {
-				r.foreignSnapshotKept(snap, id)
-				continue
-			}
-			if _, err := r.api(ctx).DeleteSnapshot(ctx, id); err != nil && !vercel.IsNotFound(err) && !vercel.IsGone(err) {
-				return fail(fmt.Errorf("delete snapshot %s: %w", id, err))
-			}
-			log.Info("Deleted Vercel snapshot", "snapshot", id)
-			r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Deleted", "Delete", "Deleted Vercel snapshot %s", id)
 		}
 	}
-	return true, ctrl.Result{}, nil
+	return "", nil
+}
+
+// deleteOurs deletes snapshot id once a read shows it is the operator's; a
+// capture (served) is deleted only once its source no longer needs it.
+func (r *SandboxSnapshotReconciler) deleteOurs(ctx context.Context, snap *sandboxv1.SandboxSnapshot, id string, served bool) (string, error) {
+	if served && snap.Spec.Source.SandboxRef != nil {
+		if wait, err := r.releaseSource(ctx, snap, id); wait != "" || err != nil {
+			return wait, err
+		}
+	}
+	ours, err := r.snapshotIsOurs(ctx, snap, id)
+	if err != nil {
+		return "", err
+	}
+	if !ours {
+		r.foreignSnapshotKept(snap, id)
+		return "", nil
+	}
+	if _, err := r.api(ctx).DeleteSnapshot(ctx, id); err != nil && !vercel.IsNotFound(err) && !vercel.IsGone(err) {
+		return "", fmt.Errorf("delete snapshot %s: %w", id, err)
+	}
+	logf.FromContext(ctx).Info("Deleted Vercel snapshot", "snapshot", id)
+	r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Deleted", "Delete", "Deleted Vercel snapshot %s", id)
+	return "", nil
 }
 
 // foreignSnapshotKept reports a snapshot recorded in status that a read
@@ -351,15 +374,13 @@ func (r *SandboxSnapshotReconciler) foreignSnapshotKept(snap *sandboxv1.SandboxS
 	msg := fmt.Sprintf("Left Vercel snapshot %s alone: Vercel does not show it as taken of a sandbox this operator made for this object", id)
 	logf.Log.Info("Left a Vercel snapshot not verified as ours", "namespace", snap.Namespace, "name", snap.Name, "snapshot", id)
 	r.Recorder.Eventf(snap, nil, corev1.EventTypeWarning, sandboxv1.ReasonOwnedElsewhere, "Delete", "%s", msg)
-	setCondition(&snap.Status.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonOwnedElsewhere, msg)
+	setSnapshotReady(snap, snapReadiness{ready: metav1.ConditionFalse, reason: sandboxv1.ReasonOwnedElsewhere, message: msg})
 }
 
 // waitToDelete keeps the finalizer while something must happen first, and
 // says what in status.
 func (r *SandboxSnapshotReconciler) waitToDelete(ctx context.Context, orig, snap *sandboxv1.SandboxSnapshot, msg string) (bool, ctrl.Result, error) {
-	st := &snap.Status
-	st.Phase, st.ReadyToUse = sandboxv1.SnapshotDeleting, false
-	setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonDeleting, msg)
+	setSnapshotReady(snap, snapReadiness{sandboxv1.SnapshotDeleting, metav1.ConditionFalse, sandboxv1.ReasonDeleting, msg})
 	// The skeleton writes status only after an error while a finalizer
 	// waits; this wait is no error, but status must say why.
 	if !apiequality.Semantic.DeepEqual(orig.Status, snap.Status) {

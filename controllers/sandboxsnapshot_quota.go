@@ -7,7 +7,6 @@ package controllers
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -31,8 +30,7 @@ func (r *SandboxSnapshotReconciler) waitForSnapshotQuota(ctx context.Context, sn
 	if !hasCondition(snap.Status.Conditions, sandboxv1.ConditionReady, sandboxv1.ReasonQuotaExceeded) {
 		r.Recorder.Eventf(snap, nil, corev1.EventTypeWarning, sandboxv1.ReasonQuotaExceeded, "CreateSnapshot", "%s", msg)
 	}
-	snap.Status.Phase = sandboxv1.SnapshotPending
-	setCondition(&snap.Status.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonQuotaExceeded, msg)
+	setSnapshotReady(snap, snapPending(sandboxv1.ReasonQuotaExceeded, msg))
 	return true, nil
 }
 
@@ -84,13 +82,7 @@ func (r *SandboxSnapshotReconciler) buildWaits(ctx context.Context, snap *sandbo
 		logf.FromContext(ctx).Info("Waiting for quota to build", "reason", msg)
 		r.Recorder.Eventf(snap, nil, corev1.EventTypeWarning, sandboxv1.ReasonQuotaExceeded, "Build", "%s", msg)
 	}
-	if serving {
-		setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionTrue, sandboxv1.ReasonQuotaExceeded,
-			fmt.Sprintf("Serving %s; its rebuild waits: %s", st.SnapshotID, msg))
-		return
-	}
-	st.Phase = sandboxv1.SnapshotPending
-	setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonQuotaExceeded, msg)
+	setSnapshotReady(snap, buildReadiness(serving, st.SnapshotID, sandboxv1.SnapshotPending, sandboxv1.ReasonQuotaExceeded, msg, "; its rebuild waits"))
 }
 
 // quotaWaiters maps a SandboxQuota to the SandboxSnapshots of its namespace

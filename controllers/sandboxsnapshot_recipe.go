@@ -13,7 +13,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -133,19 +132,16 @@ func (r *SandboxSnapshotReconciler) waitForBase(ctx context.Context, snap *sandb
 	}
 	if bad == nil {
 		markResolved(&st.Conditions, snap.Generation, "Every SandboxSnapshot in the chain of baseSnapshotRefs exists")
-		st.Phase = sandboxv1.SnapshotPending
-		setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonWaitingForBase, msg)
+		setSnapshotReady(snap, snapPending(sandboxv1.ReasonWaitingForBase, msg))
 		return ctrl.Result{RequeueAfter: snapshotWaitPoll}, nil
 	}
 	w := markUnresolved(&st.Conditions, snap.Generation, *bad, r.now(), referenceDeadline(r.ReferenceDeadline))
 	if w.failed {
-		st.Phase, st.ReadyToUse = sandboxv1.SnapshotFailed, false
-		setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, bad.reason, w.message)
+		setSnapshotReady(snap, snapFailed(bad.reason, w.message))
 		r.Recorder.Eventf(snap, nil, corev1.EventTypeWarning, bad.reason, "Build", "%s", w.message)
 		return ctrl.Result{}, nil
 	}
-	st.Phase = sandboxv1.SnapshotPending
-	setCondition(&st.Conditions, snap.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, bad.reason, w.message)
+	setSnapshotReady(snap, snapPending(bad.reason, w.message))
 	return ctrl.Result{RequeueAfter: min(w.retry, snapshotWaitPoll)}, nil
 }
 
