@@ -29,6 +29,22 @@ HELM_LDFLAGS ?= -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
 ENVTEST_K8S_VERSION ?= 1.37.2
 ENVTEST_ETCD_VERSION ?= 3.7.0
 GO_TEST_FLAGS ?= -race -timeout 30m
+
+# What the binaries report (--version, the manager's start log and
+# sandbox_controller_build_info; internal/version): the nearest v* tag as git
+# describe prints it, the commit, and the commit's time, which is also every
+# timestamp of `make image` and `make release` (SOURCE_DATE_EPOCH). Each is
+# computed once (the := lines) and can be set on the command line.
+VERSION ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || echo v0.0.0-dev)
+VERSION := $(VERSION)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+REVISION := $(REVISION)
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+SOURCE_DATE_EPOCH := $(SOURCE_DATE_EPOCH)
+COMMIT_TIME ?= $(shell TZ=UTC git log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ 2>/dev/null)
+COMMIT_TIME := $(COMMIT_TIME)
+VERSION_PKG := github.com/getsentry/sandbox-controller/internal/version
+LDFLAGS ?= -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).revision=$(REVISION) -X $(VERSION_PKG).commitTime=$(COMMIT_TIME)
 FUZZTIME ?= 15s
 
 SHELL = /usr/bin/env bash -o pipefail
@@ -126,12 +142,12 @@ envtest: ## Build (once) etcd, kube-apiserver and kube-controller-manager for th
 
 .PHONY: build
 build: manifests generate fmt vet ## Build the manager and emulator binaries.
-	go build -o $(LOCALBIN)/manager ./cmd/manager
-	go build -o $(LOCALBIN)/emulator ./cmd/emulator
+	go build -ldflags='$(LDFLAGS)' -o $(LOCALBIN)/manager ./cmd/manager
+	go build -ldflags='$(LDFLAGS)' -o $(LOCALBIN)/emulator ./cmd/emulator
 
 .PHONY: kubectl-sandbox
 kubectl-sandbox: ## Build the kubectl plugin into bin/ (put bin/ on PATH for `kubectl sandbox`; docs/clients.md).
-	go build -o $(LOCALBIN)/kubectl-sandbox ./cmd/kubectl-sandbox
+	go build -ldflags='$(LDFLAGS)' -o $(LOCALBIN)/kubectl-sandbox ./cmd/kubectl-sandbox
 
 .PHONY: run
 run: manifests generate fmt vet ## Run the manager against the cluster in KUBECONFIG (needs VERCEL_TOKEN etc.).
@@ -148,7 +164,8 @@ CA_BUNDLE ?= /etc/ssl/certs/ca-certificates.crt
 
 .PHONY: docker-build
 docker-build: ## Build the manager image IMG from the Dockerfile with CONTAINER_TOOL (docker).
-	$(CONTAINER_TOOL) build -t $(IMG) .
+	$(CONTAINER_TOOL) build -t $(IMG) --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) \
+		--build-arg COMMIT_TIME=$(COMMIT_TIME) --build-arg SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) .
 
 .PHONY: docker-push
 docker-push: ## Push the image IMG with CONTAINER_TOOL.
@@ -156,8 +173,25 @@ docker-push: ## Push the image IMG with CONTAINER_TOOL.
 
 .PHONY: image
 image: ## Build the same image without Docker or a registry, as an OCI archive named IMG (IMAGE_ARCHIVE, default bin/image/sandbox-controller.oci.tar).
-	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) go build -trimpath -ldflags='-s -w' -o $(IMAGE_DIR)/manager ./cmd/manager
-	go run ./hack/image -binary $(IMAGE_DIR)/manager -arch $(IMAGE_ARCH) -ca-bundle $(CA_BUNDLE) -tag $(IMG) -out $(IMAGE_ARCHIVE)
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) go build -trimpath -ldflags='-s -w $(LDFLAGS)' -o $(IMAGE_DIR)/manager ./cmd/manager
+	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) go run ./hack/image -binary $(IMAGE_DIR)/manager -arch $(IMAGE_ARCH) -ca-bundle $(CA_BUNDLE) -tag $(IMG) -out $(IMAGE_ARCHIVE) \
+		-version '$(VERSION)' -revision '$(REVISION)'
+
+##@ Release
+
+# make release writes into DIST: the plugin archives and their krew manifest
+# (uris under RELEASE_URL), the multi-architecture image index (RELEASE_IMG),
+# install.yaml, the packaged chart and SHA256SUMS; reproducibly, with every
+# timestamp the commit's (SOURCE_DATE_EPOCH). See CONTRIBUTING.md.
+DIST ?= $(shell pwd)/dist
+RELEASE_IMG ?= ghcr.io/getsentry/sandbox-controller:$(VERSION)
+RELEASE_URL ?= https://github.com/getsentry/sandbox-controller/releases/download/$(VERSION)
+RELEASE_PARTS ?= plugin,image,install,chart
+
+.PHONY: release
+release: kustomize helm ## Build a release into dist/ (VERSION, RELEASE_IMG, RELEASE_URL; RELEASE_PARTS=plugin for the plugin alone): plugin archives, krew manifest, image index (amd64, arm64), install.yaml, chart, SHA256SUMS.
+	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) go run ./hack/release -out $(DIST) -version '$(VERSION)' -revision '$(REVISION)' \
+		-release-url '$(RELEASE_URL)' -img '$(RELEASE_IMG)' -kustomize $(KUSTOMIZE) -helm $(HELM) -parts $(RELEASE_PARTS)
 
 ##@ Deployment
 

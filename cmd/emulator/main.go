@@ -24,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/getsentry/sandbox-controller/internal/version"
 	"github.com/getsentry/sandbox-controller/localstack/emulator"
 	"github.com/getsentry/sandbox-controller/localstack/emulator/sandboxruntime"
 )
@@ -84,9 +85,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 		sessOutput   = fs.Int64("session-output-bytes", 0, "cap: output all commands of one session keep together (default 256 MiB; -1: none)")
 		liveCmds     = fs.Int("max-live-commands", 0, "cap: commands of one session running at once; one more answers 429 (default 32; -1: none)")
 		cmdProcs     = fs.Int("max-processes-per-command", 0, "cap: processes and threads of one command and all it starts (default 256; -1: none; needs user namespaces)")
+		showVersion  = fs.Bool("version", false, "print the version and the commit this emulator was built from, and exit")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, "emulator", version.Get())
+		return nil
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %q", fs.Args())

@@ -12,6 +12,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
+	"github.com/getsentry/sandbox-controller/internal/version"
 	"github.com/getsentry/sandbox-controller/pkg/client/clientset/versioned/scheme"
 	"github.com/getsentry/sandbox-controller/pkg/dataplane"
 	"github.com/getsentry/sandbox-controller/pkg/sandboxclient"
@@ -38,7 +39,10 @@ another endpoint, such as the emulator of 'make dev').`,
 		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl sandbox"},
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// --version; `kubectl sandbox version` adds the manager's.
+		Version: version.Get().String(),
 	}
+	cmd.SetVersionTemplate("kubectl-sandbox {{.Version}}\n")
 	cmd.SetIn(streams.In)
 	cmd.SetOut(streams.Out)
 	cmd.SetErr(streams.ErrOut)
@@ -49,7 +53,7 @@ another endpoint, such as the emulator of 'make dev').`,
 		newStateCommand(o, "pause"), newStateCommand(o, "resume"), newHeartbeatCommand(o),
 		newSnapshotCommand(o), newForkCommand(o), newScaleCommand(o), newTreeCommand(o),
 		newExecCommand(o), newCpCommand(o), newShellCommand(o),
-		newRmCommand(o),
+		newRmCommand(o), newVersionCommand(o),
 	)
 	return cmd
 }

@@ -20,14 +20,16 @@ import (
 // the manager's own Kubernetes writes (restConfig is changed; the lock keeps
 // an unfenced copy, since it must renew while the fence is closed). The
 // returned recorders must be bound to the manager once it exists: the
-// lock's "became leader" events go through them.
-func fencedLeaderElection(restConfig *rest.Config, f leaderElectionFlags, id string, fence *leaderfence.Fence) (resourcelock.Interface, *lateRecorders, error) {
+// lock's "became leader" events go through them. The leader writes labels on
+// the Lease at every renewal.
+func fencedLeaderElection(restConfig *rest.Config, f leaderElectionFlags, id string, labels map[string]string, fence *leaderfence.Fence) (resourcelock.Interface, *lateRecorders, error) {
 	late := &lateRecorders{}
 	lock, err := crleaderelection.NewResourceLock(rest.CopyConfig(restConfig), late, crleaderelection.Options{
 		LeaderElection:          true,
 		LeaderElectionID:        id,
 		LeaderElectionNamespace: f.namespace,
 		RenewDeadline:           f.renewDeadline,
+		LeaderLabels:            labels,
 	})
 	if err != nil {
 		return nil, nil, err

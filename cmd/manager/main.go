@@ -31,6 +31,7 @@ import (
 	"github.com/getsentry/sandbox-controller/internal/leaderfence"
 	"github.com/getsentry/sandbox-controller/internal/notify"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
+	"github.com/getsentry/sandbox-controller/internal/version"
 )
 
 func main() {
@@ -107,9 +108,15 @@ func main() {
 	flag.StringVar(&clusterID, "cluster-id", "", "Names this cluster in the owner tags of every Vercel sandbox the manager creates or adopts, and in recipe builder names, so that clusters sharing one Vercel project never touch each other's sandboxes (1-63 characters of [A-Za-z0-9._-]). Default: the UID of the kube-system namespace. Keep it stable: sandboxes tagged with another id are not deleted.")
 	flag.StringVar(&digestKey.Namespace, "manager-namespace", "", "The manager's own namespace, where the Secret named by --status-digest-key-secret is (the Deployment passes its pod's namespace). Default: the pod's namespace from its ServiceAccount mount, else $POD_NAMESPACE, else sandbox-controller-system.")
 	flag.StringVar(&digestKey.Name, "status-digest-key-secret", controllers.DigestKeySecretName, "Secret in --manager-namespace holding the key of the Secret-value digests in Sandbox status: installed empty with the manager, which writes a random key into it on its first start (it may only get and update this Secret).")
+	showVersion := flag.Bool("version", false, "Print the version and the commit this manager was built from, and exit.")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
+	build := version.Get()
+	if *showVersion {
+		fmt.Println("manager", build)
+		os.Exit(0)
+	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("setup")
 
@@ -207,7 +214,8 @@ func main() {
 	var lockRecorders *lateRecorders
 	if leaderElect {
 		fence = leaderfence.New(leaderElection.renewDeadline)
-		if lock, lockRecorders, err = fencedLeaderElection(restConfig, leaderElection, controllers.LeaderElectionID(shard), fence); err != nil {
+		// The Lease carries the leader's version (kubectl sandbox version).
+		if lock, lockRecorders, err = fencedLeaderElection(restConfig, leaderElection, controllers.LeaderElectionID(shard), build.LeaseLabels(), fence); err != nil {
 			log.Error(err, "Failed to create the leader election lock")
 			os.Exit(1)
 		}
@@ -279,7 +287,7 @@ func main() {
 		log.Error(err, "Failed to add the ready check")
 		os.Exit(1)
 	}
-	log.Info("Starting manager", "vercelAPI", vercelURL, "team", teamID, "project", projectID, "shard", shard.String(), "notifyAllowDestinations", notifyOpts.Allow.String(), "managerNamespace", digestKey.Namespace)
+	log.Info("Starting manager", "version", build.Version, "revision", build.Revision, "commitTime", build.Time, "goVersion", build.GoVersion, "vercelAPI", vercelURL, "team", teamID, "project", projectID, "shard", shard.String(), "notifyAllowDestinations", notifyOpts.Allow.String(), "managerNamespace", digestKey.Namespace)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		log.Error(err, "Manager stopped with an error")
 		os.Exit(1)

@@ -6,8 +6,21 @@
 // oci-archive:..., containerd/Docker load) that also carries the manifest.json
 // of a docker-archive, so the classic `docker load` reads the same file.
 //
+// With -platform ARCH=BINARY given once per architecture (`make release`:
+// amd64 and arm64) it writes a multi-architecture image instead: index.json
+// names one OCI image index, which lists one image per architecture (podman
+// load, skopeo copy --all oci-archive:..., crane push); there is no
+// docker-archive manifest.json then.
+//
+// The image config carries the OCI labels version, revision and created
+// (org.opencontainers.image.*): -version and -revision, else what the
+// binary's build info says (the -ldflags -X of internal/version, or
+// vcs.revision). Every timestamp, and the created label, is
+// $SOURCE_DATE_EPOCH (make passes the commit's time), else the commit time
+// the binary records, else the Unix epoch.
+//
 // `make image` builds the binary and runs this command. The output is
-// reproducible: every timestamp is $SOURCE_DATE_EPOCH, or the Unix epoch.
+// reproducible: the same binaries and timestamp give the same bytes.
 package main
 
 import (
@@ -22,9 +35,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -47,13 +62,25 @@ const (
 	caPath = "/etc/ssl/certs/ca-certificates.crt"
 )
 
-// labels are the image config's labels, the Dockerfile's LABEL lines.
+// labels are the image config's fixed labels, the Dockerfile's LABEL lines;
+// buildLabels adds the build's own (dynamicLabels).
 var labels = map[string]string{
 	"org.opencontainers.image.title":       "sandbox-controller",
 	"org.opencontainers.image.description": "Kubernetes operator for Vercel Sandboxes",
 	"org.opencontainers.image.source":      "https://github.com/getsentry/sandbox-controller",
 	"org.opencontainers.image.url":         "https://github.com/getsentry/sandbox-controller",
 }
+
+// The labels that say which build the image holds. The Dockerfile sets them
+// from its build arguments (VERSION, REVISION, CREATED).
+const (
+	labelVersion  = "org.opencontainers.image.version"
+	labelRevision = "org.opencontainers.image.revision"
+	labelCreated  = "org.opencontainers.image.created"
+)
+
+// versionPkg is where -ldflags -X sets the version (internal/version).
+const versionPkg = "github.com/getsentry/sandbox-controller/internal/version"
 
 // env matches distroless's, so the two images behave alike.
 var env = []string{
@@ -89,6 +116,29 @@ type options struct {
 	tag      name.Tag  // the image's name in the archive
 	out      string    // archive path
 	created  time.Time // every timestamp in the image and archive
+	labels   map[string]string
+}
+
+// platform is one architecture of a multi-architecture image.
+type platform struct{ arch, binary string }
+
+// platformFlag collects -platform ARCH=BINARY values.
+type platformFlag []platform
+
+func (p *platformFlag) String() string { return fmt.Sprint(*p) }
+
+func (p *platformFlag) Set(v string) error {
+	arch, bin, ok := strings.Cut(v, "=")
+	if !ok || arch == "" || bin == "" {
+		return fmt.Errorf("%q: want ARCH=BINARY, e.g. arm64=bin/linux_arm64/manager", v)
+	}
+	for _, q := range *p {
+		if q.arch == arch {
+			return fmt.Errorf("architecture %s given twice", arch)
+		}
+	}
+	*p = append(*p, platform{arch, bin})
+	return nil
 }
 
 func main() {
@@ -105,56 +155,147 @@ func run(args []string, stdout io.Writer) error {
 	caBundle := fs.String("ca-bundle", "/etc/ssl/certs/ca-certificates.crt", "PEM CA bundle of the build machine, copied to "+caPath+".")
 	tag := fs.String("tag", "sandbox-controller:latest", "Image reference recorded in the archive (make's IMG).")
 	out := fs.String("out", "bin/image/sandbox-controller.oci.tar", "Archive to write.")
+	var platforms platformFlag
+	fs.Var(&platforms, "platform", "ARCH=BINARY, once per architecture of a multi-architecture image (instead of -binary and -arch).")
+	ver := fs.String("version", "", "Label "+labelVersion+" (default: the version the binary's -ldflags set).")
+	rev := fs.String("revision", "", "Label "+labelRevision+" (default: the commit the binary's build info names).")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if *binary == "" {
-		return errors.New("-binary is required")
+	switch {
+	case *binary == "" && len(platforms) == 0:
+		return errors.New("-binary (or -platform ARCH=BINARY per architecture) is required")
+	case *binary != "" && len(platforms) > 0:
+		return errors.New("give either -binary (and -arch) or -platform, not both")
+	case *binary != "":
+		platforms = platformFlag{{*arch, *binary}}
 	}
 	t, err := name.NewTag(*tag)
 	if err != nil {
 		return fmt.Errorf("-tag %q: %w (a tag reference, e.g. ghcr.io/org/sandbox-controller:v1)", *tag, err)
 	}
-	created, err := sourceDateEpoch()
+	created, fromEnv, err := sourceDateEpoch()
 	if err != nil {
 		return err
 	}
-	o := options{binary: *binary, arch: *arch, caBundle: *caBundle, tag: t, out: *out, created: created}
+	var bins []string
+	for _, p := range platforms {
+		bins = append(bins, p.binary)
+	}
+	build, err := buildOf(bins, *ver, *rev)
+	if err != nil {
+		return err
+	}
+	if !fromEnv && !build.commitTime.IsZero() {
+		created = build.commitTime
+	}
 
-	img, err := buildImage(o)
+	var images []v1.Image
+	var names []string
+	for _, p := range platforms {
+		o := options{binary: p.binary, arch: p.arch, caBundle: *caBundle, tag: t, out: *out, created: created, labels: buildLabels(build, created)}
+		img, err := buildImage(o)
+		if err != nil {
+			return err
+		}
+		images = append(images, img)
+		names = append(names, "linux/"+p.arch)
+	}
+	digest, err := writeArchive(*out, images, t, created)
 	if err != nil {
 		return err
 	}
-	if err := writeArchive(o.out, img, o.tag, o.created); err != nil {
-		return err
-	}
-	digest, err := img.Digest()
+	st, err := os.Stat(*out)
 	if err != nil {
 		return err
 	}
-	st, err := os.Stat(o.out)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "Wrote %s: %s linux/%s %s (%.1f MB)\n", o.out, familiarName(o.tag), o.arch, digest, float64(st.Size())/1e6)
+	fmt.Fprintf(stdout, "Wrote %s: %s %s %s (%.1f MB)\n", *out, familiarName(t), strings.Join(names, ","), digest, float64(st.Size())/1e6)
 	return nil
 }
 
+// build is what the image's labels say about the binaries.
+type build struct {
+	version, revision string
+	commitTime        time.Time // zero when unknown
+}
+
+// buildOf reads version, revision and commit time from the binaries' build
+// info (vcs.*, and the -ldflags of internal/version, which Go records only
+// for builds without -trimpath); the flags win. Binaries of one image must
+// come from one build.
+func buildOf(binaries []string, version, revision string) (build, error) {
+	var b build
+	for i, path := range binaries {
+		bi, err := buildinfo.ReadFile(path)
+		if err != nil {
+			continue // checkBinary reports what is wrong with it
+		}
+		var got build
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				got.revision = s.Value
+			case "vcs.time":
+				got.commitTime, _ = time.Parse(time.RFC3339, s.Value)
+			case "-ldflags":
+				for _, f := range strings.Fields(s.Value) {
+					if v, ok := strings.CutPrefix(f, versionPkg+".version="); ok {
+						got.version = v
+					}
+					if v, ok := strings.CutPrefix(f, versionPkg+".revision="); ok {
+						got.revision = v
+					}
+					if v, ok := strings.CutPrefix(f, versionPkg+".commitTime="); ok {
+						got.commitTime, _ = time.Parse(time.RFC3339, v)
+					}
+				}
+			}
+		}
+		if i > 0 && (got.version != b.version || got.revision != b.revision) {
+			return b, fmt.Errorf("%s is version %q of commit %q, %s is %q of %q: the architectures of one image must be one build", path, got.version, got.revision, binaries[0], b.version, b.revision)
+		}
+		b = got
+	}
+	if version != "" {
+		b.version = version
+	}
+	if revision != "" {
+		b.revision = revision
+	}
+	return b, nil
+}
+
+// buildLabels are labels plus the build's version, revision and time
+// (those unknown are left out rather than set empty).
+func buildLabels(b build, created time.Time) map[string]string {
+	l := maps.Clone(labels)
+	if b.version != "" {
+		l[labelVersion] = b.version
+	}
+	if b.revision != "" {
+		l[labelRevision] = b.revision
+	}
+	if created.Unix() > 0 {
+		l[labelCreated] = created.UTC().Format(time.RFC3339)
+	}
+	return l
+}
+
 // sourceDateEpoch is the reproducible-builds timestamp: $SOURCE_DATE_EPOCH
-// when set, else the Unix epoch.
-func sourceDateEpoch() (time.Time, error) {
+// when set (set is true), else the Unix epoch.
+func sourceDateEpoch() (t time.Time, set bool, err error) {
 	s := os.Getenv("SOURCE_DATE_EPOCH")
 	if s == "" {
-		return time.Unix(0, 0).UTC(), nil
+		return time.Unix(0, 0).UTC(), false, nil
 	}
 	sec, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || sec < 0 {
-		return time.Time{}, fmt.Errorf("SOURCE_DATE_EPOCH=%q is not a non-negative integer of seconds", s)
+		return time.Time{}, false, fmt.Errorf("SOURCE_DATE_EPOCH=%q is not a non-negative integer of seconds", s)
 	}
-	return time.Unix(sec, 0).UTC(), nil
+	return time.Unix(sec, 0).UTC(), true, nil
 }
 
 // buildImage returns the single-layer image.
@@ -205,7 +346,7 @@ func buildImage(o options) (v1.Image, error) {
 			User:       user,
 			WorkingDir: workingDir,
 			Env:        env,
-			Labels:     labels,
+			Labels:     o.labels,
 		},
 		RootFS: v1.RootFS{Type: "layers"},
 	})
@@ -315,78 +456,99 @@ func fullName(t name.Tag) string {
 	return reg + "/" + t.RepositoryStr() + ":" + t.TagStr()
 }
 
-// writeArchive writes img as an OCI image layout in a tar, plus the
-// manifest.json of a docker-archive naming the same blobs (as `docker save`
-// does since Docker 25). The file is replaced atomically.
-func writeArchive(path string, img v1.Image, tag name.Tag, mtime time.Time) error {
-	layers, err := img.Layers()
-	if err != nil {
-		return err
-	}
-	rawManifest, err := img.RawManifest()
-	if err != nil {
-		return err
-	}
-	manifestDigest, err := img.Digest()
-	if err != nil {
-		return err
-	}
-	rawConfig, err := img.RawConfigFile()
-	if err != nil {
-		return err
-	}
-	configDigest, err := img.ConfigName()
-	if err != nil {
-		return err
-	}
-	cfg, err := img.ConfigFile()
-	if err != nil {
-		return err
-	}
+// writeArchive writes the images as an OCI image layout in a tar, and returns
+// the digest index.json names. One image: index.json names its manifest, and
+// the manifest.json of a docker-archive names the same blobs (as `docker
+// save` does since Docker 25). Several: index.json names an image index
+// listing them, one per platform. The file is replaced atomically.
+func writeArchive(path string, imgs []v1.Image, tag name.Tag, mtime time.Time) (v1.Hash, error) {
 	blobPath := func(h v1.Hash) string { return "blobs/" + h.Algorithm + "/" + h.Hex }
-
-	index := v1.IndexManifest{
-		SchemaVersion: 2,
-		MediaType:     types.OCIImageIndex,
-		Manifests: []v1.Descriptor{{
+	refAnnotations := map[string]string{
+		// podman and skopeo name the image after ref.name;
+		// containerd (and Docker with it) after the full name.
+		"org.opencontainers.image.ref.name": familiarName(tag),
+		"io.containerd.image.name":          fullName(tag),
+	}
+	blobs := map[v1.Hash][]byte{} // small blobs: configs, manifests, the index
+	type layerBlob struct {
+		digest v1.Hash
+		layer  v1.Layer
+	}
+	var layerBlobs []layerBlob
+	var descs []v1.Descriptor
+	var docker tarball.Manifest
+	for _, img := range imgs {
+		layers, err := img.Layers()
+		if err != nil {
+			return v1.Hash{}, err
+		}
+		rawManifest, err := img.RawManifest()
+		if err != nil {
+			return v1.Hash{}, err
+		}
+		manifestDigest, err := img.Digest()
+		if err != nil {
+			return v1.Hash{}, err
+		}
+		rawConfig, err := img.RawConfigFile()
+		if err != nil {
+			return v1.Hash{}, err
+		}
+		configDigest, err := img.ConfigName()
+		if err != nil {
+			return v1.Hash{}, err
+		}
+		cfg, err := img.ConfigFile()
+		if err != nil {
+			return v1.Hash{}, err
+		}
+		blobs[manifestDigest], blobs[configDigest] = rawManifest, rawConfig
+		descs = append(descs, v1.Descriptor{
 			MediaType: types.OCIManifestSchema1,
 			Size:      int64(len(rawManifest)),
 			Digest:    manifestDigest,
 			Platform:  &v1.Platform{OS: cfg.OS, Architecture: cfg.Architecture},
-			Annotations: map[string]string{
-				// podman and skopeo name the image after ref.name;
-				// containerd (and Docker with it) after the full name.
-				"org.opencontainers.image.ref.name": familiarName(tag),
-				"io.containerd.image.name":          fullName(tag),
-			},
-		}},
-	}
-	rawIndex, err := json.Marshal(index)
-	if err != nil {
-		return err
-	}
-	docker := tarball.Manifest{{
-		Config:   blobPath(configDigest),
-		RepoTags: []string{familiarName(tag)},
-	}}
-	for _, l := range layers {
-		d, err := l.Digest()
-		if err != nil {
-			return err
+		})
+		entry := tarball.Descriptor{Config: blobPath(configDigest), RepoTags: []string{familiarName(tag)}}
+		for _, l := range layers {
+			d, err := l.Digest()
+			if err != nil {
+				return v1.Hash{}, err
+			}
+			layerBlobs = append(layerBlobs, layerBlob{d, l})
+			entry.Layers = append(entry.Layers, blobPath(d))
 		}
-		docker[0].Layers = append(docker[0].Layers, blobPath(d))
+		docker = append(docker, entry)
 	}
-	rawDocker, err := json.Marshal(docker)
+
+	var top v1.Descriptor
+	if len(imgs) == 1 {
+		top = descs[0]
+	} else {
+		rawIndex, err := json.Marshal(v1.IndexManifest{SchemaVersion: 2, MediaType: types.OCIImageIndex, Manifests: descs})
+		if err != nil {
+			return v1.Hash{}, err
+		}
+		d, _, err := v1.SHA256(bytes.NewReader(rawIndex))
+		if err != nil {
+			return v1.Hash{}, err
+		}
+		blobs[d] = rawIndex
+		top = v1.Descriptor{MediaType: types.OCIImageIndex, Size: int64(len(rawIndex)), Digest: d}
+		docker = nil // docker load takes one image per tag
+	}
+	top.Annotations = refAnnotations
+	rawTop, err := json.Marshal(v1.IndexManifest{SchemaVersion: 2, MediaType: types.OCIImageIndex, Manifests: []v1.Descriptor{top}})
 	if err != nil {
-		return err
+		return v1.Hash{}, err
 	}
 
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
+		return v1.Hash{}, err
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".image-*.tar")
 	if err != nil {
-		return err
+		return v1.Hash{}, err
 	}
 	defer os.Remove(tmp.Name()) // after the rename, a no-op
 	tw := tar.NewWriter(tmp)
@@ -401,56 +563,73 @@ func writeArchive(path string, img v1.Image, tag name.Tag, mtime time.Time) erro
 		return err
 	}
 	if err := header("blobs/", tar.TypeDir, 0o755, 0); err != nil {
-		return err
+		return v1.Hash{}, err
 	}
 	if err := header("blobs/sha256/", tar.TypeDir, 0o755, 0); err != nil {
-		return err
+		return v1.Hash{}, err
 	}
-	for _, l := range layers {
-		d, err := l.Digest()
-		if err != nil {
-			return err
+	written := map[v1.Hash]bool{}
+	for _, lb := range layerBlobs {
+		if written[lb.digest] {
+			continue
 		}
-		size, err := l.Size()
+		written[lb.digest] = true
+		size, err := lb.layer.Size()
 		if err != nil {
-			return err
+			return v1.Hash{}, err
 		}
-		rc, err := l.Compressed()
+		rc, err := lb.layer.Compressed()
 		if err != nil {
-			return err
+			return v1.Hash{}, err
 		}
-		if err := header(blobPath(d), tar.TypeReg, 0o644, size); err != nil {
+		if err := header(blobPath(lb.digest), tar.TypeReg, 0o644, size); err != nil {
 			rc.Close()
-			return err
+			return v1.Hash{}, err
 		}
 		_, err = io.Copy(tw, rc)
 		rc.Close()
 		if err != nil {
-			return fmt.Errorf("write layer %s: %w", d, err)
+			return v1.Hash{}, fmt.Errorf("write layer %s: %w", lb.digest, err)
 		}
 	}
-	for _, f := range []struct {
+	// Configs, manifests and the index in a fixed order: by digest.
+	smallDigests := slices.SortedFunc(maps.Keys(blobs), func(a, b v1.Hash) int { return strings.Compare(a.String(), b.String()) })
+	for _, d := range smallDigests {
+		if err := small(blobPath(d), blobs[d]); err != nil {
+			return v1.Hash{}, err
+		}
+	}
+	files := []struct {
 		name string
 		b    []byte
-	}{
-		{blobPath(configDigest), rawConfig},
-		{blobPath(manifestDigest), rawManifest},
-		{"index.json", rawIndex},
-		{"manifest.json", rawDocker},
-		{"oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`)},
-	} {
+	}{{"index.json", rawTop}}
+	if docker != nil {
+		rawDocker, err := json.Marshal(docker)
+		if err != nil {
+			return v1.Hash{}, err
+		}
+		files = append(files, struct {
+			name string
+			b    []byte
+		}{"manifest.json", rawDocker})
+	}
+	files = append(files, struct {
+		name string
+		b    []byte
+	}{"oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`)})
+	for _, f := range files {
 		if err := small(f.name, f.b); err != nil {
-			return err
+			return v1.Hash{}, err
 		}
 	}
 	if err := tw.Close(); err != nil {
-		return err
+		return v1.Hash{}, err
 	}
 	if err := tmp.Chmod(0o644); err != nil {
-		return err
+		return v1.Hash{}, err
 	}
 	if err := tmp.Close(); err != nil {
-		return err
+		return v1.Hash{}, err
 	}
-	return os.Rename(tmp.Name(), path)
+	return top.Digest, os.Rename(tmp.Name(), path)
 }

@@ -82,9 +82,11 @@ func TestMakeImage(t *testing.T) {
 	dir := t.TempDir()
 	const img = "registry.example.com/team/sandbox-controller:v0.0.0-test"
 	const epoch = 1700000000
+	const version = "v0.0.0-image-test"
+	head := gitOutput(t, root, "rev-parse", "HEAD")
 	start := time.Now()
 	cmd := exec.CommandContext(testContext(t), "make", "--no-print-directory", "-C", root, "image",
-		"IMG="+img, "IMAGE_DIR="+dir)
+		"IMG="+img, "IMAGE_DIR="+dir, "VERSION="+version)
 	cmd.Env = cleanEnv(fmt.Sprintf("SOURCE_DATE_EPOCH=%d", epoch))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -201,8 +203,15 @@ func TestMakeImage(t *testing.T) {
 	if !cf.Created.Time.Equal(created) {
 		t.Errorf("Created = %s, want SOURCE_DATE_EPOCH %s", cf.Created.Time, created)
 	}
-	if got := cf.Config.Labels["org.opencontainers.image.source"]; got != "https://github.com/getsentry/sandbox-controller" {
-		t.Errorf("label org.opencontainers.image.source = %q", got)
+	for k, want := range map[string]string{
+		"org.opencontainers.image.source":   "https://github.com/getsentry/sandbox-controller",
+		"org.opencontainers.image.version":  version,
+		"org.opencontainers.image.revision": head,
+		"org.opencontainers.image.created":  created.Format(time.RFC3339),
+	} {
+		if got := cf.Config.Labels[k]; got != want {
+			t.Errorf("label %s = %q, want %q", k, got, want)
+		}
 	}
 	if !slices.Contains(cf.Config.Env, "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt") {
 		t.Errorf("Env = %q, want SSL_CERT_FILE set as in distroless", cf.Config.Env)
@@ -314,6 +323,140 @@ func TestMakeImage(t *testing.T) {
 		if !strings.Contains(usage, flag) {
 			t.Errorf("/manager --help does not mention %s:\n%s", flag, usage)
 		}
+	}
+	// The binary reports the version and commit the labels name.
+	v, err := exec.CommandContext(testContext(t), bin, "--version").CombinedOutput()
+	if err != nil {
+		t.Fatalf("/manager --version: %v\n%s", err, v)
+	}
+	if want := "manager " + version + " (revision " + head[:12] + ", "; !strings.HasPrefix(string(v), want) {
+		t.Errorf("/manager --version = %q, want it to begin with %q", v, want)
+	}
+}
+
+// gitOutput runs git in dir and returns its trimmed output.
+func gitOutput(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("git %q: %v", args, err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// TestMultiArchitectureIndex builds an image for amd64 and arm64 at once
+// (make release): index.json names one image index listing both, each image
+// runs its own architecture's binary, and the labels come from the binaries'
+// -ldflags, the created time from their commit time when SOURCE_DATE_EPOCH
+// is unset.
+func TestMultiArchitectureIndex(t *testing.T) {
+	t.Setenv("SOURCE_DATE_EPOCH", "")
+	const ld = "-X " + versionPkg + ".version=v1.2.3 -X " + versionPkg + ".revision=abc123 -X " + versionPkg + ".commitTime=2024-05-06T07:08:09Z"
+	amd, arm := buildTinyFor(t, "amd64", ld), buildTinyFor(t, "arm64", ld)
+	dir := t.TempDir()
+	archive := filepath.Join(dir, "multi.tar")
+	var stdout bytes.Buffer
+	if err := run([]string{"-platform", "amd64=" + amd, "-platform", "arm64=" + arm, "-tag", "example.com/multi:v1.2.3", "-out", archive}, &stdout); err != nil {
+		t.Fatal(err)
+	}
+	layoutDir := filepath.Join(dir, "layout")
+	names := untar(t, archive, layoutDir)
+	if slices.Contains(names, "manifest.json") {
+		t.Errorf("a multi-architecture archive carries a docker-archive manifest.json: %q", names)
+	}
+	lp, err := layout.FromPath(layoutDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outer, err := lp.ImageIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	om, err := outer.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(om.Manifests) != 1 || om.Manifests[0].MediaType != types.OCIImageIndex {
+		t.Fatalf("index.json = %+v, want one image index", om.Manifests)
+	}
+	if got := om.Manifests[0].Annotations["org.opencontainers.image.ref.name"]; got != "example.com/multi:v1.2.3" {
+		t.Errorf("ref.name = %q", got)
+	}
+	if !strings.Contains(stdout.String(), om.Manifests[0].Digest.String()) {
+		t.Errorf("output %q does not name the index digest %s", stdout.String(), om.Manifests[0].Digest)
+	}
+	index, err := outer.ImageIndex(om.Manifests[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := validate.Index(index); err != nil {
+		t.Fatalf("the image index is invalid: %v", err)
+	}
+	im, err := index.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var archs []string
+	for _, d := range im.Manifests {
+		if d.Platform == nil || d.Platform.OS != "linux" {
+			t.Fatalf("manifest %s has platform %+v", d.Digest, d.Platform)
+		}
+		archs = append(archs, d.Platform.Architecture)
+		img, err := index.Image(d.Digest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cf, err := img.ConfigFile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cf.Architecture != d.Platform.Architecture {
+			t.Errorf("image %s: config says %s, the index %s", d.Digest, cf.Architecture, d.Platform.Architecture)
+		}
+		want := time.Date(2024, 5, 6, 7, 8, 9, 0, time.UTC)
+		if !cf.Created.Time.Equal(want) {
+			t.Errorf("%s: Created = %s, want the binary's commit time %s", d.Platform.Architecture, cf.Created.Time, want)
+		}
+		for k, v := range map[string]string{labelVersion: "v1.2.3", labelRevision: "abc123", labelCreated: "2024-05-06T07:08:09Z"} {
+			if got := cf.Config.Labels[k]; got != v {
+				t.Errorf("%s: label %s = %q, want %q", d.Platform.Architecture, k, got, v)
+			}
+		}
+		layers, err := img.Layers()
+		if err != nil {
+			t.Fatal(err)
+		}
+		files, _ := readLayer(t, layers[0])
+		var bin []byte
+		for _, f := range files {
+			if f.h.Name == "manager" {
+				bin = f.b
+			}
+		}
+		p := filepath.Join(t.TempDir(), "manager")
+		if err := os.WriteFile(p, bin, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		ef, err := elf.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := elfMachine[d.Platform.Architecture]; ef.Machine != want {
+			t.Errorf("%s image holds a %s binary", d.Platform.Architecture, ef.Machine)
+		}
+		ef.Close()
+	}
+	if !slices.Equal(archs, []string{"amd64", "arm64"}) {
+		t.Errorf("index lists %q, want amd64 and arm64", archs)
+	}
+
+	// Binaries of two builds do not make one image.
+	other := buildTinyFor(t, "arm64", "-X "+versionPkg+".version=v9.9.9")
+	err = run([]string{"-platform", "amd64=" + amd, "-platform", "arm64=" + other, "-out", filepath.Join(dir, "x.tar")}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "must be one build") {
+		t.Errorf("run with binaries of two versions = %v, want a refusal", err)
 	}
 }
 
@@ -452,7 +595,7 @@ func TestDockerfileMatchesImage(t *testing.T) {
 			makeBuild = line
 		}
 	}
-	for _, want := range []string{"CGO_ENABLED=0 ", "go build -trimpath -ldflags='-s -w' ", " ./cmd/manager"} {
+	for _, want := range []string{"CGO_ENABLED=0 ", "go build -trimpath -ldflags=", "-s -w ", " ./cmd/manager"} {
 		if !strings.Contains(goBuild, want) {
 			t.Errorf("Dockerfile's go build %q lacks %q", goBuild, want)
 		}
@@ -460,14 +603,26 @@ func TestDockerfileMatchesImage(t *testing.T) {
 			t.Errorf("Makefile's image go build %q lacks %q", makeBuild, want)
 		}
 	}
+	// The Dockerfile sets the version as make does (internal/version).
+	for _, v := range []string{"version=${VERSION}", "revision=${REVISION}", "commitTime=${COMMIT_TIME}"} {
+		if !strings.Contains(goBuild, "-X "+versionPkg+"."+v) {
+			t.Errorf("Dockerfile's go build %q does not pass -X %s.%s", goBuild, versionPkg, v)
+		}
+	}
+	if !strings.Contains(makeBuild, "$(LDFLAGS)") {
+		t.Errorf("Makefile's image go build %q does not pass $(LDFLAGS) (the version)", makeBuild)
+	}
 
 	if final.from != "gcr.io/distroless/static:nonroot" {
 		t.Errorf("runtime stage FROM %q, want gcr.io/distroless/static:nonroot (the layout hack/image reproduces)", final.from)
 	}
 	got := map[string]string{}
 	gotLabels := map[string]string{}
+	var finalArgs []string
 	for _, in := range final.instructions {
 		switch in.cmd {
+		case "ARG":
+			finalArgs = append(finalArgs, in.args)
 		case "LABEL":
 			for k, v := range parseLabels(t, in.args) {
 				gotLabels[k] = v
@@ -489,8 +644,15 @@ func TestDockerfileMatchesImage(t *testing.T) {
 	if got["COPY"] != "--from=builder /workspace/manager "+entrypoint {
 		t.Errorf("COPY %q, want the builder's /workspace/manager at %s", got["COPY"], entrypoint)
 	}
-	if !maps.Equal(gotLabels, labels) {
-		t.Errorf("Dockerfile labels %v, want hack/image's %v", gotLabels, labels)
+	wantLabels := maps.Clone(labels)
+	wantLabels[labelVersion], wantLabels[labelRevision], wantLabels[labelCreated] = "${VERSION}", "${REVISION}", "${COMMIT_TIME}"
+	if !maps.Equal(gotLabels, wantLabels) {
+		t.Errorf("Dockerfile labels %v, want hack/image's %v", gotLabels, wantLabels)
+	}
+	for _, arg := range []string{"VERSION", "REVISION", "COMMIT_TIME"} {
+		if !slices.Contains(finalArgs, arg) {
+			t.Errorf("the runtime stage does not declare ARG %s, so its LABEL would be empty", arg)
+		}
 	}
 
 	// The build context and the COPY lines cover the manager's sources.
@@ -655,15 +817,27 @@ func parseLabels(t *testing.T, args string) map[string]string {
 // architecture: a binary the tool accepts, quicker to build than the manager.
 func buildTiny(t *testing.T) string {
 	t.Helper()
+	return buildTinyFor(t, runtime.GOARCH, "")
+}
+
+// buildTinyFor builds the small program for linux/arch with these -ldflags.
+func buildTinyFor(t *testing.T, arch, ldflags string) string {
+	t.Helper()
 	dir := t.TempDir()
 	src := filepath.Join(dir, "main.go")
 	if err := os.WriteFile(src, []byte("package main\n\nfunc main() { println(\"tiny\") }\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(dir, "tiny")
-	cmd := exec.CommandContext(testContext(t), "go", "build", "-trimpath", "-o", bin, src)
+	args := []string{"build", "-trimpath", "-o", bin, src}
+	if ldflags != "" {
+		// Without -trimpath, so that Go records the -ldflags in the build
+		// info, where hack/image reads the version from.
+		args = []string{"build", "-ldflags", ldflags, "-o", bin, src}
+	}
+	cmd := exec.CommandContext(testContext(t), "go", args...)
 	cmd.Dir = dir
-	cmd.Env = cleanEnv("CGO_ENABLED=0")
+	cmd.Env = cleanEnv("CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build tiny: %v\n%s", err, out)
 	}

@@ -17,6 +17,7 @@ import (
 // notFromValues are manager flags the chart deliberately leaves out.
 var notFromValues = map[string]string{
 	"kubeconfig": "in a pod the manager uses its ServiceAccount (in-cluster config)",
+	"version":    "prints the version and exits",
 }
 
 // TestEveryManagerFlagReachable: each flag of the real manager binary
