@@ -29,6 +29,13 @@ HELM_LDFLAGS ?= -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
 ENVTEST_K8S_VERSION ?= 1.37.2
 ENVTEST_ETCD_VERSION ?= 3.7.0
 GO_TEST_FLAGS ?= -race -timeout 30m
+# The controllers suite (TestControllers) runs in TEST_PROCS Ginkgo processes,
+# each with a local stack of its own, through the Ginkgo CLI of go.mod's Ginkgo
+# version (docs/dev/testing.md). GINKGO_ARGS adds flags: --focus, -v, ...
+GINKGO_VERSION ?= $(shell go list -m -f '{{.Version}}' github.com/onsi/ginkgo/v2)
+GINKGO ?= $(LOCALBIN)/ginkgo-$(GINKGO_VERSION)
+TEST_PROCS ?= 4
+GINKGO_ARGS ?=
 
 # What the binaries report (--version, the manager's start log and
 # sandbox_controller_build_info; internal/version): the nearest v* tag as git
@@ -98,8 +105,14 @@ lint: staticcheck ## Run staticcheck (CI runs it too) on everything but the gene
 	$(STATICCHECK) $$(go list ./... | grep -v '/pkg/client/')
 
 .PHONY: test
-test: manifests generate fmt vet envtest kustomize helm promtool ## Run all tests against envtest and the emulator.
-	KUBEBUILDER_ASSETS="$$(./hack/envtest.sh)" go test $(GO_TEST_FLAGS) ./... -coverprofile cover.out
+test: manifests generate fmt vet envtest kustomize helm promtool ginkgo ## Run all tests against envtest and the emulator: every package with go test, then the controllers suite in parallel (test-controllers); coverage of both in cover.out.
+	KUBEBUILDER_ASSETS="$$(./hack/envtest.sh)" go test $(GO_TEST_FLAGS) ./... -skip '^TestControllers$$' -coverprofile cover.out
+	$(MAKE) --no-print-directory test-controllers GINKGO_ARGS="--cover --coverprofile=controllers.cover.out --output-dir=$(LOCALBIN)/test $(GINKGO_ARGS)"
+	tail -n +2 $(LOCALBIN)/test/controllers.cover.out >> cover.out
+
+.PHONY: test-controllers
+test-controllers: envtest ginkgo ## Run only the controllers suite, in TEST_PROCS parallel processes (focus: GINKGO_ARGS="--focus 'probe' -v").
+	KUBEBUILDER_ASSETS="$$(./hack/envtest.sh)" $(GINKGO) run -race --procs=$(TEST_PROCS) --timeout=30m $(GINKGO_ARGS) ./controllers -- -test.run='^TestControllers$$'
 
 .PHONY: chaos-short
 chaos-short: envtest kustomize ## Only the short seeded chaos soak that make test runs (TestChaosShort; see docs/dev/chaos.md).
@@ -221,6 +234,12 @@ undeploy: kustomize ## Remove the manager (and the CRDs, so every object of the 
 staticcheck: $(STATICCHECK) ## Build staticcheck into bin/.
 $(STATICCHECK):
 	GOBIN=$(LOCALBIN) go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+.PHONY: ginkgo
+ginkgo: $(GINKGO) ## Build the Ginkgo CLI of go.mod's Ginkgo version into bin/ (it runs the controllers suite in parallel).
+$(GINKGO):
+	GOBIN=$(LOCALBIN)/ginkgo.tmp go install github.com/onsi/ginkgo/v2/ginkgo@$(GINKGO_VERSION)
+	mv $(LOCALBIN)/ginkgo.tmp/ginkgo $@ && rmdir $(LOCALBIN)/ginkgo.tmp
 
 .PHONY: kustomize
 kustomize: $(KUSTOMIZE) ## Build kustomize into bin/.

@@ -84,7 +84,7 @@ var _ = Describe("The finalizer admission policy", func() {
 		expectReadyAndDeleted(fork, snap, sbx)
 	})
 
-	It("is optional: without it the controllers add the finalizers themselves", Serial, func() {
+	It("is optional: without it the controllers add the finalizers themselves", func() {
 		binding := &admissionregistrationv1.MutatingAdmissionPolicyBinding{}
 		Expect(k8sClient.Get(ctx, types.NamespacedName{Name: "finalizers.sandbox.sentry.io"}, binding)).To(Succeed())
 		Expect(k8sClient.Delete(ctx, binding)).To(Succeed())

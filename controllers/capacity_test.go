@@ -68,8 +68,8 @@ func (a *arrivals) between(from, to time.Time) (total int, kinds map[string]int)
 // hammer Vercel (each waiting object used to cost about a request a second)
 // nor starve the delete that frees the room, and the next Sandbox must start
 // soon after it.
-var _ = Describe("Vercel's concurrency limit", Serial, func() {
-	It("keeps Vercel requests bounded with 50 Sandboxes and room for one, and starts the next soon after a delete", func(ctx SpecContext) {
+var _ = Describe("Vercel's concurrency limit", func() {
+	It("keeps Vercel requests bounded with 50 Sandboxes and room for one, and starts the next soon after a delete", longSpec, func(ctx SpecContext) {
 		const sandboxes = 50
 		ns := newNamespace()
 

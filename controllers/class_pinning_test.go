@@ -26,7 +26,7 @@ import (
 // refusal itself (ClassNotAllowed) gave the object a condition, and an
 // object with conditions but no label counted as "reconciled before classes
 // existed".
-var _ = Describe("The class of an object", Serial, func() {
+var _ = Describe("The class of an object", func() {
 	ctx := context.Background()
 
 	// defaultClassFor creates a default class that allows only namespaces

@@ -342,7 +342,7 @@ var _ = Describe("SandboxClass", func() {
 		Expect(err).NotTo(HaveOccurred(), out)
 	})
 
-	It("gives objects that name no class the default class, and leaves objects reconciled before it on the manager's credentials", Serial, func() {
+	It("gives objects that name no class the default class, and leaves objects reconciled before it on the manager's credentials", func() {
 		before := newNamespace()
 		old := newSandbox(before, "old", sandboxv1.SandboxSpec{Source: runtimeSource("node24")})
 		oldSt := waitReady(client.ObjectKeyFromObject(old)).Status

@@ -26,7 +26,7 @@ import (
 
 // The quota specs count from the emulator's side: every session the emulator
 // started for a namespace's Sandboxes, from its creation until it stopped.
-var _ = Describe("SandboxQuota", Serial, func() {
+var _ = Describe("SandboxQuota", func() {
 	ctx := context.Background()
 
 	It("never lets more than runningSandboxes run, and starts the waiters in creation order as others stop", func() {

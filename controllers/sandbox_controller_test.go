@@ -373,9 +373,10 @@ var _ = Describe("Sandbox", func() {
 		})
 	})
 
-	// These specs inject faults into the shared emulator and restart the
-	// shared manager, so they must not run alongside others.
-	Context("crash safety and rate limits", Serial, func() {
+	// These specs inject faults into the emulator and restart the manager:
+	// each parallel process has a stack of its own (suite_test.go) and runs
+	// one spec at a time, so no other spec sees them.
+	Context("crash safety and rate limits", func() {
 		AfterEach(func() { emu.Faults().Reset() })
 
 		It("adopts a sandbox whose create committed but whose answer was lost, across a manager restart", func() {

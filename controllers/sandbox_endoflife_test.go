@@ -47,7 +47,7 @@ var _ = Describe("Sandbox end of life", func() {
 			Expect(exists).To(BeFalse(), "deletionPolicy Delete deletes the Vercel sandbox with the object")
 		})
 
-		It("warns, then deletes a Sandbox that rested deleteObjectAfterSeconds, keeping its Vercel sandbox under Retain", func() {
+		It("warns, then deletes a Sandbox that rested deleteObjectAfterSeconds, keeping its Vercel sandbox under Retain", longSpec, func() {
 			key := types.NamespacedName{Namespace: ns, Name: "forgotten"}
 			newSandbox(ns, key.Name, sandboxv1.SandboxSpec{
 				Source:         runtimeSource("node24"),
@@ -269,7 +269,7 @@ func expectEventWithin(key types.NamespacedName, want string, timeout time.Durat
 
 // A crash between the create of a recreation and the status write after it
 // must neither count the recreation twice nor leave a second Vercel sandbox.
-var _ = Describe("Sandbox recreation crash window", Serial, func() {
+var _ = Describe("Sandbox recreation crash window", func() {
 	It("records the recreation before the create, so a restart adopts the new sandbox", func() {
 		ctx := context.Background()
 		ns := newNamespace()

@@ -92,7 +92,7 @@ var _ = Describe("Sandbox lifecycle", func() {
 	})
 
 	Context("idle window and heartbeat", func() {
-		It("keeps a sandbox alive across several idle windows with heartbeats, lets it go Idle without them, and wakes it with a newer one", func() {
+		It("keeps a sandbox alive across several idle windows with heartbeats, lets it go Idle without them, and wakes it with a newer one", longSpec, func() {
 			key := types.NamespacedName{Namespace: ns, Name: "chatty"}
 			newSandbox(ns, "chatty", sandboxv1.SandboxSpec{Source: runtimeSource("node24"), TimeoutSeconds: ptr.To[int64](9)})
 			sbx := waitReady(key)

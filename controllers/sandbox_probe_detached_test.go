@@ -25,7 +25,7 @@ import (
 // manager's shared Vercel slots for up to the call timeout: six probing
 // Sandboxes made other tenants' Sandboxes take up to 28.8 s to become Ready,
 // and a probe longer than the call timeout could never pass.
-var _ = Describe("Exec readiness probes, detached", Serial, func() {
+var _ = Describe("Exec readiness probes, detached", func() {
 	ctx := context.Background()
 
 	// wiredManager runs the spec on a manager wired as cmd/manager wires it

@@ -672,7 +672,7 @@ var _ = Describe("SandboxSnapshot recipes", func() {
 		Consistently(builderCreates, 2*pollInterval).Should(Equal(1))
 	})
 
-	It("turns Expired when its expiry passes, then rebuilds it", Serial, func() {
+	It("turns Expired when its expiry passes, then rebuilds it", func() {
 		key := types.NamespacedName{Namespace: ns, Name: "short-lived"}
 		spec := recipeSpec(sandboxv1.SnapshotRecipe{Runtime: node("node24"), Setup: []sandboxv1.RecipeCommand{sh("mark", "date > /vercel/sandbox/built-at")}})
 		spec.ExpirationSeconds = ptr.To[int64](3600) // the shortest the CRD allows
@@ -695,7 +695,7 @@ var _ = Describe("SandboxSnapshot recipes", func() {
 		deleteAndWait(key)
 	})
 
-	It("rebuilds a snapshot older than maxAgeSeconds with no gap in readiness, then retires the old one", Serial, func() {
+	It("rebuilds a snapshot older than maxAgeSeconds with no gap in readiness, then retires the old one", func() {
 		key := types.NamespacedName{Namespace: ns, Name: "fresh"}
 		spec := recipeSpec(sandboxv1.SnapshotRecipe{Runtime: node("node24"), Setup: []sandboxv1.RecipeCommand{sh("slow", "sleep 2; date > /vercel/sandbox/built-at")}})
 		spec.MaxAgeSeconds = ptr.To[int64](3600) // the shortest the CRD allows

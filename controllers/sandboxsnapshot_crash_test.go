@@ -125,7 +125,7 @@ var _ = Describe("SandboxSnapshot captures and their source", func() {
 // Crash windows: the manager stops right after Vercel applied a call and
 // before the status write that would record its result; then the object is
 // deleted. The delete must resolve what status recorded as intended.
-var _ = Describe("SandboxSnapshot crash windows", Serial, func() {
+var _ = Describe("SandboxSnapshot crash windows", func() {
 	ctx := context.Background()
 	var ns string
 	BeforeEach(func() { ns = newNamespace() })

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -68,6 +69,26 @@ type Options struct {
 	// DigestKeySecret is where the key of the Secret-value digests in
 	// Sandbox status is kept (digest_key.go).
 	DigestKeySecret DigestKeySecret
+
+	// Test seams: the controller suite (controllers/suite_test.go) runs
+	// this same wiring with them set; their zero values are what
+	// cmd/manager runs.
+
+	// WrapClient, when set, wraps the client the controllers read and
+	// write Kubernetes objects with (the suite counts the writes per
+	// object).
+	WrapClient func(client.Client) client.Client
+	// SnapshotClock, when set, is the SandboxSnapshot controller's clock
+	// (expirationSeconds, maxAgeSeconds); nil is time.Now.
+	SnapshotClock func() time.Time
+	// ClassSecretReload, when set, is how often a SandboxClass's Secret is
+	// read again (ClassClients.SecretReload); 0 is its default.
+	ClassSecretReload time.Duration
+	// RouteBase, when set, replaces the Vercel API base URL as the route
+	// base of HTTP readiness probes (SandboxReconciler.RouteBase): the
+	// suite's Vercel URL is a recording proxy, while the emulator serves
+	// the routes on its own URL.
+	RouteBase string
 }
 
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
@@ -128,6 +149,15 @@ func (m withReconcileTimeout) GetControllerOptions() config.Controller {
 	return o
 }
 
+// withClient hands the controllers built on it Options.WrapClient's client
+// instead of the manager's.
+type withClient struct {
+	ctrl.Manager
+	client client.Client
+}
+
+func (m withClient) GetClient() client.Client { return m.client }
+
 // SetupWithManager builds the Vercel client from vc — bounded in flight with
 // deadlines, reporting to VercelHealth and the metrics — and registers the
 // Sandbox, SandboxSnapshot, SandboxFork and SandboxQuota controllers (each reconcile bounded
@@ -144,6 +174,8 @@ func SetupWithManager(mgr ctrl.Manager, vc vercel.Config, o Options) error {
 		APIReader: mgr.GetAPIReader(),
 		Base:      classBase,
 		Limits:    httplimit.Options{MaxInFlight: o.VercelInFlight, Reserved: o.VercelReservedInFlight, Guard: o.VercelGuard},
+
+		SecretReload: o.ClassSecretReload,
 	}
 	hc, slots := httplimit.NewClient(httplimit.Options{
 		MaxInFlight: o.VercelInFlight,
@@ -166,6 +198,9 @@ func SetupWithManager(mgr ctrl.Manager, vc vercel.Config, o Options) error {
 		return err
 	}
 	mgr = withReconcileTimeout{Manager: mgr, timeout: o.ReconcileTimeout, sharded: o.Shard.Sharded()}
+	if o.WrapClient != nil {
+		mgr = withClient{Manager: mgr, client: o.WrapClient(mgr.GetClient())}
+	}
 	health := newVercelHealth()
 	api, err := instrumentedClient(vc, hc, health)
 	if err != nil {
@@ -212,7 +247,7 @@ func SetupWithManager(mgr ctrl.Manager, vc vercel.Config, o Options) error {
 		VercelHealth:            health,
 		Quota:                   quota,
 		ClusterID:               o.ClusterID,
-		RouteBase:               vc.BaseURL,
+		RouteBase:               cmp.Or(o.RouteBase, vc.BaseURL),
 		Shard:                   o.Shard,
 		MaxProbesPerNamespace:   o.MaxProbesPerNamespace,
 		DigestKeySecret:         o.DigestKeySecret,
@@ -233,6 +268,7 @@ func SetupWithManager(mgr ctrl.Manager, vc vercel.Config, o Options) error {
 		ReferenceDeadline:       o.ReferenceDeadline,
 		ClusterID:               o.ClusterID,
 		Shard:                   o.Shard,
+		Now:                     o.SnapshotClock,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the SandboxSnapshot controller: %w", err)
 	}

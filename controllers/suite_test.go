@@ -43,18 +43,26 @@ import (
 	"github.com/getsentry/sandbox-controller/localstack/emulator"
 )
 
-// The suite runs the real manager against a real kube-apiserver (envtest) and
-// the real Vercel client against the emulator over loopback. A recording proxy
-// between the two lets specs assert what Vercel received.
+// The suite runs the manager as cmd/manager wires it (controllers.SetupWithManager)
+// against a real kube-apiserver (envtest) and the real Vercel client against the
+// emulator over loopback. A recording proxy between the two lets specs assert
+// what Vercel received.
+//
+// In parallel (`make test`: ginkgo --procs), every process starts a local stack
+// of its own in BeforeSuite (API server, etcd, kube-controller-manager, emulator,
+// proxy, manager) and runs one spec at a time on it: a spec may restart the
+// manager, inject emulator faults, create cluster-scoped objects (a default
+// SandboxClass) or move the snapshot clock without the specs of the other
+// processes seeing it. Mark a spec Serial only if it needs the machine alone.
 var (
 	cfg       *rest.Config
 	k8sClient client.Client
 	emu       *emulator.Emulator
 	recorder  *recordingProxy
 	vc        *vercel.Client
-	// classBase is the configuration the SandboxClasses' clients start from
-	// (the emulator's URL; their tokens, teams and projects come from the
-	// classes' Secrets).
+	// classBase is the manager's Vercel configuration (the recording
+	// proxy's URL, the stack's token, team and project); the SandboxClasses'
+	// clients start from it with the credentials of the classes' Secrets.
 	classBase      vercel.Config
 	writes         = &writeCounter{counts: map[types.NamespacedName]int{}}
 	logs           = &syncBuffer{}
@@ -65,19 +73,25 @@ var (
 	// it by default.
 	clusterID string
 
-	mgrMu     sync.Mutex
-	mgrCancel context.CancelFunc
-	mgrDone   chan struct{}
+	stack *localstack.Stack
+
+	mgrMu sync.Mutex
+	mgr   *localstack.Manager // the manager running, nil between stop and start
 )
 
 const pollInterval = 2 * time.Second
+
+// longSpec marks the specs that wait longest (fixed windows of 45 s to 90 s):
+// in parallel, Ginkgo starts them first, so that none of them begins last and
+// keeps one process running after the others finished.
+var longSpec = SpecPriority(1)
 
 // referenceDeadline is the managers' --reference-deadline: short, so that the
 // specs of unresolved references see an object fail.
 const referenceDeadline = 10 * time.Second
 
 // snapshotClock is the SandboxSnapshot controller's clock: real time plus an
-// offset that a Serial spec moves forward to age a snapshot by an hour
+// offset that a spec moves forward to age a snapshot by an hour
 // (maxAgeSeconds and expirationSeconds are at least that) without waiting.
 var snapshotClock = &offsetClock{}
 
@@ -108,7 +122,7 @@ var _ = BeforeSuite(func() {
 	// installs them, kube-controller-manager beside the API server (garbage
 	// collection of fork children, namespace deletion) as on a cluster, and
 	// the emulator.
-	stack, err := localstack.Start(context.Background(), localstack.Options{
+	stack, err = localstack.Start(context.Background(), localstack.Options{
 		RepoRoot:          repoRoot,
 		AssetsDir:         assets,
 		ControllerManager: true,
@@ -158,127 +172,90 @@ var _ = AfterEach(func() {
 	}
 })
 
+// suiteOptions are the suite manager's options: cmd/manager's defaults where
+// they matter (16 reconciles of each kind, 4 Vercel requests in flight plus
+// the reserved lane, the stalled-slots check), short intervals so that specs
+// see polls and deadlines, and the test seams.
+func suiteOptions() controllers.Options {
+	// The test receivers listen on 127.0.0.1, which only an explicit
+	// allow-list admits (--notify-allow-destinations); the rest of loopback
+	// stays refused.
+	notifyAllow, err := notify.ParseAllowList([]string{"127.0.0.1/32"})
+	Expect(err).NotTo(HaveOccurred())
+	return controllers.Options{
+		MaxConcurrentReconciles: 16,
+		VercelInFlight:          4,
+		VercelReservedInFlight:  1,
+		VercelStallThreshold:    5 * time.Minute,
+		PollInterval:            pollInterval,
+		ReferenceDeadline:       referenceDeadline,
+		// A short request timeout, so that the spec of a hanging receiver
+		// sees retries.
+		Notify: notify.Options{Allow: notifyAllow, Timeout: time.Second, MinBackoff: 200 * time.Millisecond},
+		// The seams: every write counted, the snapshots' clock movable, a
+		// class's rotated Secret read within a second, the probes' routes.
+		WrapClient:        func(c client.Client) client.Client { return countingClient{Client: c, w: writes} },
+		SnapshotClock:     snapshotClock.Now,
+		ClassSecretReload: time.Second,
+		// The emulator serves the routes on its own URL, not the proxy's.
+		RouteBase: emu.URL(),
+	}
+}
+
+// startManager starts the suite's manager: controllers.SetupWithManager, as
+// cmd/manager runs it, with suiteOptions, against the recording proxy.
 func startManager(scheme *runtime.Scheme) {
+	startManagerWith(scheme, classBase, suiteOptions())
+}
+
+// startManagerWith starts a manager wired by controllers.SetupWithManager
+// (through the local stack, as `make dev` runs it) with vcfg and o, watching
+// the given namespaces only (all when none), and returns once its
+// controllers run.
+func startManagerWith(scheme *runtime.Scheme, vcfg vercel.Config, o controllers.Options, namespaces ...string) {
+	GinkgoHelper()
 	mgrMu.Lock()
 	defer mgrMu.Unlock()
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	Expect(mgr).To(BeNil(), "a manager already runs")
+	mgrOpts := ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Cache:                  controllers.CacheOptions(),
 		// A restarted manager registers the same controller names again.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
+	}
+	if len(namespaces) > 0 {
+		mgrOpts.Cache.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range namespaces {
+			mgrOpts.Cache.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	m, err := stack.StartManager(context.Background(), nil, mgrOpts, vcfg, o)
 	Expect(err).NotTo(HaveOccurred())
-	// Webhook notifications as the manager wires them, with a short request
-	// timeout so that the spec of a hanging receiver sees retries. The test
-	// receivers listen on 127.0.0.1, which only an explicit allow-list admits
-	// (--notify-allow-destinations); the rest of loopback stays refused.
-	notifyAllow, err := notify.ParseAllowList([]string{"127.0.0.1/32"})
-	Expect(err).NotTo(HaveOccurred())
-	notifier := notify.New(notify.Options{
-		Resolve: notify.ConfigMapResolver(mgr.GetAPIReader()), Allow: notifyAllow,
-		Recorder: mgr.GetEventRecorder("sandbox-controller"),
-		Timeout:  time.Second, MinBackoff: 200 * time.Millisecond,
-	})
-	Expect(mgr.Add(notifier)).To(Succeed())
-	quota := controllers.NewQuotaLedger(mgr.GetCache())
-	classes := &controllers.ClassClients{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Base: classBase, SecretReload: time.Second}
-	Expect((&controllers.SandboxClassReconciler{Client: mgr.GetClient(), Classes: classes}).SetupWithManager(mgr)).To(Succeed())
-	err = (&controllers.SandboxReconciler{
-		Client:                  countingClient{Client: mgr.GetClient(), w: writes},
-		APIReader:               mgr.GetAPIReader(),
-		Vercel:                  vc,
-		Classes:                 classes,
-		Recorder:                mgr.GetEventRecorder("sandbox-controller"),
-		Notifier:                notifier,
-		PollInterval:            pollInterval,
-		MaxConcurrentReconciles: 16,
-		ReferenceDeadline:       referenceDeadline,
-		ClusterID:               clusterID,
-		RouteBase:               emu.URL(),
-		Quota:                   quota,
-		// In-process with an administrator's credentials: creates the key
-		// Secret the install ships (digest_key.go).
-		DigestKeySecret: controllers.DigestKeySecret{CreateMissing: true},
-	}).SetupWithManager(mgr)
-	Expect(err).NotTo(HaveOccurred())
-	err = (&controllers.SandboxSnapshotReconciler{
-		Client:                  countingClient{Client: mgr.GetClient(), w: writes},
-		APIReader:               mgr.GetAPIReader(),
-		Vercel:                  vc,
-		Classes:                 classes,
-		Recorder:                mgr.GetEventRecorder("sandboxsnapshot-controller"),
-		Notifier:                notifier,
-		PollInterval:            pollInterval,
-		MaxConcurrentReconciles: 4,
-		ReferenceDeadline:       referenceDeadline,
-		Now:                     snapshotClock.Now,
-		ClusterID:               clusterID,
-		Quota:                   quota,
-	}).SetupWithManager(mgr)
-	Expect(err).NotTo(HaveOccurred())
-	err = (&controllers.SandboxQuotaReconciler{
-		Client:    mgr.GetClient(),
-		APIReader: mgr.GetAPIReader(),
-		Recorder:  mgr.GetEventRecorder("sandboxquota-controller"),
-		Quota:     quota,
-	}).SetupWithManager(mgr)
-	Expect(err).NotTo(HaveOccurred())
-	err = (&controllers.SandboxForkReconciler{
-		Client:                  mgr.GetClient(),
-		Recorder:                mgr.GetEventRecorder("sandbox-controller"),
-		Notifier:                notifier,
-		MaxConcurrentReconciles: 4,
-		Classes:                 classes,
-	}).SetupWithManager(mgr)
-	Expect(err).NotTo(HaveOccurred())
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer GinkgoRecover()
-		defer close(done)
-		Expect(mgr.Start(ctx)).To(Succeed())
-	}()
-	mgrCancel, mgrDone = cancel, done
+	mgr = m
 }
 
 func stopManager() {
+	GinkgoHelper()
 	mgrMu.Lock()
 	defer mgrMu.Unlock()
-	mgrCancel()
-	<-mgrDone
+	m := mgr
+	mgr = nil
+	Expect(m).NotTo(BeNil(), "no manager runs")
+	Expect(m.Stop()).To(Succeed())
 }
 
 // startWiredManager makes the suite's manager give way, for the rest of the
-// spec, to one wired as cmd/manager wires it (controllers.SetupWithManager:
-// the shared Vercel in-flight slots with their reserved lane, the call
-// timeout and deadlines), with vcfg and o, watching the given namespaces only.
+// spec, to one with vcfg and o (cmd/manager's wiring without the suite's
+// options and seams: the Vercel in-flight slots o sets, the call timeout of
+// vcfg), watching the given namespaces only.
 func startWiredManager(vcfg vercel.Config, o controllers.Options, namespaces ...string) {
 	GinkgoHelper()
 	stopManager()
 	DeferCleanup(func() { startManager(k8sClient.Scheme()) })
-	nss := map[string]cache.Config{}
-	for _, ns := range namespaces {
-		nss[ns] = cache.Config{}
-	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 k8sClient.Scheme(),
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-		Cache:                  cache.Options{DefaultNamespaces: nss},
-	})
-	Expect(err).NotTo(HaveOccurred())
-	Expect(controllers.SetupWithManager(mgr, vcfg, o)).To(Succeed())
-	mgrCtx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer GinkgoRecover()
-		defer close(done)
-		Expect(mgr.Start(mgrCtx)).To(Succeed())
-	}()
-	DeferCleanup(func() { cancel(); <-done })
+	startManagerWith(k8sClient.Scheme(), vcfg, o, namespaces...)
+	DeferCleanup(stopManager)
 }
 
 // restartManager stops the manager and starts a new one, as a crash and
