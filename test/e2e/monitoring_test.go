@@ -163,6 +163,7 @@ spec:
 	}
 	if t.Failed() {
 		t.Logf("served sandbox_controller_ series:\n%s", grepLines(body, "sandbox_controller_"))
+		return
 	}
 	t.Logf("%d metrics read by the alerts and the dashboard, all served", len(want))
 }
