@@ -170,32 +170,9 @@ func decide(l lifecycle) decision {
 	o := l.obs
 	switch o.state {
 	case remoteForeign:
-		msg := fmt.Sprintf("A Vercel sandbox named %s exists but was not created for this object; it is left alone", l.name)
-		d := decision{ready: &readiness{sandboxv1.SandboxFailed, metav1.ConditionFalse, sandboxv1.ReasonNameConflict, msg}}
-		if l.ready != sandboxv1.ReasonNameConflict {
-			d.event = &event{corev1.EventTypeWarning, sandboxv1.ReasonNameConflict, msg}
-		}
-		return d
+		return decideForeign(l)
 	case remoteMissing:
-		if !l.hadSession {
-			return decideFirstCreate(l)
-		}
-		if recreates(l.recreate) && l.wantRunning() {
-			return decision{action: actRecreate, recreateWhy: sandboxv1.ReasonNotFound}
-		}
-		next := "Delete and re-create this Sandbox to get a new one."
-		if recreates(l.recreate) {
-			// It should not run now (spec.state Stopped, or past its
-			// shutdown time): the policy recreates it once it should.
-			next = fmt.Sprintf("spec.recreatePolicy %s creates a new one from spec.source when it should run again.", l.recreate)
-		}
-		d := decision{noSession: true, ready: &readiness{sandboxv1.SandboxFailed, metav1.ConditionFalse, sandboxv1.ReasonNotFound,
-			fmt.Sprintf("Vercel sandbox %s no longer exists; it was deleted outside the operator. %s", l.name, next)}}
-		if l.phase != sandboxv1.SandboxFailed || l.ready != sandboxv1.ReasonNotFound {
-			d.event = &event{corev1.EventTypeWarning, sandboxv1.ReasonNotFound,
-				fmt.Sprintf("Vercel sandbox %s no longer exists; it was deleted outside the operator", l.name)}
-		}
-		return d
+		return decideMissing(l)
 	case noSession:
 		return decision{requeue: sessionStartPoll}
 	}
@@ -216,6 +193,42 @@ func decide(l lifecycle) decision {
 		return decideStopped(l)
 	}
 	return decideRunning(l)
+}
+
+// decideForeign leaves alone a Vercel sandbox of the Sandbox's name that
+// was not created for it, and fails the Sandbox (one event).
+func decideForeign(l lifecycle) decision {
+	msg := fmt.Sprintf("A Vercel sandbox named %s exists but was not created for this object; it is left alone", l.name)
+	d := decision{ready: &readiness{sandboxv1.SandboxFailed, metav1.ConditionFalse, sandboxv1.ReasonNameConflict, msg}}
+	if l.ready != sandboxv1.ReasonNameConflict {
+		d.event = &event{corev1.EventTypeWarning, sandboxv1.ReasonNameConflict, msg}
+	}
+	return d
+}
+
+// decideMissing handles a Vercel sandbox that is not there: never created
+// yet, deleted outside the operator and recreated by spec.recreatePolicy, or
+// reported gone (one event).
+func decideMissing(l lifecycle) decision {
+	if !l.hadSession {
+		return decideFirstCreate(l)
+	}
+	if recreates(l.recreate) && l.wantRunning() {
+		return decision{action: actRecreate, recreateWhy: sandboxv1.ReasonNotFound}
+	}
+	next := "Delete and re-create this Sandbox to get a new one."
+	if recreates(l.recreate) {
+		// It should not run now (spec.state Stopped, or past its
+		// shutdown time): the policy recreates it once it should.
+		next = fmt.Sprintf("spec.recreatePolicy %s creates a new one from spec.source when it should run again.", l.recreate)
+	}
+	d := decision{noSession: true, ready: &readiness{sandboxv1.SandboxFailed, metav1.ConditionFalse, sandboxv1.ReasonNotFound,
+		fmt.Sprintf("Vercel sandbox %s no longer exists; it was deleted outside the operator. %s", l.name, next)}}
+	if l.phase != sandboxv1.SandboxFailed || l.ready != sandboxv1.ReasonNotFound {
+		d.event = &event{corev1.EventTypeWarning, sandboxv1.ReasonNotFound,
+			fmt.Sprintf("Vercel sandbox %s no longer exists; it was deleted outside the operator", l.name)}
+	}
+	return d
 }
 
 // decideFirstCreate creates the Vercel sandbox, unless spec.shutdownTime has
@@ -267,63 +280,99 @@ func decideRunning(l lifecycle) decision {
 // and resumes it when it should run again. Between polls the reason status
 // recorded stands; a fresh look classifies the stop again.
 func decideStopped(l lifecycle) decision {
-	o := l.obs
-	d := decision{}
-	stoppedAt := l.stoppedAt
-	reason := l.ready
-	if o.fromVercel {
-		if t := msTime(o.session.StoppedAt); t != nil {
-			d.stoppedAt, stoppedAt = t, t.Time
-		} else if stoppedAt.IsZero() {
-			d.stoppedAt = &metav1.Time{Time: l.now.Truncate(time.Second)}
-			stoppedAt = d.stoppedAt.Time
-		}
-		switch {
-		case l.stopped:
-			reason = sandboxv1.ReasonStopped
-		case l.shutdown.due:
-			reason = sandboxv1.ReasonShutdownTime
-		case o.sameSession && (restingReasons[l.ready] != "" || l.ready == sandboxv1.ReasonQuotaExceeded) && l.phase != sandboxv1.SandboxStopping:
-			// Already classified, by the controller's own stop or an earlier
-			// look. A look while it was stopping recorded SessionStopped in
-			// phase Stopping, which says nothing about why it stopped. A
-			// resume the quota refused (QuotaExceeded) still wants to resume.
-		default:
-			reason = stopCause(o.session, l.maxSession)
-			if reason == sandboxv1.ReasonIdleTimeout && l.refused {
-				// It ran to the deadline Vercel would not move: the plan's limit.
-				reason = sandboxv1.ReasonMaxSessionLength
-			}
-		}
+	reason, stoppedAt, record := l.stopOf()
+	d := decision{stoppedAt: record}
+	if l.obs.fromVercel {
 		d.update = l.specChanged
 	}
 	msg := l.stopMessage(reason)
 	if !l.persistent {
 		msg += cannotResume(l.recreate)
 	}
-	if reason != l.ready {
-		// Reported even when a heartbeat resumes the sandbox right away.
-		switch reason {
-		case sandboxv1.ReasonSessionStopped:
-			d.event = &event{corev1.EventTypeWarning, reason, msg}
-		case sandboxv1.ReasonIdleTimeout, sandboxv1.ReasonMaxSessionLength, sandboxv1.ReasonSnapshotted:
-			d.event = &event{corev1.EventTypeNormal, reason, msg}
-		}
-	}
+	d.event = stopEvent(reason, l.ready, msg)
 	if why := l.recreateWhy(reason, stoppedAt); why != "" {
 		// A changed spec goes to the new sandbox with its create.
 		d.action, d.recreateWhy, d.update = actRecreate, why, false
 		return d
 	}
-	want := l.wantRunning()
-	// A fresh look at a sandbox whose snapshot was missing happens only on a
-	// spec change or a requested reconcile: both retry the resume.
-	if l.persistent && (o.fromVercel && reason == sandboxv1.ReasonSnapshotMissing && want ||
-		shouldResume(reason, want, stoppedAt, l.activity)) {
+	if l.resumes(reason, stoppedAt) {
 		d.action = actResume
 		return d
 	}
-	if o.fromVercel {
+	return l.rest(d, reason, msg, stoppedAt)
+}
+
+// stopOf is why and when the session stopped: as status recorded them
+// between polls; on a fresh look classified again, with the stop time to
+// record (Vercel's, else now when status has none).
+func (l lifecycle) stopOf() (reason string, stoppedAt time.Time, record *metav1.Time) {
+	o := l.obs
+	if !o.fromVercel {
+		return l.ready, l.stoppedAt, nil
+	}
+	stoppedAt = l.stoppedAt
+	if t := msTime(o.session.StoppedAt); t != nil {
+		record, stoppedAt = t, t.Time
+	} else if stoppedAt.IsZero() {
+		record = &metav1.Time{Time: l.now.Truncate(time.Second)}
+		stoppedAt = record.Time
+	}
+	return l.classifyStop(), stoppedAt, record
+}
+
+// classifyStop is why a session seen stopped on Vercel stopped.
+func (l lifecycle) classifyStop() string {
+	o := l.obs
+	switch {
+	case l.stopped:
+		return sandboxv1.ReasonStopped
+	case l.shutdown.due:
+		return sandboxv1.ReasonShutdownTime
+	case o.sameSession && (restingReasons[l.ready] != "" || l.ready == sandboxv1.ReasonQuotaExceeded) && l.phase != sandboxv1.SandboxStopping:
+		// Already classified, by the controller's own stop or an earlier
+		// look. A look while it was stopping recorded SessionStopped in
+		// phase Stopping, which says nothing about why it stopped. A
+		// resume the quota refused (QuotaExceeded) still wants to resume.
+		return l.ready
+	}
+	reason := stopCause(o.session, l.maxSession)
+	if reason == sandboxv1.ReasonIdleTimeout && l.refused {
+		// It ran to the deadline Vercel would not move: the plan's limit.
+		return sandboxv1.ReasonMaxSessionLength
+	}
+	return reason
+}
+
+// stopEvent is the event for a stop newly classified as reason (status had
+// recorded): reported even when a heartbeat resumes the sandbox right away.
+func stopEvent(reason, recorded, msg string) *event {
+	if reason == recorded {
+		return nil
+	}
+	switch reason {
+	case sandboxv1.ReasonSessionStopped:
+		return &event{corev1.EventTypeWarning, reason, msg}
+	case sandboxv1.ReasonIdleTimeout, sandboxv1.ReasonMaxSessionLength, sandboxv1.ReasonSnapshotted:
+		return &event{corev1.EventTypeNormal, reason, msg}
+	}
+	return nil
+}
+
+// resumes reports whether a persistent sandbox's stopped session resumes
+// now.
+func (l lifecycle) resumes(reason string, stoppedAt time.Time) bool {
+	want := l.wantRunning()
+	// A fresh look at a sandbox whose snapshot was missing happens only on a
+	// spec change or a requested reconcile: both retry the resume.
+	return l.persistent && (l.obs.fromVercel && reason == sandboxv1.ReasonSnapshotMissing && want ||
+		shouldResume(reason, want, stoppedAt, l.activity))
+}
+
+// rest is the decision d for a session that stays stopped: its readiness on
+// a fresh look, the shutdown warning, when to look again, and the end of its
+// life (idle deletion, recreation).
+func (l lifecycle) rest(d decision, reason, msg string, stoppedAt time.Time) decision {
+	if l.obs.fromVercel {
 		if reason == sandboxv1.ReasonSnapshotMissing {
 			// The failed resume reported it; it waits for a spec change or
 			// a requested reconcile, not for a timer.
