@@ -33,9 +33,9 @@ log() { echo "envtest: $*" >&2; }
 exec 9>"$OUT/.lock"
 flock 9
 
-# build_in_module <dir> <module@version> <package> <output> <replace lines...>
+# build_in_module <dir> <module@version> <package> <output> <ldflags> <replace lines...>
 build_in_module() {
-  local dir=$1 modver=$2 pkg=$3 out=$4; shift 4
+  local dir=$1 modver=$2 pkg=$3 out=$4 ldflags=$5; shift 5
   rm -rf "$dir" && mkdir -p "$dir"
   {
     echo "module envtestbuild"
@@ -49,8 +49,21 @@ build_in_module() {
     echo ")"
   } >"$dir/go.mod"
   printf 'package tools\n\nimport _ "%s"\n' "$pkg" >"$dir/tools.go"
-  (cd "$dir" && GOFLAGS=-mod=mod go mod tidy >&2 && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags='-s -w' -o "$out.tmp" "$pkg" >&2)
+  with_progress "$(basename "$out")" \
+    bash -c 'cd "$1" && GOFLAGS=-mod=mod go mod tidy >&2 && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags="-s -w $4" -o "$2.tmp" "$3" >&2' _ "$dir" "$out" "$pkg" "$ldflags"
   mv "$out.tmp" "$out"
+}
+
+# with_progress <what> <command...> runs the command, saying every 30 s that
+# it is still at work: go prints nothing while it compiles for minutes.
+with_progress() {
+  local what=$1 start=$SECONDS rc=0; shift
+  (while sleep 30; do log "still building $what ($((SECONDS - start)) s so far)"; done) &
+  local ticker=$!
+  "$@" || rc=$?
+  kill "$ticker" 2>/dev/null; wait "$ticker" 2>/dev/null || true
+  log "built $what in $((SECONDS - start)) s"
+  return "$rc"
 }
 
 # The replace targets come from the module's own go.mod, so a new Kubernetes
@@ -61,16 +74,23 @@ if [[ ! -x "$OUT/etcd" ]]; then
   log "building etcd v$ETCD_VERSION (about 30 s)"
   mapfile -t reps < <(sed -n 's#^\s*\(go\.etcd\.io/etcd/[^ ]*\) => \.\./.*#\1#p' "$(modfile go.etcd.io/etcd/server/v3@v$ETCD_VERSION)" |
     awk -v v="v$ETCD_VERSION" '{print $1 " => " $1 " " v}')
-  build_in_module "$ROOT/bin/envtest-build/etcd" "go.etcd.io/etcd/server/v3@v$ETCD_VERSION" go.etcd.io/etcd/server/v3 "$OUT/etcd" "${reps[@]}"
+  build_in_module "$ROOT/bin/envtest-build/etcd" "go.etcd.io/etcd/server/v3@v$ETCD_VERSION" go.etcd.io/etcd/server/v3 "$OUT/etcd" "" "${reps[@]}"
 fi
 
+# The version the API server reports (/version, what `helm install` checks a
+# chart's kubeVersion against) is stamped at link time, as Kubernetes' own
+# release build does; a build without it reports v0.0.0-master.
+minor=${KUBE_VERSION#1.}
+minor=${minor%%.*}
+kube_ldflags="-X k8s.io/component-base/version.gitVersion=v$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
 for component in kube-apiserver kube-controller-manager; do
-  [[ -x "$OUT/$component" ]] && continue
+  # An earlier build without the version stamp is rebuilt (a relink: the
+  # build cache keeps the compiled packages).
+  [[ -x "$OUT/$component" ]] && "$OUT/$component" --version 2>/dev/null | grep -qx "Kubernetes v$KUBE_VERSION" && continue
   log "building $component v$KUBE_VERSION (about 5 min on 2 cores; the second one reuses most of the first)"
-  minor=${KUBE_VERSION#1.}
   mapfile -t reps < <(sed -n 's#^\s*\(k8s\.io/[^ ]*\) => \./staging/.*#\1#p' "$(modfile k8s.io/kubernetes@v$KUBE_VERSION)" |
-    awk -v v="v0.$minor" '{print $1 " => " $1 " " v}')
-  build_in_module "$ROOT/bin/envtest-build/$component" "k8s.io/kubernetes@v$KUBE_VERSION" "k8s.io/kubernetes/cmd/$component" "$OUT/$component" "${reps[@]}"
+    awk -v v="v0.${KUBE_VERSION#1.}" '{print $1 " => " $1 " " v}')
+  build_in_module "$ROOT/bin/envtest-build/$component" "k8s.io/kubernetes@v$KUBE_VERSION" "k8s.io/kubernetes/cmd/$component" "$OUT/$component" "$kube_ldflags" "${reps[@]}"
 done
 
 echo "$OUT"
