@@ -200,11 +200,13 @@ DIST ?= $(shell pwd)/dist
 RELEASE_IMG ?= ghcr.io/getsentry/sandbox-controller:$(VERSION)
 RELEASE_URL ?= https://github.com/getsentry/sandbox-controller/releases/download/$(VERSION)
 RELEASE_PARTS ?= plugin,image,install,chart
+RELEASE_PLUGIN_PLATFORMS ?= linux/amd64,linux/arm64,darwin/amd64,darwin/arm64
 
 .PHONY: release
 release: kustomize helm ## Build a release into dist/ (VERSION, RELEASE_IMG, RELEASE_URL; RELEASE_PARTS=plugin for the plugin alone): plugin archives, krew manifest, image index (amd64, arm64), install.yaml, chart, SHA256SUMS.
 	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) go run ./hack/release -out $(DIST) -version '$(VERSION)' -revision '$(REVISION)' \
-		-release-url '$(RELEASE_URL)' -img '$(RELEASE_IMG)' -kustomize $(KUSTOMIZE) -helm $(HELM) -parts $(RELEASE_PARTS)
+		-release-url '$(RELEASE_URL)' -img '$(RELEASE_IMG)' -kustomize $(KUSTOMIZE) -helm $(HELM) -parts $(RELEASE_PARTS) \
+		-plugin-platforms $(RELEASE_PLUGIN_PLATFORMS)
 
 ##@ Deployment
 

@@ -277,7 +277,9 @@ func tarGz(mtime time.Time, files []tarFile) ([]byte, error) {
 // krewManifest fills plugins/krew/sandbox.yaml in: the version, and for
 // each platform built the archive's URL and sha256. The committed file says
 // which platforms there are and what the archive holds (files, bin); a
-// platform built without an entry there, or the reverse, is an error.
+// platform built without an entry there is an error, and one not built
+// (-plugin-platforms narrower than the default, as test/release does) is
+// left out of the manifest.
 func (o options) krewManifest(sums map[string]string) ([]byte, error) {
 	src := filepath.Join(o.root, "plugins", "krew", "sandbox.yaml")
 	b, err := os.ReadFile(src)
@@ -295,6 +297,7 @@ func (o options) krewManifest(sums map[string]string) ([]byte, error) {
 	spec["version"] = o.version
 	platforms, _ := spec["platforms"].([]any)
 	seen := map[string]bool{}
+	var kept []any
 	for _, p := range platforms {
 		pm, _ := p.(map[string]any)
 		sel, _ := pm["selector"].(map[string]any)
@@ -304,12 +307,15 @@ func (o options) krewManifest(sums map[string]string) ([]byte, error) {
 		key := goos + "/" + goarch
 		sum, ok := sums[key]
 		if !ok {
-			return nil, fmt.Errorf("%s lists the platform %s, which was not built (-plugin-platforms)", src, key)
+			fmt.Fprintf(o.log, "release: the krew manifest leaves out %s (not in -plugin-platforms)\n", key)
+			continue
 		}
 		seen[key] = true
 		pm["uri"] = o.releaseURL + "/" + PluginArchive(goos, goarch)
 		pm["sha256"] = sum
+		kept = append(kept, pm)
 	}
+	spec["platforms"] = kept
 	for key := range sums {
 		if !seen[key] {
 			return nil, fmt.Errorf("the plugin was built for %s, which %s does not list", key, src)
