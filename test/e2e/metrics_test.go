@@ -279,7 +279,13 @@ func TestMetricsServiceRoutesToManager(t *testing.T) {
 			Selector metav1.LabelSelector `json:"selector"`
 		} `json:"spec"`
 	}
-	must(t, yaml.Unmarshal(mon, &sm))
+	// config/prometheus also renders the alerts and the dashboard.
+	for _, doc := range splitYAML(t, mon) {
+		must(t, yaml.Unmarshal(doc, &sm))
+		if sm.Kind == "ServiceMonitor" {
+			break
+		}
+	}
 	if sm.Kind != "ServiceMonitor" || len(sm.Spec.Endpoints) != 1 {
 		t.Fatalf("config/prometheus renders %s with %d endpoints, want one ServiceMonitor endpoint", sm.Kind, len(sm.Spec.Endpoints))
 	}
