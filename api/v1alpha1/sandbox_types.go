@@ -893,6 +893,10 @@ type AppliedSecret struct {
 // +kubebuilder:printcolumn:name="Session",type=string,JSONPath=`.status.sessionID`,description="Current Vercel session id"
 // +kubebuilder:printcolumn:name="Expires",type=string,JSONPath=`.status.expiresAt`,description="When the current session stops unless extended"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,description="Why Ready is what it is",priority=1
+// +kubebuilder:printcolumn:name="Class",type=string,JSONPath=`.metadata.labels.sandbox\.sentry\.io/class`,description="The SandboxClass whose credentials it uses (empty: the manager's own)",priority=1
+// +kubebuilder:printcolumn:name="vCPUs",type=integer,JSONPath=`.status.sessionVCPUs`,description="vCPUs of the current session",priority=1
+// +kubebuilder:printcolumn:name="Route",type=string,JSONPath=`.status.routes[0].url`,description="Public URL of the first exposed port",priority=1
 type Sandbox struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

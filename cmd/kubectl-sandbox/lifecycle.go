@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -29,6 +28,7 @@ func newListCommand(o *options) *cobra.Command {
 		Short:   "List Sandboxes (or SandboxSnapshots, or SandboxForks)",
 		Example: `  kubectl sandbox ls
   kubectl sandbox ls snapshots -A
+  kubectl sandbox ls -o wide
   kubectl sandbox ls -l app=box -o name`,
 		Args: cobra.MaximumNArgs(1),
 	}
@@ -70,7 +70,9 @@ func newListCommand(o *options) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		if format := outputFormat(pf); format != "" {
+		if format := outputFormat(pf); format == "wide" {
+			return printTable(ctx, c, kind, ns, opts, listPrint{wide: true, allNamespaces: allNamespaces}, o)
+		} else if format != "" {
 			p, err := pf.ToPrinter()
 			if err != nil {
 				return err
@@ -92,37 +94,7 @@ func newListCommand(o *options) *cobra.Command {
 			}
 			return p.PrintObj(list, o.Out)
 		}
-		if len(items) == 0 {
-			fmt.Fprintln(o.ErrOut, "No resources found.")
-			return nil
-		}
-		tw := tabwriter.NewWriter(escapingWriter{o.Out}, 0, 8, 3, ' ', 0)
-		row := func(obj metav1.Object, cols ...string) {
-			if allNamespaces {
-				cols = append([]string{obj.GetNamespace()}, cols...)
-			}
-			fmt.Fprintln(tw, strings.Join(append(cols, age(obj.GetCreationTimestamp())), "\t"))
-		}
-		header := map[resourceKind][]string{
-			kindSandbox:  {"NAME", "PHASE", "READY", "SESSION", "SOURCE", "AGE"},
-			kindSnapshot: {"NAME", "PHASE", "READY", "SOURCE", "SNAPSHOT-ID", "AGE"},
-			kindFork:     {"NAME", "PHASE", "READY", "SOURCE", "AGE"},
-		}[kind]
-		if allNamespaces {
-			header = append([]string{"NAMESPACE"}, header...)
-		}
-		fmt.Fprintln(tw, strings.Join(header, "\t"))
-		for _, it := range items {
-			switch s := it.(type) {
-			case *sandboxv1.Sandbox:
-				row(s, s.Name, orNone(string(s.Status.Phase)), readyText(s.Status.Conditions), orNone(s.Status.SessionID), sandboxSource(s.Spec.Source))
-			case *sandboxv1.SandboxSnapshot:
-				row(s, s.Name, orNone(string(s.Status.Phase)), fmt.Sprint(s.Status.ReadyToUse), snapshotSource(s.Spec.Source), orNone(s.Status.SnapshotID))
-			case *sandboxv1.SandboxFork:
-				row(s, s.Name, orNone(string(s.Status.Phase)), fmt.Sprintf("%d/%d", s.Status.ReadyReplicas, forkWant(s)), forkSource(s.Spec.Source))
-			}
-		}
-		return tw.Flush()
+		return printTable(ctx, c, kind, ns, opts, listPrint{wide: false, allNamespaces: allNamespaces}, o)
 	}
 	return cmd
 }

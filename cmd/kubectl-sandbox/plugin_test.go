@@ -224,6 +224,23 @@ func TestSandboxLifecycle(t *testing.T) {
 		if len(items) != 1 || items[0].(map[string]any)["kind"] != "Sandbox" {
 			t.Errorf("ls -o json: %v", list)
 		}
+		// -o wide: the columns of kubectl get sbx -o wide (the CRD's printer
+		// columns, rendered by the API server), the class, vCPUs, route and
+		// Ready reason among them.
+		wide := ok(t, sandbox(ns, "ls", "-o", "wide")...)
+		get := ok(t, "get", "sbx", "-n", ns, "-o", "wide")
+		header := func(s string) string { h, _, _ := strings.Cut(s, "\n"); return strings.Join(strings.Fields(h), " ") }
+		if header(wide) != header(get) {
+			t.Errorf("ls -o wide header %q, kubectl get sbx -o wide header %q", header(wide), header(get))
+		}
+		for _, col := range []string{"REASON", "CLASS", "VCPUS", "ROUTE"} {
+			if !strings.Contains(header(wide), col) {
+				t.Errorf("ls -o wide has no %s column:\n%s", col, wide)
+			}
+		}
+		if len(sbx.Status.Routes) == 0 || !strings.Contains(wide, sbx.Status.Routes[0].URL) || !strings.Contains(wide, "Running") {
+			t.Errorf("ls -o wide does not show the route %v and phase:\n%s", sbx.Status.Routes, wide)
+		}
 		// -A, as kubectl's --all-namespaces, adds the namespace column.
 		if all := ok(t, "sandbox", "ls", "-A"); !strings.Contains(all, ns) || !strings.HasPrefix(all, "NAMESPACE") {
 			t.Errorf("ls -A:\n%s", all)

@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/duration"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 	"github.com/getsentry/sandbox-controller/pkg/sandboxclient"
@@ -33,13 +32,6 @@ func getObject(ctx context.Context, c *sandboxclient.Client, kind resourceKind, 
 // qualified is the name kubectl prints for an object (-o name).
 func qualified(kind resourceKind, name string) string {
 	return strings.ToLower(string(kind)) + "." + sandboxv1.GroupVersion.Group + "/" + name
-}
-
-func age(t metav1.Time) string {
-	if t.IsZero() {
-		return "<unknown>"
-	}
-	return duration.HumanDuration(time.Since(t.Time))
 }
 
 func orNone(s string) string {
