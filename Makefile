@@ -34,7 +34,7 @@ GO_TEST_FLAGS ?= -race -timeout 30m
 # version (docs/dev/testing.md). GINKGO_ARGS adds flags: --focus, -v, ...
 GINKGO_VERSION ?= $(shell go list -m -f '{{.Version}}' github.com/onsi/ginkgo/v2)
 GINKGO ?= $(LOCALBIN)/ginkgo-$(GINKGO_VERSION)
-TEST_PROCS ?= 4
+TEST_PROCS ?= 6
 GINKGO_ARGS ?=
 
 # What the binaries report (--version, the manager's start log and
