@@ -173,11 +173,6 @@ func (r *SandboxSnapshotReconciler) observe(ctx context.Context, snap *sandboxv1
 	return ctrl.Result{RequeueAfter: r.nextObservation(remote)}, nil
 }
 
-// expired reports a snapshot Vercel no longer serves.
-func (r *SandboxSnapshotReconciler) expired(s *vercel.Snapshot) bool {
-	return snapshotExpired(s, r.now())
-}
-
 // nextObservation polls at the usual interval, or right after the snapshot
 // expires, whichever comes first.
 func (r *SandboxSnapshotReconciler) nextObservation(s *vercel.Snapshot) time.Duration {
