@@ -36,17 +36,8 @@ func (r *SandboxReconciler) act(ctx context.Context, sbx *sandboxv1.Sandbox, l l
 		res, err = r.run(ctx, sbx, l, d)
 		return res, nil, err
 	}
-	st := &sbx.Status
-	if d.stoppedAt != nil {
-		st.StoppedAt = d.stoppedAt
-	}
-	if d.update {
-		if err := r.update(ctx, sbx, ""); err != nil {
-			return ctrl.Result{}, nil, err
-		}
-	}
-	if e := d.event; e != nil {
-		r.Recorder.Eventf(sbx, nil, e.eventType, e.reason, "Observe", "%s", e.note)
+	if err := r.applyObserved(ctx, sbx, d); err != nil {
+		return ctrl.Result{}, nil, err
 	}
 	if startsSession(d.action) {
 		// The one quota check before Vercel is asked to start a session.
@@ -62,6 +53,37 @@ func (r *SandboxReconciler) act(ctx context.Context, sbx *sandboxv1.Sandbox, l l
 	case actRecreate:
 		return r.recreate(ctx, sbx, d.recreateWhy)
 	}
+	r.applyResting(sbx, l, d)
+	if d.action == actIdleDelete {
+		res, err = r.idleDelete(ctx, sbx, d.deleteWhy)
+		return res, nil, err
+	}
+	return ctrl.Result{RequeueAfter: d.requeue}, nil, nil
+}
+
+// applyObserved records what d says of the session seen (the time it
+// stopped, the event of a newly classified state) and applies a changed spec
+// to it, before any action.
+func (r *SandboxReconciler) applyObserved(ctx context.Context, sbx *sandboxv1.Sandbox, d decision) error {
+	if d.stoppedAt != nil {
+		sbx.Status.StoppedAt = d.stoppedAt
+	}
+	if d.update {
+		if err := r.update(ctx, sbx, ""); err != nil {
+			return err
+		}
+	}
+	if e := d.event; e != nil {
+		r.Recorder.Eventf(sbx, nil, e.eventType, e.reason, "Observe", "%s", e.note)
+	}
+	return nil
+}
+
+// applyResting writes a decision that starts no session: the readiness, the
+// routes of a sandbox that has none, and the warnings of a coming shutdown
+// or idle deletion.
+func (r *SandboxReconciler) applyResting(sbx *sandboxv1.Sandbox, l lifecycle, d decision) {
+	st := &sbx.Status
 	if d.noSession {
 		st.Routes, st.ExpiresAt = nil, nil
 	}
@@ -77,11 +99,6 @@ func (r *SandboxReconciler) act(ctx context.Context, sbx *sandboxv1.Sandbox, l l
 	if !d.idleWarnAt.IsZero() {
 		r.warnIdleDeletion(sbx, d.idleWarnAt)
 	}
-	if d.action == actIdleDelete {
-		res, err = r.idleDelete(ctx, sbx, d.deleteWhy)
-		return res, nil, err
-	}
-	return ctrl.Result{RequeueAfter: d.requeue}, nil, nil
 }
 
 // create creates the Vercel sandbox from the spec, or adopts the one a lost
