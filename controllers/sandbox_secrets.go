@@ -231,17 +231,54 @@ func (r *SandboxReconciler) refreshSecrets(ctx context.Context, sbx *sandboxv1.S
 		}
 		return nil
 	}
-	if st.VercelName == "" || st.SessionID == "" || st.ObservedGeneration != sbx.Generation || st.Phase == sandboxv1.SandboxDeleting {
-		// Not created yet, or a spec change is about to be applied (with
-		// the current values): nothing to refresh.
+	if !refreshable(sbx) {
 		return nil
 	}
-	versions, err := r.secretVersions(ctx, sbx.Namespace, names)
-	if err != nil {
+	recorded, changed, err := r.secretsChanged(ctx, sbx, names)
+	if err != nil || !changed {
 		return err
 	}
+	secrets, err := r.readSecretValues(ctx, sbx)
+	if secrets == nil || err != nil {
+		return err
+	}
+	applied := appliedSecrets(r.DigestKey, sbx.UID, secrets)
+	if st.Secrets == nil {
+		// Recorded by a version without rotation, or adopted: what Vercel
+		// holds is unknown; the values read now are the baseline.
+		st.Secrets = &sandboxv1.SecretsStatus{Applied: applied}
+		markSecrets(sbx, nil)
+		return nil
+	}
+	rotated := rotatedSecrets(r.DigestKey, sbx.UID, recorded, applied, secrets)
+	if len(rotated) == 0 {
+		// Metadata changed, or keys the spec does not read.
+		st.Secrets.Applied = applied
+		markSecrets(sbx, nil)
+		return nil
+	}
+	return r.applyRotation(ctx, sbx, secrets, applied, rotated)
+}
+
+// refreshable reports whether Vercel holds the values of sbx's current spec,
+// which a rotation may then refresh.
+func refreshable(sbx *sandboxv1.Sandbox) bool {
+	st := &sbx.Status
+	// Not created yet, or a spec change is about to be applied (with the
+	// current values): nothing to refresh.
+	return st.VercelName != "" && st.SessionID != "" && st.ObservedGeneration == sbx.Generation && st.Phase != sandboxv1.SandboxDeleting
+}
+
+// secretsChanged reports whether a referenced Secret may have changed since
+// status recorded it, from the resourceVersions in the manager's metadata
+// cache, and what status recorded, by name.
+func (r *SandboxReconciler) secretsChanged(ctx context.Context, sbx *sandboxv1.Sandbox, names []string) (map[string]sandboxv1.AppliedSecret, bool, error) {
+	versions, err := r.secretVersions(ctx, sbx.Namespace, names)
+	if err != nil {
+		return nil, false, err
+	}
 	recorded := map[string]sandboxv1.AppliedSecret{}
-	if st.Secrets != nil {
+	if st := &sbx.Status; st.Secrets != nil {
 		for _, a := range st.Secrets.Applied {
 			recorded[a.Name] = a
 		}
@@ -254,12 +291,17 @@ func (r *SandboxReconciler) refreshSecrets(ctx context.Context, sbx *sandboxv1.S
 			changed = true
 		}
 	}
-	if !changed {
-		return nil
-	}
+	return recorded, changed, nil
+}
 
+// readSecretValues reads the values of the Secrets the spec references. One
+// that cannot be read is reported on SecretsCurrent (with an event when the
+// reason is new) and answers nil: the Vercel sandbox keeps the values it was
+// given.
+func (r *SandboxReconciler) readSecretValues(ctx context.Context, sbx *sandboxv1.Sandbox) (*secretReader, error) {
+	st := &sbx.Status
 	secrets := &secretReader{reader: r.APIReader, namespace: sbx.Namespace}
-	_, err = buildConfig(ctx, secrets, &sbx.Spec)
+	_, err := buildConfig(ctx, secrets, &sbx.Spec)
 	if err == nil {
 		err = readGitCredentials(ctx, secrets, &sbx.Spec.Source)
 	}
@@ -274,36 +316,37 @@ func (r *SandboxReconciler) refreshSecrets(ctx context.Context, sbx *sandboxv1.S
 				"%s; the Vercel sandbox keeps the values it was given", se.Error())
 		}
 		markSecrets(sbx, se)
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
+	return secrets, nil
+}
 
-	applied := appliedSecrets(r.DigestKey, sbx.UID, secrets)
-	if st.Secrets == nil {
-		// Recorded by a version without rotation, or adopted: what Vercel
-		// holds is unknown; the values read now are the baseline.
-		st.Secrets = &sandboxv1.SecretsStatus{Applied: applied}
-		markSecrets(sbx, nil)
-		return nil
-	}
-	uses := secretUses(&sbx.Spec)
+// rotatedSecrets is the names of the applied Secrets whose values differ
+// from the digests recorded.
+func rotatedSecrets(key []byte, uid types.UID, recorded map[string]sandboxv1.AppliedSecret, applied []sandboxv1.AppliedSecret, secrets *secretReader) []string {
 	var rotated []string
-	var rotatedUses secretUse
 	for _, a := range applied {
-		if !sameValues(recorded[a.Name].Digest, r.DigestKey, sbx.UID, a.Name, secrets.cache[a.Name], secrets.keys[a.Name]) {
+		if !sameValues(recorded[a.Name].Digest, key, uid, a.Name, secrets.cache[a.Name], secrets.keys[a.Name]) {
 			rotated = append(rotated, a.Name)
-			rotatedUses |= uses[a.Name]
 		}
 	}
-	if len(rotated) == 0 {
-		// Metadata changed, or keys the spec does not read.
-		st.Secrets.Applied = applied
-		markSecrets(sbx, nil)
-		return nil
-	}
+	return rotated
+}
 
+// applyRotation gives Vercel the rotated values (the running session, if
+// any, gets them too), announces them, and records them. A running session
+// keeps the env values it started with: status marks it stale until it
+// stops.
+func (r *SandboxReconciler) applyRotation(ctx context.Context, sbx *sandboxv1.Sandbox, secrets *secretReader, applied []sandboxv1.AppliedSecret, rotated []string) error {
+	st := &sbx.Status
+	uses := secretUses(&sbx.Spec)
+	var rotatedUses secretUse
+	for _, n := range rotated {
+		rotatedUses |= uses[n]
+	}
 	running := ""
 	if st.ExpiresAt != nil {
 		running = st.SessionID
