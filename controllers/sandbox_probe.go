@@ -179,87 +179,108 @@ func (r *SandboxReconciler) probeResult(sbx *sandboxv1.Sandbox, ps probeState, t
 // readiness the probe allows and when to look again.
 func (r *SandboxReconciler) execProbeReadiness(ctx context.Context, sbx *sandboxv1.Sandbox, ps probeState, rd readiness, now time.Time) (readiness, time.Duration, error) {
 	key := client.ObjectKeyFromObject(sbx)
+	// Whatever the step's outcome, the probe's state is kept for the next.
+	defer func() { r.probes.Store(key, ps) }()
 	p := sbx.Spec.ReadinessProbe
-	period, threshold, timeout := probePeriod(p), probeThreshold(p), probeTimeout(p)
-	id := ps.sessionID
-	msg, again := "", time.Duration(0)
-	store := func() { r.probes.Store(key, ps) }
 	if ps.run == nil && !now.Before(ps.next) && !ps.searched {
-		run, err := r.findProbeCommand(ctx, id, probeMarker(ps.spec), period, now)
-		if err != nil {
-			store()
+		if err := r.recoverProbeRun(ctx, key, &ps, probePeriod(p), probeTimeout(p), now); err != nil {
 			return rd, 0, err
-		}
-		ps.searched, ps.run = true, run
-		if run != nil {
-			// It runs whatever the bound says; it counts toward it.
-			r.probeSlots.take(key, run.started.Add(timeout+probeGrace))
 		}
 	}
 	switch {
 	case ps.run != nil:
-		run := ps.run
-		cmd, err := r.api(ctx).GetCommand(ctx, id, run.cmdID, false)
-		switch {
-		case vercel.IsNotFound(err) || vercel.IsGone(err):
-			// The session went, and its command with it: the next
-			// observation sees to the session.
-			r.probeSlots.release(key)
-			ps.run, ps.searched = nil, false
-			store()
-			return probeVerdict(sbx, ps, threshold, rd, ""), minRequeue, nil
-		case err != nil:
-			store()
-			return rd, 0, fmt.Errorf("poll readiness probe %s in session %s: %w", run.cmdID, id, err)
-		case cmd.ExitCode == nil && now.Before(run.started.Add(timeout+probeGrace)):
-			wait := min(run.poll, max(run.started.Add(timeout+probeGrace).Sub(now), minRequeue))
-			run.poll = min(2*run.poll, probePollMax)
-			store()
-			return probeVerdict(sbx, ps, threshold, rd, ""), wait, nil
-		case cmd.ExitCode == nil:
-			// Vercel should have killed it at its timeout; make sure.
-			if _, err := r.api(ctx).KillCommand(ctx, id, run.cmdID, 9); err != nil && !vercel.IsNotFound(err) && !vercel.IsGone(err) {
-				logf.FromContext(ctx).Info("Could not kill a readiness probe past its timeout", "session", id, "command", run.cmdID, "error", err.Error())
-			}
-			msg = fmt.Sprintf("command %s timed out after %s", p.Exec.Command, timeout)
-		default:
-			msg = r.execProbeMessage(ctx, sbx, id, p.Exec, cmd, timeout)
-		}
-		r.probeSlots.release(key)
-		ps.run = nil
-		ps.next = run.started.Add(period)
-		ps = r.probeResult(sbx, ps, threshold, msg)
-		again = max(ps.next.Sub(now), minRequeue)
+		return r.pollProbe(ctx, sbx, &ps, rd, now)
 	case now.Before(ps.next):
-		again = ps.next.Sub(now)
-	default:
-		limit := r.MaxProbesPerNamespace
-		if limit <= 0 {
-			limit = DefaultMaxProbesPerNamespace
-		}
-		if !r.probeSlots.acquire(key, now.Add(timeout+probeGrace), now, limit) {
-			store()
-			v := probeVerdict(sbx, ps, threshold, rd, "")
-			if v.reason == sandboxv1.ReasonProbeNotReady && ps.failures == 0 {
-				v.message = fmt.Sprintf("Waiting for the readiness probe: %d probe commands run in namespace %s now, the most the manager runs at once in one namespace", limit, sbx.Namespace)
-			}
-			return v, probeWaitPoll, nil
-		}
-		cmd, err := r.api(ctx).RunCommand(ctx, id, probeRequest(p.Exec, timeout, probeMarker(ps.spec)))
-		if err != nil {
-			r.probeSlots.release(key)
-			// The command may have started with its answer lost: look for
-			// it before starting another.
-			ps.searched = false
-			store()
-			return rd, 0, fmt.Errorf("run readiness probe in session %s: %w", id, err)
-		}
-		ps.run = &probeRun{cmdID: cmd.ID, started: now, poll: min(probePollFirst, timeout)}
-		again = ps.run.poll
-		ps.run.poll *= 2
+		return probeVerdict(sbx, ps, probeThreshold(p), rd, ""), ps.next.Sub(now), nil
 	}
-	store()
-	return probeVerdict(sbx, ps, threshold, rd, msg), again, nil
+	return r.startProbe(ctx, sbx, &ps, rd, now)
+}
+
+// recoverProbeRun looks, once, for a probe command that a manager before a
+// restart started, or whose answer was lost, so that it is polled instead of
+// a second one started.
+func (r *SandboxReconciler) recoverProbeRun(ctx context.Context, key types.NamespacedName, ps *probeState, period, timeout time.Duration, now time.Time) error {
+	run, err := r.findProbeCommand(ctx, ps.sessionID, probeMarker(ps.spec), period, now)
+	if err != nil {
+		return err
+	}
+	ps.searched, ps.run = true, run
+	if run != nil {
+		// It runs whatever the bound says; it counts toward it.
+		r.probeSlots.take(key, run.started.Add(timeout+probeGrace))
+	}
+	return nil
+}
+
+// pollProbe polls the running probe command: while it runs within its
+// timeout it is polled less and less often; once it exits, or runs past its
+// timeout (then it is killed), its result counts.
+func (r *SandboxReconciler) pollProbe(ctx context.Context, sbx *sandboxv1.Sandbox, ps *probeState, rd readiness, now time.Time) (readiness, time.Duration, error) {
+	key := client.ObjectKeyFromObject(sbx)
+	p := sbx.Spec.ReadinessProbe
+	period, threshold, timeout := probePeriod(p), probeThreshold(p), probeTimeout(p)
+	id, run := ps.sessionID, ps.run
+	var msg string
+	cmd, err := r.api(ctx).GetCommand(ctx, id, run.cmdID, false)
+	switch {
+	case vercel.IsNotFound(err) || vercel.IsGone(err):
+		// The session went, and its command with it: the next
+		// observation sees to the session.
+		r.probeSlots.release(key)
+		ps.run, ps.searched = nil, false
+		return probeVerdict(sbx, *ps, threshold, rd, ""), minRequeue, nil
+	case err != nil:
+		return rd, 0, fmt.Errorf("poll readiness probe %s in session %s: %w", run.cmdID, id, err)
+	case cmd.ExitCode == nil && now.Before(run.started.Add(timeout+probeGrace)):
+		wait := min(run.poll, max(run.started.Add(timeout+probeGrace).Sub(now), minRequeue))
+		run.poll = min(2*run.poll, probePollMax)
+		return probeVerdict(sbx, *ps, threshold, rd, ""), wait, nil
+	case cmd.ExitCode == nil:
+		// Vercel should have killed it at its timeout; make sure.
+		if _, err := r.api(ctx).KillCommand(ctx, id, run.cmdID, 9); err != nil && !vercel.IsNotFound(err) && !vercel.IsGone(err) {
+			logf.FromContext(ctx).Info("Could not kill a readiness probe past its timeout", "session", id, "command", run.cmdID, "error", err.Error())
+		}
+		msg = fmt.Sprintf("command %s timed out after %s", p.Exec.Command, timeout)
+	default:
+		msg = r.execProbeMessage(ctx, sbx, id, p.Exec, cmd, timeout)
+	}
+	r.probeSlots.release(key)
+	ps.run = nil
+	ps.next = run.started.Add(period)
+	*ps = r.probeResult(sbx, *ps, threshold, msg)
+	return probeVerdict(sbx, *ps, threshold, rd, msg), max(ps.next.Sub(now), minRequeue), nil
+}
+
+// startProbe starts a probe command, unless the namespace already runs
+// MaxProbesPerNamespace of them: then the probe waits, and says so while it
+// has not failed yet.
+func (r *SandboxReconciler) startProbe(ctx context.Context, sbx *sandboxv1.Sandbox, ps *probeState, rd readiness, now time.Time) (readiness, time.Duration, error) {
+	key := client.ObjectKeyFromObject(sbx)
+	p := sbx.Spec.ReadinessProbe
+	threshold, timeout := probeThreshold(p), probeTimeout(p)
+	limit := r.MaxProbesPerNamespace
+	if limit <= 0 {
+		limit = DefaultMaxProbesPerNamespace
+	}
+	if !r.probeSlots.acquire(key, now.Add(timeout+probeGrace), now, limit) {
+		v := probeVerdict(sbx, *ps, threshold, rd, "")
+		if v.reason == sandboxv1.ReasonProbeNotReady && ps.failures == 0 {
+			v.message = fmt.Sprintf("Waiting for the readiness probe: %d probe commands run in namespace %s now, the most the manager runs at once in one namespace", limit, sbx.Namespace)
+		}
+		return v, probeWaitPoll, nil
+	}
+	cmd, err := r.api(ctx).RunCommand(ctx, ps.sessionID, probeRequest(p.Exec, timeout, probeMarker(ps.spec)))
+	if err != nil {
+		r.probeSlots.release(key)
+		// The command may have started with its answer lost: look for
+		// it before starting another.
+		ps.searched = false
+		return rd, 0, fmt.Errorf("run readiness probe in session %s: %w", ps.sessionID, err)
+	}
+	ps.run = &probeRun{cmdID: cmd.ID, started: now, poll: min(probePollFirst, timeout)}
+	again := ps.run.poll
+	ps.run.poll *= 2
+	return probeVerdict(sbx, *ps, threshold, rd, ""), again, nil
 }
 
 // endProbeRun lets go of the probe command st records: it is killed when it
