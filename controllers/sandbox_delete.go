@@ -23,28 +23,11 @@ import (
 // says, and it is read first: one whose owner tags are not this object's is
 // left alone and reported.
 func (r *SandboxReconciler) finalize(ctx context.Context, sbx *sandboxv1.Sandbox) (bool, ctrl.Result, error) {
-	st := &sbx.Status
-	name := remoteName(sbx)
-	if st.VercelName == "" {
-		// No reconcile recorded an outcome, but one may have created the
-		// sandbox and stopped before its status write: look it up under the
-		// derived name.
-		done, err := r.neverRecorded(ctx, sbx, name)
-		if done || err != nil {
-			return done, ctrl.Result{}, err
-		}
-		st.VercelName = name
+	name, done, err := r.nameToFinalize(ctx, sbx)
+	if done || err != nil {
+		return done, ctrl.Result{}, err
 	}
-	if st.VercelName != name {
-		r.statusNameIgnored(ctx, sbx, name)
-		st.VercelName = name
-	}
-	if sbx.Annotations[sandboxv1.AnnotationAbandonRemote] == "true" {
-		// An operator released the object by hand: Vercel is unreachable for
-		// good. Admission let only those allowed to leak a sandbox set it.
-		logf.FromContext(ctx).Info("Abandoned the Vercel sandbox", "vercelName", name)
-		r.Recorder.Eventf(sbx, nil, corev1.EventTypeWarning, "AbandonedRemote", "Delete",
-			"Released without deleting Vercel sandbox %s (annotation %s): it and its snapshots are left in Vercel, billed until deleted there", name, sandboxv1.AnnotationAbandonRemote)
+	if r.abandonRemote(ctx, sbx, name) {
 		return true, ctrl.Result{}, nil
 	}
 	deleting := func(err error) (bool, ctrl.Result, error) {
@@ -54,18 +37,7 @@ func (r *SandboxReconciler) finalize(ctx context.Context, sbx *sandboxv1.Sandbox
 	resp, err := r.api(ctx).GetSandbox(ctx, name, false)
 	switch {
 	case vercel.IsNotFound(err):
-		// Deleted already (a delete whose answer was lost before a restart),
-		// or never created: only its automatic snapshots may be left. An
-		// adoption that never happened left none of this object's.
-		if sbx.Spec.DeletionPolicy == sandboxv1.DeletionPolicyRetain || (sbx.Spec.Source.Adopt != nil && st.SessionID == "") {
-			return true, ctrl.Result{}, nil
-		}
-		// A 404 counts only once Vercel knows the project (with a wrong
-		// project id every read answers 404): the client's delete checks.
-		if _, err := r.api(ctx).DeleteSandbox(ctx, name, false); err != nil && !vercel.IsNotFound(err) {
-			return deleting(fmt.Errorf("delete sandbox %s: %w", name, err))
-		}
-		if err := r.deleteAutomaticSnapshots(ctx, sbx, name); err != nil {
+		if err := r.finalizeMissing(ctx, sbx, name); err != nil {
 			return deleting(err)
 		}
 		return true, ctrl.Result{}, nil
@@ -79,26 +51,91 @@ func (r *SandboxReconciler) finalize(ctx context.Context, sbx *sandboxv1.Sandbox
 		return true, ctrl.Result{}, nil
 	}
 	if sbx.Spec.DeletionPolicy == sandboxv1.DeletionPolicyRetain {
-		if err := r.stopBeforeRetain(ctx, sbx, resp); err != nil {
+		if err := r.retainRemote(ctx, sbx, name, resp); err != nil {
 			return deleting(err)
 		}
-		// Released, not only left: without owner tags it can be adopted
-		// again, by a new Sandbox or from another cluster.
-		if _, err := r.api(ctx).UpdateSandbox(ctx, name, vercel.UpdateSandboxRequest{Tags: releasedTags(resp.Sandbox.Tags)}, false); err != nil && !vercel.IsNotFound(err) {
-			return deleting(fmt.Errorf("remove the owner tags of sandbox %s: %w", name, err))
-		}
-		r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Retained", "Delete", "Left Vercel sandbox %s in place without owner tags (deletionPolicy Retain)", name)
 		return true, ctrl.Result{}, nil
 	}
-	if _, err := r.api(ctx).DeleteSandbox(ctx, name, false); err != nil && !vercel.IsNotFound(err) {
-		return deleting(fmt.Errorf("delete sandbox %s: %w", name, err))
-	}
-	if err := r.deleteAutomaticSnapshots(ctx, sbx, name); err != nil {
+	if err := r.deleteRemote(ctx, sbx, name); err != nil {
 		return deleting(err)
 	}
 	logf.FromContext(ctx).Info("Deleted Vercel sandbox", "vercelName", name)
 	r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Deleted", "Delete", "Deleted Vercel sandbox %s", name)
 	return true, ctrl.Result{}, nil
+}
+
+// nameToFinalize is the Vercel sandbox the Sandbox stands for
+// (remoteName), recorded in status whatever status said before; done when no
+// reconcile recorded one and none exists under that name.
+func (r *SandboxReconciler) nameToFinalize(ctx context.Context, sbx *sandboxv1.Sandbox) (string, bool, error) {
+	st := &sbx.Status
+	name := remoteName(sbx)
+	if st.VercelName == "" {
+		// No reconcile recorded an outcome, but one may have created the
+		// sandbox and stopped before its status write: look it up under the
+		// derived name.
+		done, err := r.neverRecorded(ctx, sbx, name)
+		if done || err != nil {
+			return name, done, err
+		}
+		st.VercelName = name
+	}
+	if st.VercelName != name {
+		r.statusNameIgnored(ctx, sbx, name)
+		st.VercelName = name
+	}
+	return name, false, nil
+}
+
+// abandonRemote reports whether the Sandbox is released without touching
+// its Vercel sandbox (annotation abandon-remote), with a warning event.
+func (r *SandboxReconciler) abandonRemote(ctx context.Context, sbx *sandboxv1.Sandbox, name string) bool {
+	if sbx.Annotations[sandboxv1.AnnotationAbandonRemote] != "true" {
+		return false
+	}
+	// An operator released the object by hand: Vercel is unreachable for
+	// good. Admission let only those allowed to leak a sandbox set it.
+	logf.FromContext(ctx).Info("Abandoned the Vercel sandbox", "vercelName", name)
+	r.Recorder.Eventf(sbx, nil, corev1.EventTypeWarning, "AbandonedRemote", "Delete",
+		"Released without deleting Vercel sandbox %s (annotation %s): it and its snapshots are left in Vercel, billed until deleted there", name, sandboxv1.AnnotationAbandonRemote)
+	return true
+}
+
+// finalizeMissing finishes a Sandbox whose Vercel sandbox is not found:
+// deleted already (a delete whose answer was lost before a restart), or never
+// created: only its automatic snapshots may be left. An adoption that never
+// happened left none of this object's.
+func (r *SandboxReconciler) finalizeMissing(ctx context.Context, sbx *sandboxv1.Sandbox, name string) error {
+	if sbx.Spec.DeletionPolicy == sandboxv1.DeletionPolicyRetain || (sbx.Spec.Source.Adopt != nil && sbx.Status.SessionID == "") {
+		return nil
+	}
+	// A 404 counts only once Vercel knows the project (with a wrong
+	// project id every read answers 404): the client's delete checks.
+	return r.deleteRemote(ctx, sbx, name)
+}
+
+// deleteRemote deletes the Vercel sandbox name (gone already is deleted)
+// and then its automatic snapshots.
+func (r *SandboxReconciler) deleteRemote(ctx context.Context, sbx *sandboxv1.Sandbox, name string) error {
+	if _, err := r.api(ctx).DeleteSandbox(ctx, name, false); err != nil && !vercel.IsNotFound(err) {
+		return fmt.Errorf("delete sandbox %s: %w", name, err)
+	}
+	return r.deleteAutomaticSnapshots(ctx, sbx, name)
+}
+
+// retainRemote leaves the Vercel sandbox in place (deletionPolicy Retain),
+// its session stopped when a quota would lose count of it.
+func (r *SandboxReconciler) retainRemote(ctx context.Context, sbx *sandboxv1.Sandbox, name string, resp *vercel.SandboxResponse) error {
+	if err := r.stopBeforeRetain(ctx, sbx, resp); err != nil {
+		return err
+	}
+	// Released, not only left: without owner tags it can be adopted
+	// again, by a new Sandbox or from another cluster.
+	if _, err := r.api(ctx).UpdateSandbox(ctx, name, vercel.UpdateSandboxRequest{Tags: releasedTags(resp.Sandbox.Tags)}, false); err != nil && !vercel.IsNotFound(err) {
+		return fmt.Errorf("remove the owner tags of sandbox %s: %w", name, err)
+	}
+	r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Retained", "Delete", "Left Vercel sandbox %s in place without owner tags (deletionPolicy Retain)", name)
+	return nil
 }
 
 // deleteAutomaticSnapshots deletes the snapshots Vercel took by itself when
