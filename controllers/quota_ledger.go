@@ -222,50 +222,73 @@ func (l *QuotaLedger) admitLocked(ctx context.Context, n *nsLedger, ns string, c
 	if err := l.prune(ctx, n, ns); err != nil {
 		return false, "", err
 	}
-	h, ok := n.holders[c.key]
-	switch {
-	case ok && h.uid != c.uid && !c.build:
-		// A Sandbox of the same name that is gone. (A builder is handed
-		// over between the users of its hash: it is the same builder.)
-		h = holding{}
-	case ok && h.provisional:
-		// Asked for, so its builder does not exist: it waits its turn.
-		delete(n.holders, c.key)
-		h = holding{}
-	}
+	h := n.holdingFor(c)
 	if h.running {
 		return true, "", nil
-	}
-	quotas := &sandboxv1.SandboxQuotaList{}
-	if err := l.reader.List(ctx, quotas, client.InNamespace(ns)); err != nil {
-		return false, "", fmt.Errorf("list the SandboxQuotas of namespace %s: %w", ns, err)
 	}
 	need := c.need
 	if h.remote {
 		need.sandboxes = 0
 	}
-	if len(quotas.Items) > 0 {
-		ahead, err := l.ahead(ctx, n, ns, c)
-		if err != nil {
-			return false, "", err
-		}
-		used := n.used()
-		if msg := refusal(quotas.Items, used, ahead, need, c.what); msg != "" {
-			since := time.Now()
-			if w, ok := n.waiters[c.key]; ok {
-				since = w.since
-			}
-			n.waiters[c.key] = waiter{created: c.created, name: c.name, need: need, build: c.build, uid: c.uid, since: since}
-			return false, msg, nil
-		}
+	if msg, err := l.refuses(ctx, n, ns, c, need); msg != "" || err != nil {
+		return false, msg, err
 	}
+	n.grant(c, need)
+	return true, "", nil
+}
+
+// holdingFor is what the claimant of c holds now, as far as c is concerned.
+func (n *nsLedger) holdingFor(c claim) holding {
+	h, ok := n.holders[c.key]
+	switch {
+	case ok && h.uid != c.uid && !c.build:
+		// A Sandbox of the same name that is gone. (A builder is handed
+		// over between the users of its hash: it is the same builder.)
+		return holding{}
+	case ok && h.provisional:
+		// Asked for, so its builder does not exist: it waits its turn.
+		delete(n.holders, c.key)
+		return holding{}
+	}
+	return h
+}
+
+// refuses is why a SandboxQuota of ns refuses c, needing need, now; "" when
+// none does. A refused claim waits in n.waiters, since its first refusal.
+func (l *QuotaLedger) refuses(ctx context.Context, n *nsLedger, ns string, c claim, need usage) (string, error) {
+	quotas := &sandboxv1.SandboxQuotaList{}
+	if err := l.reader.List(ctx, quotas, client.InNamespace(ns)); err != nil {
+		return "", fmt.Errorf("list the SandboxQuotas of namespace %s: %w", ns, err)
+	}
+	if len(quotas.Items) == 0 {
+		return "", nil
+	}
+	ahead, err := l.ahead(ctx, n, ns, c)
+	if err != nil {
+		return "", err
+	}
+	used := n.used()
+	msg := refusal(quotas.Items, used, ahead, need, c.what)
+	if msg == "" {
+		return "", nil
+	}
+	since := time.Now()
+	if w, ok := n.waiters[c.key]; ok {
+		since = w.since
+	}
+	n.waiters[c.key] = waiter{created: c.created, name: c.name, need: need, build: c.build, uid: c.uid, since: since}
+	return msg, nil
+}
+
+// grant records c's claimant as holding a running session of need, waiting
+// no more.
+func (n *nsLedger) grant(c claim, need usage) {
 	delete(n.waiters, c.key)
-	h = holding{uid: c.uid, remote: true, running: true, vcpus: need.vcpus, build: c.build}
+	h := holding{uid: c.uid, remote: true, running: true, vcpus: need.vcpus, build: c.build}
 	if c.build {
 		h.granted = time.Now()
 	}
 	n.holders[c.key] = h
-	return true, "", nil
 }
 
 // ReleaseBuild records that the builder sandbox of a build is gone (deleted,
@@ -295,14 +318,7 @@ func (l *QuotaLedger) ReleaseBuild(ctx context.Context, ns, builder string) {
 // builder is normally released as it is deleted (ReleaseBuild); this catches
 // an object removed without that. Called with n.mu held.
 func (l *QuotaLedger) prune(ctx context.Context, n *nsLedger, ns string) error {
-	builds := false
-	for _, h := range n.holders {
-		builds = builds || h.build
-	}
-	for _, w := range n.waiters {
-		builds = builds || w.build
-	}
-	if !builds {
+	if !n.hasBuilds() {
 		return nil
 	}
 	list := &sandboxv1.SandboxSnapshotList{}
@@ -319,11 +335,39 @@ func (l *QuotaLedger) prune(ctx context.Context, n *nsLedger, ns string) error {
 		}
 	}
 	now := time.Now()
+	n.pruneBuilders(held, now)
+	n.pruneBuildWaiters(byUID, now)
+	return nil
+}
+
+// hasBuilds reports whether n counts a builder or a waiting build.
+func (n *nsLedger) hasBuilds() bool {
+	for _, h := range n.holders {
+		if h.build {
+			return true
+		}
+	}
+	for _, w := range n.waiters {
+		if w.build {
+			return true
+		}
+	}
+	return false
+}
+
+// pruneBuilders drops the builders no SandboxSnapshot's status holds, once
+// their grant is older than pruneGrace.
+func (n *nsLedger) pruneBuilders(held map[string]bool, now time.Time) {
 	for k, h := range n.holders {
 		if h.build && !held[k] && now.Sub(h.granted) >= pruneGrace {
 			delete(n.holders, k)
 		}
 	}
+}
+
+// pruneBuildWaiters drops the waiting builds whose SandboxSnapshot is gone
+// or being deleted, or, after pruneGrace, no longer says it waits.
+func (n *nsLedger) pruneBuildWaiters(byUID map[types.UID]*sandboxv1.SandboxSnapshot, now time.Time) {
 	for k, w := range n.waiters {
 		if !w.build {
 			continue
@@ -334,7 +378,6 @@ func (l *QuotaLedger) prune(ctx context.Context, n *nsLedger, ns string) error {
 			delete(n.waiters, k)
 		}
 	}
-	return nil
 }
 
 // LimitsRunning reports whether a SandboxQuota of ns limits running sessions
@@ -449,45 +492,70 @@ func (l *QuotaLedger) Settle(ctx context.Context, key types.NamespacedName, sbx 
 	}
 	n := l.namespace(key.Namespace)
 	n.mu.Lock()
-	if err := l.build(ctx, key.Namespace, n); err != nil {
+	changed, wake, err := l.settleLocked(ctx, n, key, sbx)
+	n.mu.Unlock()
+	if err != nil {
 		// Built on the next use; what this reconcile left is in status.
-		n.mu.Unlock()
 		return
 	}
-	old, had := n.holders[key.Name]
-	h, holds := holding{}, false
-	if sbx != nil {
-		h, holds = holdingOf(sbx)
-		if had && old.uid == sbx.UID && old.running && !holds && !sbx.DeletionTimestamp.IsZero() {
-			// Being deleted before its create was answered: it may run until
-			// the finalizer is done.
-			h, holds = old, true
-		}
+	if changed {
+		l.wakeQuotas(ctx, key.Namespace)
 	}
+	l.wakeSandboxes(key.Namespace, wake)
+}
+
+// settleLocked records what the Sandbox of key holds and whether it still
+// waits; changed says what it holds changed, and wake is the waiters to wake.
+// Called with n.mu held.
+func (l *QuotaLedger) settleLocked(ctx context.Context, n *nsLedger, key types.NamespacedName, sbx *sandboxv1.Sandbox) (changed bool, wake []string, err error) {
+	if err := l.build(ctx, key.Namespace, n); err != nil {
+		return false, nil, err
+	}
+	old, had := n.holders[key.Name]
+	h, holds := settledHolding(old, had, sbx)
 	if holds {
 		n.holders[key.Name] = h
 	} else {
 		delete(n.holders, key.Name)
 	}
-	_, waited := n.waiters[key.Name]
-	if waited && (sbx == nil || !isWaiting(sbx)) {
-		delete(n.waiters, key.Name)
-	} else {
-		waited = false
-	}
-	changed := had != holds || old != h
-	released := had && old.running && (!holds || !h.running) || had && old.remote && !holds
-	var wake []string
-	if released || waited {
+	waited := n.stopWaiting(key.Name, sbx)
+	if releases(old, had, h, holds) || waited {
 		// Freed capacity, or a waiter that no longer waits (started, gone,
 		// stopped): the capacity it was owed may go to a later one.
 		wake = waiterNames(n)
 	}
-	n.mu.Unlock()
-	if changed {
-		l.wakeQuotas(ctx, key.Namespace)
+	return had != holds || old != h, wake, nil
+}
+
+// settledHolding is what sbx holds after its reconcile (nil: it is gone),
+// given what the ledger had for it (old, if had).
+func settledHolding(old holding, had bool, sbx *sandboxv1.Sandbox) (holding, bool) {
+	if sbx == nil {
+		return holding{}, false
 	}
-	l.wakeSandboxes(key.Namespace, wake)
+	h, holds := holdingOf(sbx)
+	if had && old.uid == sbx.UID && old.running && !holds && !sbx.DeletionTimestamp.IsZero() {
+		// Being deleted before its create was answered: it may run until
+		// the finalizer is done.
+		return old, true
+	}
+	return h, holds
+}
+
+// releases reports whether going from old (if had) to h (if holds) frees
+// capacity: a running session, or a Vercel sandbox.
+func releases(old holding, had bool, h holding, holds bool) bool {
+	return had && old.running && (!holds || !h.running) || had && old.remote && !holds
+}
+
+// stopWaiting drops the Sandbox name from the waiters once sbx no longer
+// waits (started, gone, stopped), and reports whether it did.
+func (n *nsLedger) stopWaiting(name string, sbx *sandboxv1.Sandbox) bool {
+	if _, ok := n.waiters[name]; !ok || sbx != nil && isWaiting(sbx) {
+		return false
+	}
+	delete(n.waiters, name)
+	return true
 }
 
 // isWaiting reports whether a Sandbox waits for quota.
