@@ -77,19 +77,7 @@ func (s skeleton[O]) run(ctx context.Context, key types.NamespacedName, o O) (ct
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !o.GetDeletionTimestamp().IsZero() {
-		if s.forget != nil {
-			s.forget(key)
-		}
-		if !controllerutil.ContainsFinalizer(o, s.finalizer) {
-			return ctrl.Result{}, nil
-		}
-		ctx, b := s.classes.bind(ctx, o)
-		if b.refused != nil {
-			// The finalizer keeps trying: the remote side is cleaned up with
-			// the class's client or not at all.
-			return s.finish(ctx, o.DeepCopyObject().(O), o, ctrl.Result{}, b.refused)
-		}
-		return s.delete(ctx, o)
+		return s.onDeletion(ctx, key, o)
 	}
 	// The class is resolved and pinned before anything else happens to the
 	// object — before a pause or a refusal writes a condition — so that
@@ -99,17 +87,8 @@ func (s skeleton[O]) run(ctx context.Context, key types.NamespacedName, o O) (ct
 	if !b.resolved {
 		return ctrl.Result{}, b.refused
 	}
-	changed := controllerutil.AddFinalizer(o, s.finalizer)
-	if b.pin && s.classes.pin(ctx, o, b.name) {
-		changed = true
-	}
-	if s.labels != nil && s.labels(ctx, o) {
-		changed = true
-	}
-	if changed {
-		if err := s.client.Update(ctx, o); err != nil {
-			return ctrl.Result{}, err
-		}
+	if err := s.prepare(ctx, o, b); err != nil {
+		return ctrl.Result{}, err
 	}
 	if s.pausable && o.GetAnnotations()[sandboxv1.AnnotationPaused] == "true" {
 		return ctrl.Result{}, s.reportPaused(ctx, o)
@@ -133,6 +112,41 @@ func (s skeleton[O]) run(ctx context.Context, key types.NamespacedName, o O) (ct
 		*statusOf(o).lastHandledReconcileAt = o.GetAnnotations()[sandboxv1.AnnotationReconcileRequestedAt]
 	}
 	return s.finish(ctx, before, o, res, err)
+}
+
+// onDeletion handles an object being deleted: the kind forgets it, and its
+// cleanup runs, with its class's client, while the finalizer holds it.
+func (s skeleton[O]) onDeletion(ctx context.Context, key types.NamespacedName, o O) (ctrl.Result, error) {
+	if s.forget != nil {
+		s.forget(key)
+	}
+	if !controllerutil.ContainsFinalizer(o, s.finalizer) {
+		return ctrl.Result{}, nil
+	}
+	ctx, b := s.classes.bind(ctx, o)
+	if b.refused != nil {
+		// The finalizer keeps trying: the remote side is cleaned up with
+		// the class's client or not at all.
+		return s.finish(ctx, o.DeepCopyObject().(O), o, ctrl.Result{}, b.refused)
+	}
+	return s.delete(ctx, o)
+}
+
+// prepare puts on the object what the controller keeps there before it
+// reconciles: the finalizer, the class label b pins, and the kind's labels;
+// one update when any of them changed.
+func (s skeleton[O]) prepare(ctx context.Context, o O, b binding) error {
+	changed := controllerutil.AddFinalizer(o, s.finalizer)
+	if b.pin && s.classes.pin(ctx, o, b.name) {
+		changed = true
+	}
+	if s.labels != nil && s.labels(ctx, o) {
+		changed = true
+	}
+	if !changed {
+		return nil
+	}
+	return s.client.Update(ctx, o)
 }
 
 // delete runs the kind's cleanup and removes the finalizer once it is done.
