@@ -48,15 +48,32 @@ func (c errorClass) text(err error) string {
 // snapshot_not_found is SnapshotNotFound, not Gone). Errors that are not
 // Vercel's are retried with backoff.
 func classify(err error) errorClass {
+	if c, ok := classifyLocal(err); ok {
+		return c
+	}
+	return classifyVercel(err)
+}
+
+// classifyLocal classifies the errors the manager raises itself, before
+// Vercel is asked: a SandboxClass that refuses the object (or cannot be
+// used), a Secret it may not or cannot read.
+func classifyLocal(err error) (errorClass, bool) {
 	var se *secretError
 	var ce *classError
 	switch {
 	case errors.As(err, &ce):
-		return errorClass{reason: ce.reason, message: ce.message, notReady: true}
+		return errorClass{reason: ce.reason, message: ce.message, notReady: true}, true
 	case errors.As(err, &se) && se.missing == "":
-		return errorClass{reason: sandboxv1.ReasonSecretRefused}
+		return errorClass{reason: sandboxv1.ReasonSecretRefused}, true
 	case errors.As(err, &se):
-		return errorClass{reason: sandboxv1.ReasonSecretNotFound}
+		return errorClass{reason: sandboxv1.ReasonSecretNotFound}, true
+	}
+	return errorClass{}, false
+}
+
+// classifyVercel classifies Vercel's answers, the most specific first.
+func classifyVercel(err error) errorClass {
+	switch {
 	case vercel.IsRateLimited(err):
 		// A server 429 and the client's own client_throttled alternate
 		// while a credential is throttled: one message for both.
