@@ -29,8 +29,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/getsentry/sandbox-controller/localstack/admissionpolicy"
 )
 
 const (
@@ -44,6 +42,10 @@ const (
 	digestKeyField      = "key"
 	digestKeyBytes      = 32
 )
+
+// DefaultManagerNamespace is the manager's namespace as config/default
+// deploys it, which config/admission/secret-references.yaml names too.
+const DefaultManagerNamespace = "sandbox-controller-system"
 
 // inClusterNamespace is where a pod reads its own namespace.
 const inClusterNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
@@ -61,7 +63,7 @@ func ManagerNamespace() string {
 	if ns := strings.TrimSpace(os.Getenv("POD_NAMESPACE")); ns != "" {
 		return ns
 	}
-	return admissionpolicy.ManagerNamespace
+	return DefaultManagerNamespace
 }
 
 // DigestKeySecret says where the digest key is kept.
@@ -98,44 +100,75 @@ func LoadDigestKey(ctx context.Context, c client.Client, reader client.Reader, s
 		if attempt > 4 {
 			return nil, fmt.Errorf("the status digest key Secret %s changed on every attempt to write the status digest key", name)
 		}
-		sec := &corev1.Secret{}
-		err := reader.Get(ctx, name, sec)
-		switch {
-		case apierrors.IsNotFound(err) && s.CreateMissing:
-			err = createDigestKeySecret(ctx, c, name)
-			if err != nil && !apierrors.IsAlreadyExists(err) {
-				return nil, err
-			}
-			continue
-		case apierrors.IsNotFound(err):
-			return nil, fmt.Errorf("the status digest key Secret %s does not exist: make deploy and the Helm chart install it; create it empty (kubectl -n %s create secret generic %s) and the manager writes a key into it", name, name.Namespace, name.Name)
-		case err != nil:
-			return nil, fmt.Errorf("read the status digest key (Secret %s): %w", name, err)
-		}
-		if key, ok := sec.Data[digestKeyField]; ok && len(key) > 0 {
-			if len(key) < digestKeyBytes {
-				return nil, fmt.Errorf("the status digest key Secret %s holds a key %q of %d bytes, fewer than %d: remove the field and the manager writes a new key", name, digestKeyField, len(key), digestKeyBytes)
-			}
-			return key, nil
-		}
-		key := make([]byte, digestKeyBytes)
-		if _, err := rand.Read(key); err != nil {
+		sec, again, err := readDigestKeySecret(ctx, c, reader, name, s.CreateMissing)
+		if err != nil {
 			return nil, err
 		}
-		if sec.Data == nil {
-			sec.Data = map[string][]byte{}
-		}
-		sec.Data[digestKeyField] = key
-		// sec carries the resourceVersion read: a replica that wrote first
-		// makes this a conflict, and the next round reads its key.
-		switch err := c.Update(ctx, sec); {
-		case err == nil:
-			return key, nil
-		case apierrors.IsConflict(err), apierrors.IsNotFound(err):
+		if again {
 			continue
-		default:
-			return nil, fmt.Errorf("write the status digest key into Secret %s: %w", name, err)
 		}
+		if key, ok, err := storedDigestKey(sec, name); ok || err != nil {
+			return key, err
+		}
+		key, again, err := writeDigestKey(ctx, c, sec, name)
+		if !again {
+			return key, err
+		}
+	}
+}
+
+// readDigestKeySecret reads the key Secret; again when it was missing and
+// has just been created (DigestKeySecret.CreateMissing): read it again.
+func readDigestKeySecret(ctx context.Context, c client.Client, reader client.Reader, name types.NamespacedName, createMissing bool) (sec *corev1.Secret, again bool, err error) {
+	sec = &corev1.Secret{}
+	err = reader.Get(ctx, name, sec)
+	switch {
+	case apierrors.IsNotFound(err) && createMissing:
+		if err := createDigestKeySecret(ctx, c, name); err != nil && !apierrors.IsAlreadyExists(err) {
+			return nil, false, err
+		}
+		return nil, true, nil
+	case apierrors.IsNotFound(err):
+		return nil, false, fmt.Errorf("the status digest key Secret %s does not exist: make deploy and the Helm chart install it; create it empty (kubectl -n %s create secret generic %s) and the manager writes a key into it", name, name.Namespace, name.Name)
+	case err != nil:
+		return nil, false, fmt.Errorf("read the status digest key (Secret %s): %w", name, err)
+	}
+	return sec, false, nil
+}
+
+// storedDigestKey is the key sec holds, ok when it holds one; one too short
+// is refused.
+func storedDigestKey(sec *corev1.Secret, name types.NamespacedName) (key []byte, ok bool, err error) {
+	key, ok = sec.Data[digestKeyField]
+	if !ok || len(key) == 0 {
+		return nil, false, nil
+	}
+	if len(key) < digestKeyBytes {
+		return nil, true, fmt.Errorf("the status digest key Secret %s holds a key %q of %d bytes, fewer than %d: remove the field and the manager writes a new key", name, digestKeyField, len(key), digestKeyBytes)
+	}
+	return key, true, nil
+}
+
+// writeDigestKey writes a random key into sec; again when another replica
+// wrote first (or the Secret went): read again.
+func writeDigestKey(ctx context.Context, c client.Client, sec *corev1.Secret, name types.NamespacedName) (key []byte, again bool, err error) {
+	key = make([]byte, digestKeyBytes)
+	if _, err := rand.Read(key); err != nil {
+		return nil, false, err
+	}
+	if sec.Data == nil {
+		sec.Data = map[string][]byte{}
+	}
+	sec.Data[digestKeyField] = key
+	// sec carries the resourceVersion read: a replica that wrote first
+	// makes this a conflict, and the next round reads its key.
+	switch err := c.Update(ctx, sec); {
+	case err == nil:
+		return key, false, nil
+	case apierrors.IsConflict(err), apierrors.IsNotFound(err):
+		return nil, true, nil
+	default:
+		return nil, false, fmt.Errorf("write the status digest key into Secret %s: %w", name, err)
 	}
 }
 

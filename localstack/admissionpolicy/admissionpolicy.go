@@ -29,12 +29,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+	"github.com/getsentry/sandbox-controller/controllers"
 )
 
 // ManagerNamespace is the manager's namespace as config/default deploys it,
 // which config/admission/secret-references.yaml names: no object there may
 // reference a Secret (the chart substitutes its release namespace).
-const ManagerNamespace = "sandbox-controller-system"
+const ManagerNamespace = controllers.DefaultManagerNamespace
 
 // probeUser is impersonated to see the validating policies refuse: it may
 // create Sandboxes in the probe namespace while Install runs, and nothing else.
