@@ -165,31 +165,10 @@ func (m withClient) GetClient() client.Client { return m.client }
 // mgr. It is what cmd/manager runs; `make dev` and the benchmark call it too,
 // so they run the same thing.
 func SetupWithManager(mgr ctrl.Manager, vc vercel.Config, o Options) error {
-	// Each SandboxClass gets a client like the manager's own, with its own
-	// credentials, in-flight slots, rate and retry budget and health.
-	classBase := vc
-	classBase.HTTPClient, classBase.OnRequest, classBase.OnLimiterWait = nil, nil, nil
-	classes := &ClassClients{
-		Client:    mgr.GetClient(),
-		APIReader: mgr.GetAPIReader(),
-		Base:      classBase,
-		Limits:    httplimit.Options{MaxInFlight: o.VercelInFlight, Reserved: o.VercelReservedInFlight, Guard: o.VercelGuard},
-
-		SecretReload: o.ClassSecretReload,
-	}
-	hc, slots := httplimit.NewClient(httplimit.Options{
-		MaxInFlight: o.VercelInFlight,
-		Reserved:    o.VercelReservedInFlight,
-		Guard:       o.VercelGuard,
-		// The same convention as vc.CallTimeout: 0 default, negative none.
-		ResponseHeaderTimeout: vc.CallTimeout,
-	})
-	if o.VercelStallThreshold > 0 {
-		if err := mgr.AddHealthzCheck("vercel-in-flight", func(*http.Request) error {
-			return slots.Stalled(o.VercelStallThreshold)
-		}); err != nil {
-			return fmt.Errorf("add the Vercel in-flight health check: %w", err)
-		}
+	classes := newClassClients(mgr, vc, o)
+	hc, err := vercelTransport(mgr, vc, o)
+	if err != nil {
+		return err
 	}
 	if o.ReconcileTimeout == 0 {
 		o.ReconcileTimeout = DefaultReconcileTimeout
@@ -201,51 +180,138 @@ func SetupWithManager(mgr ctrl.Manager, vc vercel.Config, o Options) error {
 	if o.WrapClient != nil {
 		mgr = withClient{Manager: mgr, client: o.WrapClient(mgr.GetClient())}
 	}
+	api, health, err := checkedVercelClient(mgr, vc, hc)
+	if err != nil {
+		return err
+	}
+	notifier, err := addNotifier(mgr, o.Notify)
+	if err != nil {
+		return err
+	}
+	if o.ClusterID, err = clusterID(mgr, o.ClusterID); err != nil {
+		return err
+	}
+	deps := controllerDeps{api: api, health: health, classes: classes, notifier: notifier, quota: NewQuotaLedger(mgr.GetCache())}
+	if err := setupControllers(mgr, vc, o, deps); err != nil {
+		return err
+	}
+	if err := metrics.SetupWithManager(mgr, o.Shard.Owns); err != nil {
+		return fmt.Errorf("set up the metrics: %w", err)
+	}
+	return nil
+}
+
+// newClassClients is the source of the SandboxClasses' Vercel clients.
+func newClassClients(mgr ctrl.Manager, vc vercel.Config, o Options) *ClassClients {
+	// Each SandboxClass gets a client like the manager's own, with its own
+	// credentials, in-flight slots, rate and retry budget and health.
+	classBase := vc
+	classBase.HTTPClient, classBase.OnRequest, classBase.OnLimiterWait = nil, nil, nil
+	return &ClassClients{
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Base:      classBase,
+		Limits:    httplimit.Options{MaxInFlight: o.VercelInFlight, Reserved: o.VercelReservedInFlight, Guard: o.VercelGuard},
+
+		SecretReload: o.ClassSecretReload,
+	}
+}
+
+// vercelTransport is the HTTP client of the manager's Vercel client:
+// bounded in flight, with deadlines, and, with a VercelStallThreshold, a
+// health check that fails once every slot has been held that long.
+func vercelTransport(mgr ctrl.Manager, vc vercel.Config, o Options) (*http.Client, error) {
+	hc, slots := httplimit.NewClient(httplimit.Options{
+		MaxInFlight: o.VercelInFlight,
+		Reserved:    o.VercelReservedInFlight,
+		Guard:       o.VercelGuard,
+		// The same convention as vc.CallTimeout: 0 default, negative none.
+		ResponseHeaderTimeout: vc.CallTimeout,
+	})
+	if o.VercelStallThreshold > 0 {
+		if err := mgr.AddHealthzCheck("vercel-in-flight", func(*http.Request) error {
+			return slots.Stalled(o.VercelStallThreshold)
+		}); err != nil {
+			return nil, fmt.Errorf("add the Vercel in-flight health check: %w", err)
+		}
+	}
+	return hc, nil
+}
+
+// checkedVercelClient is the manager's Vercel client over hc, reporting to
+// its health, whose team, project and credentials the manager checks.
+func checkedVercelClient(mgr ctrl.Manager, vc vercel.Config, hc *http.Client) (*vercel.Client, *VercelHealth, error) {
 	health := newVercelHealth()
 	api, err := instrumentedClient(vc, hc, health)
 	if err != nil {
-		return fmt.Errorf("vercel client: %w", err)
+		return nil, nil, fmt.Errorf("vercel client: %w", err)
 	}
 	// The team and project are checked at start: with a wrong project id
 	// every delete answers 404, which must not pass for "deleted".
 	if err := mgr.Add(&projectVerifier{api: api, health: health, first: time.Second, cap: time.Minute, idle: 5 * time.Second}); err != nil {
-		return fmt.Errorf("add the Vercel project check: %w", err)
+		return nil, nil, fmt.Errorf("add the Vercel project check: %w", err)
 	}
 	if err := mgr.AddReadyzCheck("vercel-credentials", health.CheckCredentials); err != nil {
-		return fmt.Errorf("add the Vercel credentials readiness check: %w", err)
+		return nil, nil, fmt.Errorf("add the Vercel credentials readiness check: %w", err)
 	}
-	o.Notify.Resolve = notify.ConfigMapResolver(mgr.GetAPIReader())
-	o.Notify.Recorder = mgr.GetEventRecorder("sandbox-controller")
-	notifier := notify.New(o.Notify)
+	return api, health, nil
+}
+
+// addNotifier runs the webhook notifier of no, resolving the namespaces'
+// sandbox-notifications ConfigMaps and recording the manager's events.
+func addNotifier(mgr ctrl.Manager, no notify.Options) (*notify.Notifier, error) {
+	no.Resolve = notify.ConfigMapResolver(mgr.GetAPIReader())
+	no.Recorder = mgr.GetEventRecorder("sandbox-controller")
+	notifier := notify.New(no)
 	if err := mgr.Add(notifier); err != nil {
-		return fmt.Errorf("add the notifier: %w", err)
+		return nil, fmt.Errorf("add the notifier: %w", err)
 	}
-	if o.ClusterID == "" {
+	return notifier, nil
+}
+
+// clusterID is id, else the default (ClusterIDFromKubeSystem), once valid.
+func clusterID(mgr ctrl.Manager, id string) (string, error) {
+	if id == "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if o.ClusterID, err = ClusterIDFromKubeSystem(ctx, mgr.GetAPIReader()); err != nil {
-			return err
+		var err error
+		if id, err = ClusterIDFromKubeSystem(ctx, mgr.GetAPIReader()); err != nil {
+			return "", err
 		}
 	}
-	if err := ValidateClusterID(o.ClusterID); err != nil {
-		return err
+	if err := ValidateClusterID(id); err != nil {
+		return "", err
 	}
-	quota := NewQuotaLedger(mgr.GetCache())
+	return id, nil
+}
+
+// controllerDeps is what the controllers share: the manager's Vercel client
+// and its health, the classes' clients, the notifier and the quota ledger.
+type controllerDeps struct {
+	api      *vercel.Client
+	health   *VercelHealth
+	classes  *ClassClients
+	notifier *notify.Notifier
+	quota    *QuotaLedger
+}
+
+// setupControllers registers the five controllers with mgr.
+func setupControllers(mgr ctrl.Manager, vc vercel.Config, o Options, d controllerDeps) error {
 	if err := (&SandboxReconciler{
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
-		Vercel:                  api,
-		Classes:                 classes,
+		Vercel:                  d.api,
+		Classes:                 d.classes,
 		Recorder:                mgr.GetEventRecorder("sandbox-controller"),
-		Notifier:                notifier,
+		Notifier:                d.notifier,
 		PollInterval:            o.PollInterval,
 		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 		BackoffCap:              o.BackoffCap,
 		MaxSessionLength:        o.MaxSessionLength,
 		ShutdownWarning:         o.ShutdownWarning,
 		ReferenceDeadline:       o.ReferenceDeadline,
-		VercelHealth:            health,
-		Quota:                   quota,
+		VercelHealth:            d.health,
+		Quota:                   d.quota,
 		ClusterID:               o.ClusterID,
 		RouteBase:               cmp.Or(o.RouteBase, vc.BaseURL),
 		Shard:                   o.Shard,
@@ -257,11 +323,11 @@ func SetupWithManager(mgr ctrl.Manager, vc vercel.Config, o Options) error {
 	if err := (&SandboxSnapshotReconciler{
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
-		Vercel:                  api,
-		Classes:                 classes,
+		Vercel:                  d.api,
+		Classes:                 d.classes,
 		Recorder:                mgr.GetEventRecorder("sandboxsnapshot-controller"),
-		Quota:                   quota,
-		Notifier:                notifier,
+		Quota:                   d.quota,
+		Notifier:                d.notifier,
 		PollInterval:            o.PollInterval,
 		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 		BackoffCap:              o.BackoffCap,
@@ -275,10 +341,10 @@ func SetupWithManager(mgr ctrl.Manager, vc vercel.Config, o Options) error {
 	if err := (&SandboxForkReconciler{
 		Client:                  mgr.GetClient(),
 		Recorder:                mgr.GetEventRecorder("sandbox-controller"),
-		Notifier:                notifier,
+		Notifier:                d.notifier,
 		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 		BackoffCap:              o.BackoffCap,
-		Classes:                 classes,
+		Classes:                 d.classes,
 		Shard:                   o.Shard,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the SandboxFork controller: %w", err)
@@ -287,7 +353,7 @@ func SetupWithManager(mgr ctrl.Manager, vc vercel.Config, o Options) error {
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
 		Recorder:  mgr.GetEventRecorder("sandboxquota-controller"),
-		Quota:     quota,
+		Quota:     d.quota,
 		Shard:     o.Shard,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the SandboxQuota controller: %w", err)
@@ -296,12 +362,9 @@ func SetupWithManager(mgr ctrl.Manager, vc vercel.Config, o Options) error {
 	// their finalizer (it counts the users of every shard); every shard
 	// builds its own clients from the classes' Secrets (ClassClients).
 	if !o.Shard.Sharded() || o.Shard.Index == 0 {
-		if err := (&SandboxClassReconciler{Client: mgr.GetClient(), Classes: classes}).SetupWithManager(mgr); err != nil {
+		if err := (&SandboxClassReconciler{Client: mgr.GetClient(), Classes: d.classes}).SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("set up the SandboxClass controller: %w", err)
 		}
-	}
-	if err := metrics.SetupWithManager(mgr, o.Shard.Owns); err != nil {
-		return fmt.Errorf("set up the metrics: %w", err)
 	}
 	return nil
 }
