@@ -26,8 +26,6 @@ COPY api/ api/
 COPY cmd/ cmd/
 COPY controllers/ controllers/
 COPY internal/ internal/
-# controllers reads the manager namespace's default from here.
-COPY localstack/admissionpolicy/ localstack/admissionpolicy/
 
 # GOARCH is left to the builder's platform when TARGETARCH is unset, so the
 # binary matches the image it goes into.
