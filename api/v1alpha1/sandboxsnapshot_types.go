@@ -382,6 +382,11 @@ type SnapshotBuildStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=128
 	ReplacesSourceVercelName string `json:"replacesSourceVercelName,omitempty"`
+	// replacesProof is snapshotProof as it was for the replaced snapshot,
+	// which retiring it may need once its builder is gone.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	ReplacesProof string `json:"replacesProof,omitempty"`
 	// sharedWith names the SandboxSnapshot that runs the build this object waits for.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
@@ -423,6 +428,16 @@ type SandboxSnapshotStatus struct {
 	// provenance records who made the Vercel snapshot and from which session.
 	// +optional
 	Provenance *SnapshotProvenance `json:"provenance,omitempty"`
+	// snapshotProof is the manager's keyed signature (an HMAC under its status
+	// digest key) that a read of Vercel showed snapshotID to be taken of a
+	// sandbox the operator made for this object. It is recorded while that
+	// sandbox can still be read, and lets the finalizer delete the snapshot
+	// after the sandbox is gone (builders are deleted after each build). Only
+	// the manager can make one; a value it did not sign for this object and
+	// this snapshot is ignored.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	SnapshotProof string `json:"snapshotProof,omitempty"`
 	// contentHash identifies a recipe: a hash of its canonical form and of its base.
 	// +optional
 	// +kubebuilder:validation:MaxLength=80

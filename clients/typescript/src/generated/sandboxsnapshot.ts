@@ -395,6 +395,13 @@ export interface SandboxSnapshotStatus {
      */
     replaces?: string;
     /**
+     * replacesProof is snapshotProof as it was for the replaced snapshot,
+     * which retiring it may need once its builder is gone.
+     *
+     * maxLength: 128
+     */
+    replacesProof?: string;
+    /**
      * replacesSourceVercelName is the builder the replaced snapshot was taken
      * of, which the check before retiring it needs once that builder is gone.
      *
@@ -615,6 +622,18 @@ export interface SandboxSnapshotStatus {
    * maxLength: 64
    */
   snapshotID?: string;
+  /**
+   * snapshotProof is the manager's keyed signature (an HMAC under its status
+   * digest key) that a read of Vercel showed snapshotID to be taken of a
+   * sandbox the operator made for this object. It is recorded while that
+   * sandbox can still be read, and lets the finalizer delete the snapshot
+   * after the sandbox is gone (builders are deleted after each build). Only
+   * the manager can make one; a value it did not sign for this object and
+   * this snapshot is ignored.
+   *
+   * maxLength: 128
+   */
+  snapshotProof?: string;
   /**
    * sourceSpec is the spec of the captured Sandbox as it was when the
    * capture was requested (sandboxRef only): what the children of a

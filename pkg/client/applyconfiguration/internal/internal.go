@@ -729,6 +729,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: snapshotID
       type:
         scalar: string
+    - name: snapshotProof
+      type:
+        scalar: string
     - name: sourceSpec
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SourceSandboxSpec
@@ -984,6 +987,9 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         scalar: boolean
     - name: replaces
+      type:
+        scalar: string
+    - name: replacesProof
       type:
         scalar: string
     - name: replacesSourceVercelName

@@ -34,6 +34,14 @@ type SandboxSnapshotStatusApplyConfiguration struct {
 	ExpiresAt *v1.Time `json:"expiresAt,omitempty"`
 	// provenance records who made the Vercel snapshot and from which session.
 	Provenance *SnapshotProvenanceApplyConfiguration `json:"provenance,omitempty"`
+	// snapshotProof is the manager's keyed signature (an HMAC under its status
+	// digest key) that a read of Vercel showed snapshotID to be taken of a
+	// sandbox the operator made for this object. It is recorded while that
+	// sandbox can still be read, and lets the finalizer delete the snapshot
+	// after the sandbox is gone (builders are deleted after each build). Only
+	// the manager can make one; a value it did not sign for this object and
+	// this snapshot is ignored.
+	SnapshotProof *string `json:"snapshotProof,omitempty"`
 	// contentHash identifies a recipe: a hash of its canonical form and of its base.
 	ContentHash *string `json:"contentHash,omitempty"`
 	// capture records a sandboxRef capture.
@@ -117,6 +125,14 @@ func (b *SandboxSnapshotStatusApplyConfiguration) WithExpiresAt(value v1.Time) *
 // If called multiple times, the Provenance field is set to the value of the last call.
 func (b *SandboxSnapshotStatusApplyConfiguration) WithProvenance(value *SnapshotProvenanceApplyConfiguration) *SandboxSnapshotStatusApplyConfiguration {
 	b.Provenance = value
+	return b
+}
+
+// WithSnapshotProof sets the SnapshotProof field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the SnapshotProof field is set to the value of the last call.
+func (b *SandboxSnapshotStatusApplyConfiguration) WithSnapshotProof(value string) *SandboxSnapshotStatusApplyConfiguration {
+	b.SnapshotProof = &value
 	return b
 }
 

@@ -40,6 +40,9 @@ type SnapshotBuildStatusApplyConfiguration struct {
 	// replacesSourceVercelName is the builder the replaced snapshot was taken
 	// of, which the check before retiring it needs once that builder is gone.
 	ReplacesSourceVercelName *string `json:"replacesSourceVercelName,omitempty"`
+	// replacesProof is snapshotProof as it was for the replaced snapshot,
+	// which retiring it may need once its builder is gone.
+	ReplacesProof *string `json:"replacesProof,omitempty"`
 	// sharedWith names the SandboxSnapshot that runs the build this object waits for.
 	SharedWith *string `json:"sharedWith,omitempty"`
 	// failed is true when the build in builderName failed; it is not retried
@@ -142,6 +145,14 @@ func (b *SnapshotBuildStatusApplyConfiguration) WithReplaces(value string) *Snap
 // If called multiple times, the ReplacesSourceVercelName field is set to the value of the last call.
 func (b *SnapshotBuildStatusApplyConfiguration) WithReplacesSourceVercelName(value string) *SnapshotBuildStatusApplyConfiguration {
 	b.ReplacesSourceVercelName = &value
+	return b
+}
+
+// WithReplacesProof sets the ReplacesProof field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ReplacesProof field is set to the value of the last call.
+func (b *SnapshotBuildStatusApplyConfiguration) WithReplacesProof(value string) *SnapshotBuildStatusApplyConfiguration {
+	b.ReplacesProof = &value
 	return b
 }
 
