@@ -44,7 +44,7 @@ type SandboxSnapshotReconciler struct {
 	Classes  *ClassClients
 	Recorder events.EventRecorder
 	// Quota, when set, refuses new snapshots once a SandboxQuota's
-	// snapshotBytes is used up (quota_gate.go).
+	// snapshotBytes is used up (sandboxsnapshot_quota.go).
 	Quota *QuotaLedger
 	// Notifier, when set, announces Ready and Failed transitions to
 	// the namespace's webhook.
