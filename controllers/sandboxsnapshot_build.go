@@ -31,6 +31,7 @@ func (r *SandboxSnapshotReconciler) reconcileRecipe(ctx context.Context, snap *s
 			r.setReplaces(snap, st.SnapshotID)
 		}
 		st.ContentHash, st.SnapshotID, st.ReadyToUse, st.SizeBytes, st.CreatedAt, st.ExpiresAt = hash, "", false, 0, nil, nil
+		st.SnapshotProof = ""
 	}
 	all, err := r.namespaceSnapshots(ctx, snap.Namespace)
 	if err != nil {
@@ -128,10 +129,14 @@ func (r *SandboxSnapshotReconciler) adoptNewerPeer(ctx context.Context, snap *sa
 	}
 	r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Shared", "Observe",
 		"Uses Vercel snapshot %s built for SandboxSnapshot %s (same content hash)", remote.ID, p.Name)
-	st.SnapshotID = remote.ID
-	// Its provenance is the builder's that made it, for the check before
-	// the last user deletes it.
+	st.SnapshotID, st.SnapshotProof = remote.ID, ""
+	// Its provenance is the builder's that made it, and its proof when the
+	// peer's verifies (signed for the peer and this snapshot), for the check
+	// before the last user deletes it.
 	st.Provenance = p.Status.Provenance.DeepCopy()
+	if r.proofKey.valid(p.UID, remote.ID, p.Status.SnapshotProof) {
+		r.prove(snap, remote.ID)
+	}
 	r.markReady(snap, remote)
 	return remote, nil
 }
@@ -140,7 +145,8 @@ func (r *SandboxSnapshotReconciler) setReplaces(snap *sandboxv1.SandboxSnapshot,
 	if snap.Status.Build == nil {
 		snap.Status.Build = &sandboxv1.SnapshotBuildStatus{}
 	}
-	snap.Status.Build.Replaces, snap.Status.Build.ReplacesSourceVercelName = id, replacedSource(snap, id)
+	b := snap.Status.Build
+	b.Replaces, b.ReplacesSourceVercelName, b.ReplacesProof = id, replacedSource(snap, id), recordedProof(&snap.Status, id)
 }
 
 // replacedSource is the builder the served snapshot id was taken of, as its

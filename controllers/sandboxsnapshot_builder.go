@@ -161,7 +161,9 @@ func (r *SandboxSnapshotReconciler) runBuild(ctx context.Context, snap *sandboxv
 		case err != nil:
 			return ctrl.Result{}, err
 		case s != nil:
-			return r.built(ctx, snap, s)
+			// Its builder is gone: no read proves it now (the name
+			// fallback of snapshotIsOurs still may).
+			return r.built(ctx, snap, s, false)
 		}
 		return r.createBuilder(ctx, snap, b.BuilderName, hash, budget, serving)
 	case buildCreate:
@@ -172,7 +174,8 @@ func (r *SandboxSnapshotReconciler) runBuild(ctx context.Context, snap *sandboxv
 		if err != nil {
 			return ctrl.Result{}, fmt.Errorf("get snapshot %s: %w", id, err)
 		}
-		return r.built(ctx, snap, s)
+		// The builder, read this reconcile, is this object's (decideClaim).
+		return r.built(ctx, snap, s, true)
 	case buildBooting:
 		r.building(snap, serving, "Waiting for the builder session to start")
 		return ctrl.Result{RequeueAfter: snapshotBootPoll}, nil
@@ -339,7 +342,7 @@ func (r *SandboxSnapshotReconciler) captureBuild(ctx context.Context, snap *sand
 		return ctrl.Result{}, fmt.Errorf("capture builder session %s: %w", sessionID, err)
 	}
 	r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "SnapshotCreated", "CreateSnapshot", "Captured builder %s as snapshot %s", b.BuilderName, resp.Snapshot.ID)
-	return r.built(ctx, snap, &resp.Snapshot)
+	return r.built(ctx, snap, &resp.Snapshot, true)
 }
 
 // stepRequest is the command of one build step. Clone credentials go into the
@@ -430,14 +433,20 @@ func (r *SandboxSnapshotReconciler) buildFailed(ctx context.Context, snap *sandb
 	return ctrl.Result{}, nil
 }
 
-// built records the captured snapshot and deletes the builder.
-func (r *SandboxSnapshotReconciler) built(ctx context.Context, snap *sandboxv1.SandboxSnapshot, s *vercel.Snapshot) (ctrl.Result, error) {
+// built records the captured snapshot and deletes the builder. proven says
+// that a read of this reconcile showed the builder this object's: the proof
+// is recorded before the builder, the only other proof, is deleted.
+func (r *SandboxSnapshotReconciler) built(ctx context.Context, snap *sandboxv1.SandboxSnapshot, s *vercel.Snapshot, proven bool) (ctrl.Result, error) {
 	st := &snap.Status
 	b := st.Build
 	if st.SnapshotID != "" && st.SnapshotID != s.ID {
-		b.Replaces, b.ReplacesSourceVercelName = st.SnapshotID, replacedSource(snap, st.SnapshotID)
+		b.Replaces, b.ReplacesSourceVercelName, b.ReplacesProof = st.SnapshotID, replacedSource(snap, st.SnapshotID), st.SnapshotProof
+		st.SnapshotProof = ""
 	}
 	st.SnapshotID = s.ID
+	if proven {
+		r.prove(snap, s.ID)
+	}
 	r.markReady(snap, s)
 	now := r.now()
 	if b.StartedAt != nil {
@@ -485,11 +494,11 @@ func (r *SandboxSnapshotReconciler) retire(ctx context.Context, snap *sandboxv1.
 		// Another user still serves it; it switches on its next reconcile.
 		return ctrl.Result{RequeueAfter: snapshotWaitPoll}, nil
 	default:
-		ours, err := r.snapshotIsOurs(ctx, snap, old)
+		found, err := r.snapshotIsOurs(ctx, snap, old)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		if !ours {
+		if found == snapshotForeign {
 			r.foreignSnapshotKept(snap, old)
 			break
 		}
@@ -498,7 +507,7 @@ func (r *SandboxSnapshotReconciler) retire(ctx context.Context, snap *sandboxv1.
 		}
 		r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Retired", "Delete", "Deleted Vercel snapshot %s, replaced by %s", old, snap.Status.SnapshotID)
 	}
-	b.Replaces = ""
+	b.Replaces, b.ReplacesProof = "", ""
 	return ctrl.Result{}, nil
 }
 

@@ -48,9 +48,9 @@ func (r *SandboxSnapshotReconciler) reconcileCapture(ctx context.Context, snap *
 		setSnapshotReady(snap, snapPending(sandboxv1.ReasonClassMismatch, o.mismatch))
 		return ctrl.Result{RequeueAfter: snapshotWaitPoll}, nil
 	case captureRecord:
-		return r.captured(ctx, snap, o.sbx, o.found)
+		return r.captured(ctx, snap, o.sbx, o.found, false)
 	case captureRetry:
-		return r.capture(ctx, snap, o.sbx, st.Capture.VercelName, st.Capture.SessionID)
+		return r.capture(ctx, snap, o.sbx, st.Capture.VercelName, st.Capture.SessionID, false)
 	case captureSourceMissing:
 		setSnapshotReady(snap, snapPending(sandboxv1.ReasonSourceNotFound, fmt.Sprintf("Sandbox %q does not exist; the capture starts once it runs", ref.Name)))
 		return ctrl.Result{RequeueAfter: snapshotWaitPoll}, nil
@@ -59,7 +59,8 @@ func (r *SandboxSnapshotReconciler) reconcileCapture(ctx context.Context, snap *
 	case captureForeign:
 		return r.foreignSource(snap, o), nil
 	}
-	return r.capture(ctx, snap, o.sbx, remoteName(o.sbx), o.source.Session.ID)
+	// observeSource read the source: its sandbox is the Sandbox's own.
+	return r.capture(ctx, snap, o.sbx, remoteName(o.sbx), o.source.Session.ID, true)
 }
 
 // observeCapture reads the source Sandbox and, when a capture intent is
@@ -166,7 +167,9 @@ func (r *SandboxSnapshotReconciler) waitForSource(snap *sandboxv1.SandboxSnapsho
 }
 
 // capture records the intent, then asks Vercel to snapshot the session.
-func (r *SandboxSnapshotReconciler) capture(ctx context.Context, snap *sandboxv1.SandboxSnapshot, sbx *sandboxv1.Sandbox, vercelName, sessionID string) (ctrl.Result, error) {
+// proven says that a read of this reconcile showed the session's sandbox to
+// be the source Sandbox's own.
+func (r *SandboxSnapshotReconciler) capture(ctx context.Context, snap *sandboxv1.SandboxSnapshot, sbx *sandboxv1.Sandbox, vercelName, sessionID string, proven bool) (ctrl.Result, error) {
 	now := metav1.NewTime(r.now().Truncate(time.Second))
 	if err := r.patchStatusNow(ctx, snap, func(st *sandboxv1.SandboxSnapshotStatus) {
 		if st.Capture == nil || st.Capture.SessionID != sessionID {
@@ -200,13 +203,20 @@ func (r *SandboxSnapshotReconciler) capture(ctx context.Context, snap *sandboxv1
 	logf.FromContext(ctx).Info("Created Vercel snapshot", "snapshot", resp.Snapshot.ID, "session", sessionID)
 	r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "SnapshotCreated", "CreateSnapshot",
 		"Captured session %s of Vercel sandbox %s as snapshot %s; Vercel stopped the session", sessionID, vercelName, resp.Snapshot.ID)
-	return r.captured(ctx, snap, sbx, &resp.Snapshot)
+	return r.captured(ctx, snap, sbx, &resp.Snapshot, proven)
 }
 
-// captured records the snapshot, resumes the source when asked, and makes the
-// Sandbox look at Vercel again (its session stopped, maybe resumed).
-func (r *SandboxSnapshotReconciler) captured(ctx context.Context, snap *sandboxv1.SandboxSnapshot, sbx *sandboxv1.Sandbox, s *vercel.Snapshot) (ctrl.Result, error) {
+// captured records the snapshot with its proof (read again unless proven),
+// resumes the source when asked, and makes the Sandbox look at Vercel again
+// (its session stopped, maybe resumed).
+func (r *SandboxSnapshotReconciler) captured(ctx context.Context, snap *sandboxv1.SandboxSnapshot, sbx *sandboxv1.Sandbox, s *vercel.Snapshot, proven bool) (ctrl.Result, error) {
 	snap.Status.SnapshotID = s.ID
+	if proven {
+		r.prove(snap, s.ID)
+	} else if err := r.proveCapture(ctx, snap, sbx, s); err != nil {
+		// Recorded without a proof: the name check still applies later.
+		logf.FromContext(ctx).Info("Could not read the source of a capture to record its proof", "snapshot", s.ID, "error", err.Error())
+	}
 	r.markReady(snap, s)
 	if _, err := r.resumeSource(ctx, snap); err != nil {
 		return ctrl.Result{}, err

@@ -67,10 +67,17 @@ type SandboxSnapshotReconciler struct {
 	// Shard is the part of the cluster this manager reconciles; the zero
 	// value is all of it.
 	Shard Shard
+	// DigestKey is the manager's status digest key (digest_key.go), from
+	// which the key of status.snapshotProof is derived; when unset it is
+	// loaded from the Secret DigestKeySecret names.
+	DigestKey       []byte
+	DigestKeySecret DigestKeySecret
 
 	// sentSecrets remembers the clone credentials sent to Vercel, to scrub
 	// them from a step's output after a rotation.
 	sentSecrets sentSecrets
+	// proofKey signs and checks status.snapshotProof.
+	proofKey proofKey
 }
 
 // +kubebuilder:rbac:groups=sandbox.sentry.io,resources=sandboxsnapshots,verbs=get;list;watch;update;patch
@@ -236,13 +243,14 @@ func (r *SandboxSnapshotReconciler) markExpired(snap *sandboxv1.SandboxSnapshot,
 }
 
 // finalize deletes the Vercel snapshot (and any builder this object drives)
-// unless the policy retains it or another SandboxSnapshot still uses it
+// unless the policy retains it or another live SandboxSnapshot still uses it
 // (decideDelete). Intents recorded in status are resolved first, so a crash
 // between a Vercel call and the status write that would have recorded its
 // result leaks nothing: a capture taken but not recorded is found by its
-// session, and a builder's capture by the builder's name. A capture that its
-// source Sandbox would resume from is deleted only once the source no longer
-// needs it.
+// session, and a builder's capture by the builder's name. The last user of a
+// content hash also deletes a builder of that hash that a deleted driver left
+// for it (orphanedBuilders). A capture that its source Sandbox would resume
+// from is deleted only once the source no longer needs it.
 func (r *SandboxSnapshotReconciler) finalize(ctx context.Context, snap *sandboxv1.SandboxSnapshot) (bool, ctrl.Result, error) {
 	orig := snap.DeepCopy()
 	peers, err := r.namespaceSnapshots(ctx, snap.Namespace)
@@ -263,13 +271,25 @@ func (r *SandboxSnapshotReconciler) finalize(ctx context.Context, snap *sandboxv
 	return true, ctrl.Result{}, nil
 }
 
+// doomedSnapshot is one Vercel snapshot a delete considers.
+type doomedSnapshot struct {
+	id string
+	// served: the snapshot this object serves, which its capture's source
+	// may still need.
+	served bool
+	// builtBy: a builder of this cluster, read (tags) in this finalize
+	// before it was deleted, under whose name Vercel lists the snapshot.
+	builtBy string
+}
+
 // finalizeIDs lists the Vercel snapshots a delete of snap considers, the
 // served one first: the capture Vercel took of a recorded intent, the
-// snapshots an abandoned build's builder left (the builder is deleted), and
-// the one a rebuild replaced. wait says why the delete must wait.
-func (r *SandboxSnapshotReconciler) finalizeIDs(ctx context.Context, snap *sandboxv1.SandboxSnapshot, peers []sandboxv1.SandboxSnapshot) ([]string, string, error) {
+// snapshots an abandoned build's builder left (the builder is deleted), the
+// one a rebuild replaced, and those of builders nobody is left to finish.
+// wait says why the delete must wait.
+func (r *SandboxSnapshotReconciler) finalizeIDs(ctx context.Context, snap *sandboxv1.SandboxSnapshot, peers []sandboxv1.SandboxSnapshot) ([]doomedSnapshot, string, error) {
 	st := &snap.Status
-	ids := []string{st.SnapshotID}
+	ids := []doomedSnapshot{{id: st.SnapshotID, served: true}}
 	if st.SnapshotID == "" && st.Capture != nil && st.Capture.SessionID != "" {
 		id, wait, err := r.unrecordedCapture(ctx, st.Capture)
 		switch {
@@ -278,19 +298,25 @@ func (r *SandboxSnapshotReconciler) finalizeIDs(ctx context.Context, snap *sandb
 		case wait:
 			return nil, fmt.Sprintf("Waiting for Vercel to finish capturing session %s before deleting its snapshot", st.Capture.SessionID), nil
 		}
-		ids[0] = id
+		ids[0].id = id
 	}
 	if b := st.Build; b != nil && b.BuilderName != "" && !waitsForHash(snap, peers) {
 		left, err := r.abandonBuild(ctx, snap, b)
 		if err != nil {
 			return nil, "", err
 		}
-		ids = append(ids, left...)
+		for _, id := range left {
+			ids = append(ids, doomedSnapshot{id: id})
+		}
 	}
 	if st.Build != nil && st.Build.Replaces != "" {
-		ids = append(ids, st.Build.Replaces)
+		ids = append(ids, doomedSnapshot{id: st.Build.Replaces})
 	}
-	return ids, "", nil
+	left, err := r.orphanedBuilders(ctx, snap, peers)
+	if err != nil {
+		return nil, "", err
+	}
+	return append(ids, left...), "", nil
 }
 
 // abandonBuild deletes the builder of a build nobody else will finish, and
@@ -313,16 +339,77 @@ func (r *SandboxSnapshotReconciler) abandonBuild(ctx context.Context, snap *sand
 	return left, nil
 }
 
+// orphanedBuilders deletes the builders of snap's content hash that no live
+// user is left to finish, and returns the snapshots taken of them. A driver
+// deleted mid-build leaves its builder to a live user waiting for the build,
+// which takes it over on its next reconcile (decideClaim); one deleted before
+// that is the last that knows of it, and followers record no builder name.
+// The names are derived (the hash's first build, and a rebuild of the
+// snapshot this object serves); only a builder of this cluster tagged with
+// this hash is deleted. Its own builder, if abandonBuild deleted it, reads
+// as gone.
+func (r *SandboxSnapshotReconciler) orphanedBuilders(ctx context.Context, snap *sandboxv1.SandboxSnapshot, peers []sandboxv1.SandboxSnapshot) ([]doomedSnapshot, error) {
+	st := &snap.Status
+	if snap.Spec.Source.Recipe == nil || st.ContentHash == "" || usesHash(snap, peers) {
+		return nil, nil
+	}
+	names := []string{builderName(r.ClusterID, snap.Namespace, st.ContentHash, "")}
+	if st.SnapshotID != "" {
+		names = append(names, builderName(r.ClusterID, snap.Namespace, st.ContentHash, st.SnapshotID))
+	}
+	var out []doomedSnapshot
+	for _, name := range names {
+		left, err := r.deleteOrphanedBuilder(ctx, snap, name)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range left {
+			out = append(out, doomedSnapshot{id: id, builtBy: name})
+		}
+	}
+	return out, nil
+}
+
+// deleteOrphanedBuilder deletes builder name after reading it, when it is a
+// builder of this cluster for snap's content hash (whichever user's tag it
+// carries), and returns the live snapshots taken of it.
+func (r *SandboxSnapshotReconciler) deleteOrphanedBuilder(ctx context.Context, snap *sandboxv1.SandboxSnapshot, name string) ([]string, error) {
+	resp, err := r.api(ctx).GetSandbox(ctx, name, false)
+	switch {
+	case vercel.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("get builder sandbox %s: %w", name, err)
+	}
+	tags := resp.Sandbox.Tags
+	o := ownerOf(tags, r.ClusterID, snap.UID)
+	if (o != ownedBySelf && o != ownedByPeer) || tags[tagContentHash] != recipe.Short(snap.Status.ContentHash) {
+		return nil, nil
+	}
+	left, err := r.builderSnapshots(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := r.api(ctx).DeleteSandbox(ctx, name, false); err != nil && !vercel.IsNotFound(err) {
+		return nil, fmt.Errorf("delete builder sandbox %s: %w", name, err)
+	}
+	r.Quota.ReleaseBuild(ctx, snap.Namespace, name)
+	logf.FromContext(ctx).Info("Deleted a builder no user was left to finish", "vercelName", name, "contentHash", recipe.Short(snap.Status.ContentHash))
+	r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Deleted", "Delete", "Deleted builder sandbox %s: no other user of content hash %s is left to finish its build", name, recipe.Short(snap.Status.ContentHash))
+	return left, nil
+}
+
 // deleteSnapshots deletes or keeps each id once, as decideDelete says. It
 // returns why the delete must wait, or "".
-func (r *SandboxSnapshotReconciler) deleteSnapshots(ctx context.Context, snap *sandboxv1.SandboxSnapshot, peers []sandboxv1.SandboxSnapshot, ids []string) (string, error) {
+func (r *SandboxSnapshotReconciler) deleteSnapshots(ctx context.Context, snap *sandboxv1.SandboxSnapshot, peers []sandboxv1.SandboxSnapshot, ids []doomedSnapshot) (string, error) {
 	seen := map[string]bool{}
-	for i, id := range ids {
+	for _, d := range ids {
+		id := d.id
 		if id == "" || seen[id] {
 			continue
 		}
 		seen[id] = true
-		switch decideDelete(snap, peers, id, i == 0) {
+		switch decideDelete(snap, peers, id) {
 		case keepImported:
 			// Made outside this object, perhaps by another team.
 			r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Retained", "Delete", "Left imported Vercel snapshot %s in place (the operator never deletes a snapshot it did not make)", id)
@@ -331,7 +418,7 @@ func (r *SandboxSnapshotReconciler) deleteSnapshots(ctx context.Context, snap *s
 		case keepShared:
 			r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Kept", "Delete", "Kept Vercel snapshot %s: another SandboxSnapshot still uses it", id)
 		default:
-			if wait, err := r.deleteOurs(ctx, snap, id, i == 0); wait != "" || err != nil {
+			if wait, err := r.deleteOurs(ctx, snap, d); wait != "" || err != nil {
 				return wait, err
 			}
 		}
@@ -339,23 +426,39 @@ func (r *SandboxSnapshotReconciler) deleteSnapshots(ctx context.Context, snap *s
 	return "", nil
 }
 
-// deleteOurs deletes snapshot id once a read shows it is the operator's; a
-// capture (served) is deleted only once its source no longer needs it.
-func (r *SandboxSnapshotReconciler) deleteOurs(ctx context.Context, snap *sandboxv1.SandboxSnapshot, id string, served bool) (string, error) {
-	if served && snap.Spec.Source.SandboxRef != nil {
+// deleteOurs deletes snapshot d once a read shows it is the operator's; a
+// capture (served) is deleted only once its source no longer needs it. A
+// snapshot already gone is not deleted again: another user being deleted
+// at the same time (holdsSnapshot) may have deleted it first, which is
+// logged, so that a soak can count how often that happens.
+func (r *SandboxSnapshotReconciler) deleteOurs(ctx context.Context, snap *sandboxv1.SandboxSnapshot, d doomedSnapshot) (string, error) {
+	id := d.id
+	if d.served && snap.Spec.Source.SandboxRef != nil {
 		if wait, err := r.releaseSource(ctx, snap, id); wait != "" || err != nil {
 			return wait, err
 		}
 	}
-	ours, err := r.snapshotIsOurs(ctx, snap, id)
-	if err != nil {
-		return "", err
+	found := snapshotOurs
+	if d.builtBy == "" {
+		var err error
+		if found, err = r.snapshotIsOurs(ctx, snap, id); err != nil {
+			return "", err
+		}
 	}
-	if !ours {
+	switch found {
+	case snapshotForeign:
 		r.foreignSnapshotKept(snap, id)
 		return "", nil
+	case snapshotGone:
+		logf.FromContext(ctx).Info("Found the Vercel snapshot already deleted", "snapshot", id, "alreadyDeleted", true)
+		return "", nil
 	}
-	if _, err := r.api(ctx).DeleteSnapshot(ctx, id); err != nil && !vercel.IsNotFound(err) && !vercel.IsGone(err) {
+	_, err := r.api(ctx).DeleteSnapshot(ctx, id)
+	switch {
+	case vercel.IsNotFound(err) || vercel.IsGone(err):
+		logf.FromContext(ctx).Info("Found the Vercel snapshot already deleted", "snapshot", id, "alreadyDeleted", true)
+		return "", nil
+	case err != nil:
 		return "", fmt.Errorf("delete snapshot %s: %w", id, err)
 	}
 	logf.FromContext(ctx).Info("Deleted Vercel snapshot", "snapshot", id)
@@ -386,30 +489,45 @@ func (r *SandboxSnapshotReconciler) waitToDelete(ctx context.Context, orig, snap
 	return false, ctrl.Result{RequeueAfter: snapshotBuildPoll}, nil
 }
 
-// holdsSnapshot reports whether another SandboxSnapshot of the namespace
-// serves the Vercel snapshot id. Of holders that are all being deleted, the
-// one with the smallest name does the deleting, so users deleted together
-// still delete the artifact exactly once.
+// holdsSnapshot reports whether another live SandboxSnapshot of the
+// namespace (one not being deleted) serves the Vercel snapshot id. A holder
+// being deleted does not count: of users deleted together or one after the
+// other, the last to be marked for deletion sees every other one marked and
+// deletes the snapshot; others that see the same may delete it too, which
+// Vercel answers with 404 (deleteOurs). Before, of holders all being deleted
+// the one with the smallest name deleted: a user that had kept the snapshot
+// for a live peer, and was then held Terminating (another finalizer, a slow
+// finalize), made that peer keep it too, and nobody deleted it (issue 36).
+//
+// The list comes from the manager's cache, which is one watch of
+// SandboxSnapshots: it holds this object's own deletion (the finalize runs
+// from it), so it holds every deletion marked before, and the last user to
+// be marked sees all the others marked.
 func holdsSnapshot(self *sandboxv1.SandboxSnapshot, all []sandboxv1.SandboxSnapshot, id string) bool {
-	return anyOther(self, all, func(o *sandboxv1.SandboxSnapshot) bool { return o.Status.SnapshotID == id })
+	return anyLiveOther(self, all, func(o *sandboxv1.SandboxSnapshot) bool { return o.Status.SnapshotID == id })
 }
 
-// waitsForHash reports whether another SandboxSnapshot with the same content
-// hash has no snapshot yet: it waits for the shared build.
+// waitsForHash reports whether another live SandboxSnapshot with the same
+// content hash has no snapshot yet: it waits for the shared build, and takes
+// over its builder when the driver goes.
 func waitsForHash(self *sandboxv1.SandboxSnapshot, all []sandboxv1.SandboxSnapshot) bool {
 	hash := self.Status.ContentHash
-	return hash != "" && anyOther(self, all, func(o *sandboxv1.SandboxSnapshot) bool {
+	return hash != "" && anyLiveOther(self, all, func(o *sandboxv1.SandboxSnapshot) bool {
 		return o.Status.ContentHash == hash && o.Status.SnapshotID == ""
 	})
 }
 
-func anyOther(self *sandboxv1.SandboxSnapshot, all []sandboxv1.SandboxSnapshot, uses func(o *sandboxv1.SandboxSnapshot) bool) bool {
+// usesHash reports whether another live SandboxSnapshot has the same content
+// hash: a user that still drives or waits for builds of it.
+func usesHash(self *sandboxv1.SandboxSnapshot, all []sandboxv1.SandboxSnapshot) bool {
+	hash := self.Status.ContentHash
+	return hash != "" && anyLiveOther(self, all, func(o *sandboxv1.SandboxSnapshot) bool { return o.Status.ContentHash == hash })
+}
+
+func anyLiveOther(self *sandboxv1.SandboxSnapshot, all []sandboxv1.SandboxSnapshot, uses func(o *sandboxv1.SandboxSnapshot) bool) bool {
 	for i := range all {
 		o := &all[i]
-		if o.UID == self.UID || !uses(o) {
-			continue
-		}
-		if o.DeletionTimestamp.IsZero() || o.Name < self.Name {
+		if o.UID != self.UID && o.DeletionTimestamp.IsZero() && uses(o) {
 			return true
 		}
 	}
@@ -467,6 +585,16 @@ func (r *SandboxSnapshotReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := indexSnapshots(context.Background(), mgr); err != nil {
 		return err
 	}
+	if len(r.DigestKey) == 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		key, err := LoadDigestKey(ctx, mgr.GetClient(), mgr.GetAPIReader(), r.DigestKeySecret)
+		if err != nil {
+			return err
+		}
+		r.DigestKey = key
+	}
+	r.proofKey = newProofKey(r.DigestKey)
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&sandboxv1.SandboxSnapshot{}, builder.WithPredicates(r.Shard.predicate(), predicate.Or(
 			predicate.GenerationChangedPredicate{},

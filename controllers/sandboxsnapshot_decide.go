@@ -413,15 +413,17 @@ const (
 	deleteSnapshot
 )
 
-// decideDelete decides one id; served is the id this object serves (the
-// first of the ids), which peers waiting for a shared build still need.
-func decideDelete(snap *sandboxv1.SandboxSnapshot, peers []sandboxv1.SandboxSnapshot, id string, served bool) deleteVerdict {
+// decideDelete decides one id. Only a live holder keeps it (holdsSnapshot):
+// a peer still waiting for the shared build does not, since it may never
+// record the id once this object, the only record of it, is gone (it builds
+// again instead).
+func decideDelete(snap *sandboxv1.SandboxSnapshot, peers []sandboxv1.SandboxSnapshot, id string) deleteVerdict {
 	switch {
 	case snap.Spec.Source.SnapshotID != nil:
 		return keepImported
 	case snap.Spec.DeletionPolicy == sandboxv1.DeletionPolicyRetain:
 		return keepRetained
-	case holdsSnapshot(snap, peers, id) || (served && waitsForHash(snap, peers)):
+	case holdsSnapshot(snap, peers, id):
 		return keepShared
 	}
 	return deleteSnapshot

@@ -333,22 +333,33 @@ func TestDecideDelete(t *testing.T) {
 	retain := obj("self", func(o *sandboxv1.SandboxSnapshot) { o.Spec.DeletionPolicy = sandboxv1.DeletionPolicyRetain })
 	self := obj("self", nil)
 	holder := *obj("holder", func(o *sandboxv1.SandboxSnapshot) { o.Status.SnapshotID = "snap_1" })
+	deleting := func(o sandboxv1.SandboxSnapshot, name string) sandboxv1.SandboxSnapshot {
+		now := metav1.Now()
+		o.Name, o.UID, o.DeletionTimestamp = name, types.UID(name), &now
+		return o
+	}
 	waiter := *obj("waiter", nil)
 	for _, tc := range []struct {
-		name   string
-		snap   *sandboxv1.SandboxSnapshot
-		peers  []sandboxv1.SandboxSnapshot
-		served bool
-		want   deleteVerdict
+		name  string
+		snap  *sandboxv1.SandboxSnapshot
+		peers []sandboxv1.SandboxSnapshot
+		want  deleteVerdict
 	}{
-		{"imported", imported, nil, true, keepImported},
-		{"retained", retain, nil, true, keepRetained},
-		{"another serves it", self, []sandboxv1.SandboxSnapshot{holder}, false, keepShared},
-		{"served, another waits for the shared build", self, []sandboxv1.SandboxSnapshot{waiter}, true, keepShared},
-		{"replaced, another waits for the shared build", self, []sandboxv1.SandboxSnapshot{waiter}, false, deleteSnapshot},
-		{"nobody else", self, nil, true, deleteSnapshot},
+		{"imported", imported, nil, keepImported},
+		{"retained", retain, nil, keepRetained},
+		{"another serves it", self, []sandboxv1.SandboxSnapshot{holder}, keepShared},
+		// Issue 36: a holder being deleted keeps nothing, whatever its
+		// name (the smallest name used to delete, and a holder held
+		// Terminating made the last user keep it too).
+		{"the other holder is being deleted, smaller name", self, []sandboxv1.SandboxSnapshot{deleting(holder, "a")}, deleteSnapshot},
+		{"the other holder is being deleted, larger name", self, []sandboxv1.SandboxSnapshot{deleting(holder, "z")}, deleteSnapshot},
+		{"one holder being deleted, another live", self, []sandboxv1.SandboxSnapshot{deleting(holder, "a"), holder}, keepShared},
+		// A peer waiting for the shared build has not recorded the id, and
+		// may never (this object is the only record of it): not kept.
+		{"another waits for the shared build", self, []sandboxv1.SandboxSnapshot{waiter}, deleteSnapshot},
+		{"nobody else", self, nil, deleteSnapshot},
 	} {
-		if got := decideDelete(tc.snap, tc.peers, "snap_1", tc.served); got != tc.want {
+		if got := decideDelete(tc.snap, tc.peers, "snap_1"); got != tc.want {
 			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
 		}
 	}

@@ -1,6 +1,8 @@
 package controllers
 
 import (
+	"crypto/sha256"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -73,18 +75,20 @@ func snapWith(name, uid, id, hash string, deleting bool) sandboxv1.SandboxSnapsh
 func TestReferenceTracking(t *testing.T) {
 	self := snapWith("b", "1", "snap_1", "h", true)
 	for _, tc := range []struct {
-		name        string
-		others      []sandboxv1.SandboxSnapshot
-		holds, wait bool
+		name              string
+		others            []sandboxv1.SandboxSnapshot
+		holds, wait, uses bool
 	}{
-		{"alone", nil, false, false},
-		{"another live holder", []sandboxv1.SandboxSnapshot{snapWith("c", "2", "snap_1", "h", false)}, true, false},
-		{"a holder of another id", []sandboxv1.SandboxSnapshot{snapWith("c", "2", "snap_2", "h", false)}, false, false},
-		// Deleted together: the smallest name deletes the artifact.
-		{"deleting holder with a larger name", []sandboxv1.SandboxSnapshot{snapWith("c", "2", "snap_1", "h", true)}, false, false},
-		{"deleting holder with a smaller name", []sandboxv1.SandboxSnapshot{snapWith("a", "2", "snap_1", "h", true)}, true, false},
-		{"a user still waiting for the shared build", []sandboxv1.SandboxSnapshot{snapWith("c", "2", "", "h", false)}, false, true},
-		{"a waiting user of another hash", []sandboxv1.SandboxSnapshot{snapWith("c", "2", "", "other", false)}, false, false},
+		{"alone", nil, false, false, false},
+		{"another live holder", []sandboxv1.SandboxSnapshot{snapWith("c", "2", "snap_1", "h", false)}, true, false, true},
+		{"a holder of another id", []sandboxv1.SandboxSnapshot{snapWith("c", "2", "snap_2", "h", false)}, false, false, true},
+		// Deleted together or one after the other: only live users count,
+		// so the last one marked for deletion deletes (issue 36).
+		{"deleting holder with a larger name", []sandboxv1.SandboxSnapshot{snapWith("c", "2", "snap_1", "h", true)}, false, false, false},
+		{"deleting holder with a smaller name", []sandboxv1.SandboxSnapshot{snapWith("a", "2", "snap_1", "h", true)}, false, false, false},
+		{"a user still waiting for the shared build", []sandboxv1.SandboxSnapshot{snapWith("c", "2", "", "h", false)}, false, true, true},
+		{"a waiting user being deleted", []sandboxv1.SandboxSnapshot{snapWith("a", "2", "", "h", true)}, false, false, false},
+		{"a waiting user of another hash", []sandboxv1.SandboxSnapshot{snapWith("c", "2", "", "other", false)}, false, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			all := append([]sandboxv1.SandboxSnapshot{self}, tc.others...)
@@ -93,6 +97,9 @@ func TestReferenceTracking(t *testing.T) {
 			}
 			if got := waitsForHash(&self, all); got != tc.wait {
 				t.Errorf("waitsForHash = %v, want %v", got, tc.wait)
+			}
+			if got := usesHash(&self, all); got != tc.uses {
+				t.Errorf("usesHash = %v, want %v", got, tc.uses)
 			}
 		})
 	}
@@ -165,6 +172,55 @@ func TestSharedExpiration(t *testing.T) {
 		got := sharedExpiration(c.users[0], c.users[1:])
 		if (got == nil) != (c.want == nil) || (got != nil && *got != *c.want) {
 			t.Errorf("%s: got %v, want %v", c.name, ptr.Deref(got, -1), ptr.Deref(c.want, -1))
+		}
+	}
+}
+
+// A snapshot proof verifies only for the object and the snapshot it was
+// signed for, under the key it was signed with: a user who may write status
+// can neither make one nor reuse another object's (issue 36).
+func TestSnapshotProof(t *testing.T) {
+	key := newProofKey([]byte("0123456789abcdef0123456789abcdef"))
+	other := newProofKey([]byte("fedcba9876543210fedcba9876543210"))
+	proof := key.sign("uid-a", "snap_1")
+	if !strings.HasPrefix(proof, proofPrefix) {
+		t.Fatalf("proof %q lacks the prefix %q", proof, proofPrefix)
+	}
+	for _, tc := range []struct {
+		name     string
+		key      proofKey
+		uid, id  string
+		proof    string
+		accepted bool
+	}{
+		{"its own", key, "uid-a", "snap_1", proof, true},
+		{"copied to another object", key, "uid-b", "snap_1", proof, false},
+		{"for another snapshot", key, "uid-a", "snap_2", proof, false},
+		{"signed under another key", other, "uid-a", "snap_1", proof, false},
+		{"forged: the unkeyed hash", key, "uid-a", "snap_1", proofPrefix + fmt.Sprintf("%x", sha256.Sum256([]byte("uid-a\x00snap_1"))), false},
+		{"empty", key, "uid-a", "snap_1", "", false},
+		{"no key loaded", nil, "uid-a", "snap_1", proof, false},
+		{"no id", key, "uid-a", "", key.sign("uid-a", ""), false},
+	} {
+		if got := tc.key.valid(types.UID(tc.uid), tc.id, tc.proof); got != tc.accepted {
+			t.Errorf("%s: valid = %v, want %v", tc.name, got, tc.accepted)
+		}
+	}
+	// The proof key is not the digest key itself: a proof is never a
+	// Secret digest or the other way round.
+	digest := []byte("0123456789abcdef0123456789abcdef")
+	if string(newProofKey(digest)) == string(digest) {
+		t.Error("the proof key is the digest key")
+	}
+	if newProofKey(nil) != nil {
+		t.Error("a proof key without a digest key")
+	}
+	// recordedProof names the served snapshot's proof, or the replaced one's.
+	st := &sandboxv1.SandboxSnapshotStatus{SnapshotID: "snap_2", SnapshotProof: "p2",
+		Build: &sandboxv1.SnapshotBuildStatus{Replaces: "snap_1", ReplacesProof: "p1"}}
+	for id, want := range map[string]string{"snap_2": "p2", "snap_1": "p1", "snap_3": "", "": ""} {
+		if got := recordedProof(st, id); got != want {
+			t.Errorf("recordedProof(%q) = %q, want %q", id, got, want)
 		}
 	}
 }

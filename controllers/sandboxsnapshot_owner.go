@@ -7,8 +7,13 @@ package controllers
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"regexp"
+
+	"k8s.io/apimachinery/pkg/types"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
@@ -36,47 +41,77 @@ func capturePattern(ns, name string) *regexp.Regexp {
 	return regexp.MustCompile("^" + regexp.QuoteMeta(full) + "[a-zA-Z0-9_-]{1,8}$")
 }
 
-// snapshotIsOurs reports whether Vercel snapshot id was taken by this
-// operator for snap, so that snap may delete it. Snapshots carry no tags, so
-// the proof is the Vercel sandbox it was taken of, read in Vercel:
+// snapshotOwnership is what a read says about a Vercel snapshot a
+// SandboxSnapshot names, before deleting it.
+type snapshotOwnership int
+
+const (
+	// snapshotForeign: nothing proves it the operator's; it is left alone.
+	snapshotForeign snapshotOwnership = iota
+	// snapshotOurs: taken by this operator for this object; delete it.
+	snapshotOurs
+	// snapshotGone: Vercel no longer has it (404, 410, or deleted).
+	snapshotGone
+)
+
+// snapshotIsOurs says whether Vercel snapshot id was taken by this operator
+// for snap, so that snap may delete it. Snapshots carry no tags, so the
+// proof is the Vercel sandbox it was taken of, read in Vercel:
 //
 //   - never for an imported snapshot (spec.source.snapshotID);
 //   - a snapshot whose source session belongs to a live sandbox tagged by
 //     this cluster is ours;
-//   - once that sandbox is gone (builders are deleted after each build), the
-//     snapshot must be listed in Vercel under a name this object derives:
-//     a builder of this cluster in its namespace for a recipe, the Vercel
-//     sandbox of the Sandbox it captures for a capture.
+//   - once that sandbox is gone (builders are deleted after each build), a
+//     proof recorded while it could still be read (status.snapshotProof,
+//     signed by the manager for this object and this id) shows it ours;
+//   - without one, the snapshot must be listed in Vercel under a name this
+//     object derives: a builder of this cluster in its namespace for a
+//     recipe, the Vercel sandbox of the Sandbox it captures for a capture.
 //
 // Names recorded in status are only candidates: each must pass the check.
-// A snapshot that Vercel no longer has counts as ours (nothing to delete).
-func (r *SandboxSnapshotReconciler) snapshotIsOurs(ctx context.Context, snap *sandboxv1.SandboxSnapshot, id string) (bool, error) {
+func (r *SandboxSnapshotReconciler) snapshotIsOurs(ctx context.Context, snap *sandboxv1.SandboxSnapshot, id string) (snapshotOwnership, error) {
 	if snap.Spec.Source.SnapshotID != nil {
-		return false, nil
+		return snapshotForeign, nil
 	}
 	remote, err := r.api(ctx).GetSnapshot(ctx, id)
 	switch {
 	case vercel.IsNotFound(err) || vercel.IsGone(err):
-		return true, nil
+		return snapshotGone, nil
 	case err != nil:
-		return false, fmt.Errorf("get snapshot %s: %w", id, err)
+		return snapshotForeign, fmt.Errorf("get snapshot %s: %w", id, err)
+	case remote.Status == vercel.SnapshotDeleted:
+		return snapshotGone, nil
 	}
-	if known, ours, err := r.sourceSandboxOwned(ctx, snap, remote.SourceSessionID); known || err != nil {
-		return ours, err
+	known, ours, err := r.sourceSandboxOwned(ctx, snap, remote.SourceSessionID)
+	switch {
+	case err != nil:
+		return snapshotForeign, err
+	case known && ours:
+		return snapshotOurs, nil
+	case known:
+		return snapshotForeign, nil
+	case r.proofKey.valid(snap.UID, id, recordedProof(&snap.Status, id)):
+		return snapshotOurs, nil
 	}
 	// The source sandbox is gone: a name this object derives must list it.
+	return r.listedUnderDerivedName(ctx, snap, id)
+}
+
+// listedUnderDerivedName says whether Vercel lists snapshot id under a
+// sandbox name snap derives (snapshotCandidates).
+func (r *SandboxSnapshotReconciler) listedUnderDerivedName(ctx context.Context, snap *sandboxv1.SandboxSnapshot, id string) (snapshotOwnership, error) {
 	for _, n := range snapshotCandidates(r.ClusterID, snap, id) {
 		snaps, err := r.api(ctx).ListAllSnapshots(ctx, vercel.ListSnapshotsOptions{Name: n})
 		if err != nil {
-			return false, fmt.Errorf("list snapshots of %s: %w", n, err)
+			return snapshotForeign, fmt.Errorf("list snapshots of %s: %w", n, err)
 		}
 		for _, s := range snaps {
 			if s.ID == id {
-				return true, nil
+				return snapshotOurs, nil
 			}
 		}
 	}
-	return false, nil
+	return snapshotForeign, nil
 }
 
 // sourceSandboxOwned reads the sandbox that session ran in. known reports
@@ -143,4 +178,96 @@ func snapshotCandidates(cluster string, snap *sandboxv1.SandboxSnapshot, id stri
 		out = append(out, n)
 	}
 	return out
+}
+
+// proofKey signs the snapshot proofs in SandboxSnapshot status: a key derived
+// from the manager's status digest key (digest_key.go), which only the
+// manager holds, so a user who may write status cannot make a proof, and one
+// copied from another object or for another snapshot does not verify. Nil
+// (no key loaded) makes and accepts no proof.
+type proofKey []byte
+
+const proofPrefix = "hmac-sha256:"
+
+// newProofKey derives the proof key from the digest key, so that proofs and
+// the Secret digests signed with the same key can never be taken for each
+// other.
+func newProofKey(digestKey []byte) proofKey {
+	if len(digestKey) == 0 {
+		return nil
+	}
+	m := hmac.New(sha256.New, digestKey)
+	m.Write([]byte("sandbox.sentry.io/snapshot-proof/v1"))
+	return m.Sum(nil)
+}
+
+// sign is the proof that a read showed Vercel snapshot id to be taken of a
+// sandbox the operator made for the object uid; "" without a key.
+func (k proofKey) sign(uid types.UID, id string) string {
+	if len(k) == 0 || uid == "" || id == "" {
+		return ""
+	}
+	m := hmac.New(sha256.New, k)
+	m.Write([]byte(string(uid) + "\x00" + id))
+	return proofPrefix + hex.EncodeToString(m.Sum(nil))
+}
+
+// valid reports whether proof was signed for uid and id.
+func (k proofKey) valid(uid types.UID, id, proof string) bool {
+	want := k.sign(uid, id)
+	return want != "" && hmac.Equal([]byte(want), []byte(proof))
+}
+
+// recordedProof is the proof status holds for id: the served snapshot's, or
+// the replaced one's.
+func recordedProof(st *sandboxv1.SandboxSnapshotStatus, id string) string {
+	switch {
+	case id == "":
+		return ""
+	case st.SnapshotID == id:
+		return st.SnapshotProof
+	case st.Build != nil && st.Build.Replaces == id:
+		return st.Build.ReplacesProof
+	}
+	return ""
+}
+
+// prove records in status that id, just shown by a read to be taken of a
+// sandbox the operator made for snap, is snap's: kept for the check before a
+// delete, once that sandbox is gone. The caller has done the read.
+func (r *SandboxSnapshotReconciler) prove(snap *sandboxv1.SandboxSnapshot, id string) {
+	if snap.Status.SnapshotID == id {
+		snap.Status.SnapshotProof = r.proofKey.sign(snap.UID, id)
+	}
+}
+
+// proveCapture reads the Vercel sandbox the session of captured snapshot s
+// ran in, and records the proof when it is the Vercel sandbox Sandbox sbx
+// stands for, tagged as sbx's: for a capture recorded from an intent in
+// status (after a crash or a lost answer), which no read of this reconcile
+// has checked.
+func (r *SandboxSnapshotReconciler) proveCapture(ctx context.Context, snap *sandboxv1.SandboxSnapshot, sbx *sandboxv1.Sandbox, s *vercel.Snapshot) error {
+	if sbx == nil || len(r.proofKey) == 0 || s.SourceSessionID == "" {
+		return nil
+	}
+	sess, err := r.api(ctx).GetSession(ctx, s.SourceSessionID)
+	switch {
+	case vercel.IsNotFound(err) || vercel.IsGone(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("get session %s: %w", s.SourceSessionID, err)
+	case sess.Session.SourceSandboxName != remoteName(sbx):
+		return nil
+	}
+	resp, err := r.api(ctx).GetSandbox(ctx, sess.Session.SourceSandboxName, false)
+	switch {
+	case vercel.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("get sandbox %s: %w", sess.Session.SourceSandboxName, err)
+	}
+	if ownerOf(resp.Sandbox.Tags, r.ClusterID, sbx.UID) == ownedBySelf {
+		r.prove(snap, s.ID)
+	}
+	return nil
 }

@@ -335,6 +335,7 @@ func setupControllers(mgr ctrl.Manager, vc vercel.Config, o Options, d controlle
 		ClusterID:               o.ClusterID,
 		Shard:                   o.Shard,
 		Now:                     o.SnapshotClock,
+		DigestKeySecret:         o.DigestKeySecret,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the SandboxSnapshot controller: %w", err)
 	}
