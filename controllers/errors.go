@@ -33,6 +33,10 @@ type errorClass struct {
 	// notReady errors also set Ready=False: nothing about the object can be
 	// known or done until an operator fixes the manager's configuration.
 	notReady bool
+	// blocksStart errors set Ready=False while Ready is not True: an object
+	// waiting for them says so in Ready, one that runs stays Ready (a
+	// running session keeps what it was given).
+	blocksStart bool
 }
 
 // text is what the outcome of err reports.
@@ -65,8 +69,10 @@ func classifyLocal(err error) (errorClass, bool) {
 		return errorClass{reason: ce.reason, message: ce.message, notReady: true}, true
 	case errors.As(err, &se) && se.missing == "":
 		return errorClass{reason: sandboxv1.ReasonSecretRefused}, true
+	case errors.As(err, &se) && se.missing == "key":
+		return errorClass{reason: sandboxv1.ReasonSecretKeyNotFound, blocksStart: true}, true
 	case errors.As(err, &se):
-		return errorClass{reason: sandboxv1.ReasonSecretNotFound}, true
+		return errorClass{reason: sandboxv1.ReasonSecretNotFound, blocksStart: true}, true
 	}
 	return errorClass{}, false
 }
@@ -167,14 +173,19 @@ type secretError struct {
 	name, key string
 	missing   string // "secret" or "key"; empty when refused
 	refused   string // why the Secret is refused
+	field     string // what needs it ("the environment variable X (spec.env)"), when known
 }
 
 func (e *secretError) Error() string {
 	if e.refused != "" {
 		return fmt.Sprintf("Secret %q is refused: %s", e.name, e.refused)
 	}
+	msg := fmt.Sprintf("Secret %q not found", e.name)
 	if e.missing == "key" {
-		return fmt.Sprintf("key %q not found in Secret %q", e.key, e.name)
+		msg = fmt.Sprintf("key %q not found in Secret %q", e.key, e.name)
 	}
-	return fmt.Sprintf("Secret %q not found", e.name)
+	if e.field != "" {
+		msg += "; " + e.field + " needs it"
+	}
+	return msg
 }

@@ -29,7 +29,7 @@ func TestClassify(t *testing.T) {
 		retryAfter time.Duration
 	}{
 		{"missing Secret", &secretError{name: "creds", missing: "secret"}, sandboxv1.ReasonSecretNotFound, false, 0},
-		{"missing key", &secretError{name: "creds", key: "token", missing: "key"}, sandboxv1.ReasonSecretNotFound, false, 0},
+		{"missing key", &secretError{name: "creds", key: "token", missing: "key"}, sandboxv1.ReasonSecretKeyNotFound, false, 0},
 		{"refused Secret", &secretError{name: "sa-token", refused: "a ServiceAccount token"}, sandboxv1.ReasonSecretRefused, false, 0},
 		{"429 with Retry-After", &vercel.APIError{Status: http.StatusTooManyRequests, RetryAfter: 7 * time.Second}, sandboxv1.ReasonRateLimited, false, 7 * time.Second},
 		// Without any delay the error is returned: per-object exponential

@@ -242,7 +242,7 @@ func reportOutcome(rec events.EventRecorder, o client.Object, res ctrl.Result, e
 	class := classify(err)
 	msg := class.text(err)
 	setCondition(st.conditions, o.GetGeneration(), sandboxv1.ConditionSynced, metav1.ConditionFalse, class.reason, msg)
-	if class.notReady {
+	if class.notReady || (class.blocksStart && !meta.IsStatusConditionTrue(*st.conditions, sandboxv1.ConditionReady)) {
 		setCondition(st.conditions, o.GetGeneration(), sandboxv1.ConditionReady, metav1.ConditionFalse, class.reason, msg)
 	}
 	if prev := *st.lastError; prev == nil || prev.Reason != class.reason || prev.Message != truncate(msg, maxErrorMessage) {

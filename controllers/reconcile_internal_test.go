@@ -49,6 +49,32 @@ func TestReportOutcomeEveryKind(t *testing.T) {
 	}
 }
 
+// A missing Secret or key sets Ready=False, naming the Secret, the key and
+// what needs it, while the object waits to start; a Sandbox already Ready
+// stays Ready (its session keeps the values it was given).
+func TestReportOutcomeMissingSecretBlocksStart(t *testing.T) {
+	missing := neededBy(&secretError{name: "db", key: "password", missing: "key"}, "the environment variable DB_PASSWORD (spec.env)")
+	waiting := &sandboxv1.Sandbox{}
+	setReady(waiting, readiness{sandboxv1.SandboxCreating, "False", sandboxv1.ReasonCreating, "Creating the Vercel sandbox"})
+	if _, err := reportOutcome(events.NewFakeRecorder(10), waiting, ctrl.Result{}, missing); err == nil {
+		t.Fatal("the error was swallowed")
+	}
+	ready := meta.FindStatusCondition(waiting.Status.Conditions, sandboxv1.ConditionReady)
+	want := `key "password" not found in Secret "db"; the environment variable DB_PASSWORD (spec.env) needs it`
+	if ready == nil || ready.Status != "False" || ready.Reason != sandboxv1.ReasonSecretKeyNotFound || ready.Message != want {
+		t.Errorf("Ready of a Sandbox waiting for a Secret key: %+v, want False %s %q", ready, sandboxv1.ReasonSecretKeyNotFound, want)
+	}
+
+	running := &sandboxv1.Sandbox{}
+	setReady(running, readiness{sandboxv1.SandboxRunning, "True", sandboxv1.ReasonRunning, "running"})
+	if _, err := reportOutcome(events.NewFakeRecorder(10), running, ctrl.Result{}, &secretError{name: "db", missing: "secret"}); err == nil {
+		t.Fatal("the error was swallowed")
+	}
+	if !meta.IsStatusConditionTrue(running.Status.Conditions, sandboxv1.ConditionReady) {
+		t.Errorf("a running Sandbox whose Secret went lost Ready: %+v", meta.FindStatusCondition(running.Status.Conditions, sandboxv1.ConditionReady))
+	}
+}
+
 // A long error fits the status field's 4096-character limit, and the same
 // error reported again emits no second event.
 func TestReportOutcomeLongErrorOnce(t *testing.T) {

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"errors"
 	"context"
 	"fmt"
 	"sort"
@@ -78,14 +79,25 @@ func (s *secretReader) value(ctx context.Context, name, key string) (string, err
 	return string(v), nil
 }
 
+// neededBy records on a missing-Secret error the field that needs it, so
+// the condition names it.
+func neededBy(err error, field string) error {
+	var se *secretError
+	if errors.As(err, &se) && se.missing != "" && se.field == "" {
+		se.field = field
+	}
+	return err
+}
+
 // gitCredentials reads the keys "username" and "password" of a git
 // credentials Secret (spec.source.git.credentials, a recipe's repository).
 func (s *secretReader) gitCredentials(ctx context.Context, name string) (username, password string, err error) {
+	const field = "the git credentials (spec.source.git.credentials)"
 	if username, err = s.value(ctx, name, "username"); err != nil {
-		return "", "", err
+		return "", "", neededBy(err, field)
 	}
 	if password, err = s.value(ctx, name, "password"); err != nil {
-		return "", "", err
+		return "", "", neededBy(err, field)
 	}
 	return username, password, nil
 }
@@ -108,7 +120,7 @@ func buildConfig(ctx context.Context, secrets *secretReader, spec *sandboxv1.San
 			case e.ValueFrom != nil:
 				v, err := secrets.value(ctx, e.ValueFrom.SecretKeyRef.Name, e.ValueFrom.SecretKeyRef.Key)
 				if err != nil {
-					return nil, err
+					return nil, neededBy(err, "the environment variable "+e.Name+" (spec.env)")
 				}
 				// Admission refuses a NUL in spec.env[].value; a Secret's
 				// value is only seen here. Sent on, it would make every
@@ -180,7 +192,7 @@ func buildNetworkPolicy(ctx context.Context, secrets *secretReader, np *sandboxv
 		for _, h := range inj.Headers {
 			v, err := secrets.value(ctx, h.ValueFrom.SecretKeyRef.Name, h.ValueFrom.SecretKeyRef.Key)
 			if err != nil {
-				return nil, err
+				return nil, neededBy(err, fmt.Sprintf("the header %s injected for %s (spec.networkPolicy.injectHeaders)", h.Name, inj.Domain))
 			}
 			headers[h.Name] = v
 		}

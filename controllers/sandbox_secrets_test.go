@@ -90,7 +90,7 @@ var _ = Describe("Secret rotation", func() {
 		By("deleting the Secret: the session keeps running with what it has")
 		Expect(k8sClient.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gh"}})).To(Succeed())
 		Eventually(secretsCurrent(key)).Should(And(HaveField("Status", metav1.ConditionFalse), HaveField("Reason", sandboxv1.ReasonSecretNotFound)))
-		expectEvent(key, "Warning SecretNotFound: Secret \"gh\" not found; the Vercel sandbox keeps the values it was given")
+		expectEvent(key, "Warning SecretNotFound: Secret \"gh\" not found; the header Authorization injected for api.github.com (spec.networkPolicy.injectHeaders) needs it; the Vercel sandbox keeps the values it was given")
 		Consistently(func(g Gomega) {
 			s := getSandbox(key)
 			g.Expect(s.Status.SessionID).To(Equal(session))

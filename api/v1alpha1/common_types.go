@@ -84,9 +84,12 @@ const (
 	// ReasonPaymentRequired is set on Synced=False when Vercel answered 402
 	// for the account.
 	ReasonPaymentRequired = "PaymentRequired"
-	// ReasonSecretNotFound is set on Synced=False when a referenced Secret or
-	// key does not exist.
+	// ReasonSecretNotFound is set on Synced=False when a referenced Secret
+	// does not exist, and on Ready=False while the object waits for it.
 	ReasonSecretNotFound = "SecretNotFound"
+	// ReasonSecretKeyNotFound is set like SecretNotFound when the Secret
+	// exists but lacks the key a reference names.
+	ReasonSecretKeyNotFound = "SecretKeyNotFound"
 	// ReasonSecretRefused is set on Synced=False when a referenced Secret is
 	// one the controller never sends to Vercel: a ServiceAccount token
 	// (type kubernetes.io/service-account-token). See docs/security.md.
