@@ -1,8 +1,8 @@
 package controllers
 
 import (
-	"errors"
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
