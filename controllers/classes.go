@@ -207,6 +207,11 @@ type classEntry struct {
 	// verifiedAt is when the class controller last checked the team and
 	// project (VerifyProject) with api.
 	verifiedAt time.Time
+	// deprecatedKeys are the keys of the Secret read under their deprecated
+	// spelling; warnedVersion the Secret version the class controller last
+	// warned of them for.
+	deprecatedKeys []string
+	warnedVersion  string
 }
 
 func (c *ClassClients) entry(name string) *classEntry {
@@ -281,16 +286,16 @@ func (c *ClassClients) apiOf(ctx context.Context, cl *sandboxv1.SandboxClass) (*
 	if e.api != nil && sec.ResourceVersion == e.secretVersion {
 		return e.api, e.health, nil
 	}
-	for _, k := range []string{sandboxv1.ClassSecretTokenKey, sandboxv1.ClassSecretTeamIDKey, sandboxv1.ClassSecretProjectIDKey} {
-		if len(sec.Data[k]) == 0 {
-			return nil, e.health, &classError{sandboxv1.ReasonSecretNotFound,
-				fmt.Sprintf("SandboxClass %q: key %q not found in Secret %s/%s", cl.Name, k, ref.Namespace, ref.Name)}
-		}
+	values, deprecated, missing := classSecretValues(sec)
+	if missing != "" {
+		return nil, e.health, &classError{sandboxv1.ReasonSecretKeyNotFound,
+			fmt.Sprintf("SandboxClass %q: key %q not found in Secret %s/%s (spec.credentialsSecretRef)", cl.Name, missing, ref.Namespace, ref.Name)}
 	}
+	e.deprecatedKeys = deprecated
 	cfg := c.Base
-	cfg.Token = string(sec.Data[sandboxv1.ClassSecretTokenKey])
-	cfg.TeamID = string(sec.Data[sandboxv1.ClassSecretTeamIDKey])
-	cfg.ProjectID = string(sec.Data[sandboxv1.ClassSecretProjectIDKey])
+	cfg.Token = values[sandboxv1.ClassSecretTokenKey]
+	cfg.TeamID = values[sandboxv1.ClassSecretTeamIDKey]
+	cfg.ProjectID = values[sandboxv1.ClassSecretProjectIDKey]
 	cfg.TokenFile, cfg.OIDCToken = "", ""
 	api, err := instrumentedClient(cfg, e.hc, e.health)
 	if err != nil {
@@ -461,4 +466,40 @@ func classLabel(name string) string {
 		return "none (the manager's own credentials)"
 	}
 	return fmt.Sprintf("%q", name)
+}
+
+// classSecretValues reads a class Secret's token, team id and project id,
+// each under its key or, failing that, its deprecated spelling (listed in
+// deprecated); missing names the first key found under neither.
+func classSecretValues(sec *corev1.Secret) (values map[string]string, deprecated []string, missing string) {
+	values = map[string]string{}
+	for _, k := range [][2]string{
+		{sandboxv1.ClassSecretTokenKey, ""},
+		{sandboxv1.ClassSecretTeamIDKey, sandboxv1.ClassSecretTeamIDKeyDeprecated},
+		{sandboxv1.ClassSecretProjectIDKey, sandboxv1.ClassSecretProjectIDKeyDeprecated},
+	} {
+		switch key, old := k[0], k[1]; {
+		case len(sec.Data[key]) > 0:
+			values[key] = string(sec.Data[key])
+		case old != "" && len(sec.Data[old]) > 0:
+			values[key] = string(sec.Data[old])
+			deprecated = append(deprecated, old)
+		default:
+			return nil, nil, key
+		}
+	}
+	return values, deprecated, ""
+}
+
+// deprecationToWarn returns the deprecated keys the class's Secret was read
+// with, once per version of the Secret: what the class controller warns of.
+func (c *ClassClients) deprecationToWarn(name string) []string {
+	e := c.entry(name)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.deprecatedKeys) == 0 || e.warnedVersion == e.secretVersion {
+		return nil
+	}
+	e.warnedVersion = e.secretVersion
+	return e.deprecatedKeys
 }

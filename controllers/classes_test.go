@@ -36,6 +36,7 @@ var tenantCredentials = []emulator.Credential{
 	{Token: "tok_held", Teams: []string{"team_held"}, Projects: []string{"prj_held"}},
 	{Token: "tok_default", Teams: []string{"team_default"}, Projects: []string{"prj_default"}},
 	{Token: "tok_crash", Teams: []string{"team_crash"}, Projects: []string{"prj_crash"}},
+	{Token: "tok_keys", Teams: []string{"team_keys"}, Projects: []string{"prj_keys"}},
 }
 
 // classSecretNamespace holds the classes' Secrets, as a cluster admin would

@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -40,7 +44,8 @@ const (
 // object uses it.
 type SandboxClassReconciler struct {
 	client.Client
-	Classes *ClassClients
+	Classes  *ClassClients
+	Recorder events.EventRecorder
 }
 
 // Reconcile checks one SandboxClass.
@@ -103,6 +108,7 @@ func (r *SandboxClassReconciler) verify(ctx context.Context, cl *sandboxv1.Sandb
 		return classRetryInterval
 	}
 	st.TeamID, st.ProjectID = api.TeamID(), api.ProjectID()
+	r.warnDeprecatedKeys(cl)
 	e := r.Classes.entry(cl.Name)
 	e.mu.Lock()
 	due := time.Since(e.verifiedAt) >= classVerifyInterval || health.rejectedNow() ||
@@ -224,4 +230,26 @@ func (r *SandboxClassReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WithOptions(controllerOptions(1, 0)).
 		Named("sandboxclass").
 		Complete(r)
+}
+
+// warnDeprecatedKeys emits a Warning event, once per version of the class's
+// Secret, when it still spells a key the deprecated way.
+func (r *SandboxClassReconciler) warnDeprecatedKeys(cl *sandboxv1.SandboxClass) {
+	old := r.Classes.deprecationToWarn(cl.Name)
+	if len(old) == 0 || r.Recorder == nil {
+		return
+	}
+	renames := make([]string, 0, len(old))
+	for _, k := range old {
+		renames = append(renames, fmt.Sprintf("%q to %q", k, newClassSecretKey[k]))
+	}
+	ref := cl.Spec.CredentialsSecretRef
+	r.Recorder.Eventf(cl, nil, corev1.EventTypeWarning, sandboxv1.ReasonDeprecatedSecretKey, "Verify",
+		"Secret %s/%s spells keys the deprecated way; rename %s (the old spelling is still read for now)", ref.Namespace, ref.Name, strings.Join(renames, " and "))
+}
+
+// newClassSecretKey maps a deprecated class Secret key to its spelling.
+var newClassSecretKey = map[string]string{
+	sandboxv1.ClassSecretTeamIDKeyDeprecated:    sandboxv1.ClassSecretTeamIDKey,
+	sandboxv1.ClassSecretProjectIDKeyDeprecated: sandboxv1.ClassSecretProjectIDKey,
 }

@@ -341,7 +341,7 @@ func setupControllers(mgr ctrl.Manager, vc vercel.Config, o Options, d controlle
 	}
 	if err := (&SandboxForkReconciler{
 		Client:                  mgr.GetClient(),
-		Recorder:                mgr.GetEventRecorder("sandbox-controller"),
+		Recorder:                mgr.GetEventRecorder("sandboxfork-controller"),
 		Notifier:                d.notifier,
 		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 		BackoffCap:              o.BackoffCap,
@@ -363,7 +363,7 @@ func setupControllers(mgr ctrl.Manager, vc vercel.Config, o Options, d controlle
 	// their finalizer (it counts the users of every shard); every shard
 	// builds its own clients from the classes' Secrets (ClassClients).
 	if !o.Shard.Sharded() || o.Shard.Index == 0 {
-		if err := (&SandboxClassReconciler{Client: mgr.GetClient(), Classes: d.classes}).SetupWithManager(mgr); err != nil {
+		if err := (&SandboxClassReconciler{Client: mgr.GetClient(), Classes: d.classes, Recorder: mgr.GetEventRecorder("sandboxclass-controller")}).SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("set up the SandboxClass controller: %w", err)
 		}
 	}

@@ -4,15 +4,25 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Keys of the Secret a SandboxClass's spec.credentialsSecretRef names.
+// Keys of the Secret a SandboxClass's spec.credentialsSecretRef names: the
+// same as those of the manager's own credentials Secret (vercel-credentials).
 const (
 	// ClassSecretTokenKey holds the Vercel access token.
 	ClassSecretTokenKey = "token"
 	// ClassSecretTeamIDKey holds the Vercel team id (team_...).
-	ClassSecretTeamIDKey = "teamId"
+	ClassSecretTeamIDKey = "team-id"
 	// ClassSecretProjectIDKey holds the Vercel project id (prj_...).
-	ClassSecretProjectIDKey = "projectId"
+	ClassSecretProjectIDKey = "project-id"
+	// ClassSecretTeamIDKeyDeprecated and ClassSecretProjectIDKeyDeprecated
+	// are the keys' first spelling, still read when the new key is absent;
+	// the class then gets a DeprecatedSecretKey Warning event.
+	ClassSecretTeamIDKeyDeprecated    = "teamId"
+	ClassSecretProjectIDKeyDeprecated = "projectId"
 )
+
+// ReasonDeprecatedSecretKey is the Warning event of a SandboxClass whose
+// Secret still spells a key the deprecated way.
+const ReasonDeprecatedSecretKey = "DeprecatedSecretKey"
 
 // Annotations and labels of the class mechanism.
 const (
@@ -106,8 +116,10 @@ type SandboxClassDefaults struct {
 // SandboxClassSpec is the desired state of a SandboxClass.
 type SandboxClassSpec struct {
 	// credentialsSecretRef names the Secret with the Vercel credentials of
-	// the class, under the keys "token", "teamId" and "projectId". A new
-	// token in it is used without a restart.
+	// the class, under the keys "token", "team-id" and "project-id" (as the
+	// manager's own Secret; "teamId" and "projectId" are still read, with a
+	// DeprecatedSecretKey event). A new token in it is used without a
+	// restart.
 	// +required
 	CredentialsSecretRef ClassSecretReference `json:"credentialsSecretRef"`
 	// defaults for the objects of the class.

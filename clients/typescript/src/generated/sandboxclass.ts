@@ -55,8 +55,10 @@ export interface SandboxClass {
 export interface SandboxClassSpec {
   /**
    * credentialsSecretRef names the Secret with the Vercel credentials of
-   * the class, under the keys "token", "teamId" and "projectId". A new
-   * token in it is used without a restart.
+   * the class, under the keys "token", "team-id" and "project-id" (as the
+   * manager's own Secret; "teamId" and "projectId" are still read, with a
+   * DeprecatedSecretKey event). A new token in it is used without a
+   * restart.
    */
   credentialsSecretRef: {
     /**

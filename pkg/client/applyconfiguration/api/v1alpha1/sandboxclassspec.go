@@ -18,8 +18,10 @@ import (
 // SandboxClassSpec is the desired state of a SandboxClass.
 type SandboxClassSpecApplyConfiguration struct {
 	// credentialsSecretRef names the Secret with the Vercel credentials of
-	// the class, under the keys "token", "teamId" and "projectId". A new
-	// token in it is used without a restart.
+	// the class, under the keys "token", "team-id" and "project-id" (as the
+	// manager's own Secret; "teamId" and "projectId" are still read, with a
+	// DeprecatedSecretKey event). A new token in it is used without a
+	// restart.
 	CredentialsSecretRef *ClassSecretReferenceApplyConfiguration `json:"credentialsSecretRef,omitempty"`
 	// defaults for the objects of the class.
 	Defaults *SandboxClassDefaultsApplyConfiguration `json:"defaults,omitempty"`
