@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"regexp"
+	"slices"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -114,6 +115,7 @@ func TestKrewManifest(t *testing.T) {
 					MatchLabels map[string]string `json:"matchLabels"`
 				}
 				URI, Sha256, Bin string
+				Files            []struct{ From, To string }
 			}
 		}
 	}
@@ -133,6 +135,11 @@ func TestKrewManifest(t *testing.T) {
 		if p.Bin != "kubectl-sandbox" || !regexp.MustCompile(`^[0-9a-f]{64}$`).MatchString(p.Sha256) ||
 			!regexp.MustCompile(`^https://.*/kubectl-sandbox_`+p.Selector.MatchLabels["os"]+`_`+p.Selector.MatchLabels["arch"]+`\.tar\.gz$`).MatchString(p.URI) {
 			t.Errorf("platform %s: bin %q uri %q sha256 %q", osArch, p.Bin, p.URI, p.Sha256)
+		}
+		// The archive holds the binary at its root; krew installs only what
+		// files names (the binary must be among them, or bin points nowhere).
+		if !slices.ContainsFunc(p.Files, func(f struct{ From, To string }) bool { return f.From == p.Bin && f.To == "." }) {
+			t.Errorf("platform %s: files %v do not install %s", osArch, p.Files, p.Bin)
 		}
 	}
 	for _, want := range []string{"linux/amd64", "linux/arm64", "darwin/amd64", "darwin/arm64"} {
