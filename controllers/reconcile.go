@@ -203,7 +203,28 @@ func (s skeleton[O]) patchStatus(ctx context.Context, before, o O) error {
 			s.notifier.Enqueue(e)
 		}
 	}
+	announceMilestones(s.recorder, before, o)
 	return nil
+}
+
+// announceMilestones emits a Normal event when a status write made the
+// object Ready (with Ready's message), and, for a Sandbox, when its setup
+// succeeded: `kubectl describe` and `kubectl events` then tell the story
+// from creation to Ready, not only the failures.
+func announceMilestones(rec events.EventRecorder, before, after client.Object) {
+	if rec == nil {
+		return
+	}
+	was := meta.IsStatusConditionTrue(*statusOf(before).conditions, sandboxv1.ConditionReady)
+	if ready := meta.FindStatusCondition(*statusOf(after).conditions, sandboxv1.ConditionReady); !was && ready != nil && ready.Status == metav1.ConditionTrue {
+		rec.Eventf(after, nil, corev1.EventTypeNormal, sandboxv1.ConditionReady, "Observe", "%s", truncate(ready.Message, maxEventNote))
+	}
+	b, ok := before.(*sandboxv1.Sandbox)
+	a, _ := after.(*sandboxv1.Sandbox)
+	if ok && a.Status.Setup != nil && a.Status.Setup.State == sandboxv1.SetupSucceeded &&
+		(b.Status.Setup == nil || b.Status.Setup.State != sandboxv1.SetupSucceeded || b.Status.Setup.SpecHash != a.Status.Setup.SpecHash) {
+		rec.Eventf(after, nil, corev1.EventTypeNormal, "SetupSucceeded", "RunCommand", "Setup succeeded: %d command(s) exited 0 in session %s", a.Status.Setup.Completed, a.Status.Setup.SessionID)
+	}
 }
 
 // statusView is what the skeleton reads and writes of an object's status.

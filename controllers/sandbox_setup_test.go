@@ -2,6 +2,7 @@ package controllers_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
@@ -43,6 +44,18 @@ var _ = Describe("Setup gates Ready", func() {
 			HaveField("Message", ContainSubstring("step 1 (install)"))))
 		Expect(getSandbox(key).Status.Phase).To(Equal(sandboxv1.SandboxFailed))
 	}
+
+	It("tells its story in events: setup started, setup succeeded, Ready", func() {
+		sbx := newSandbox(ns, "story", sandboxv1.SandboxSpec{
+			Source: runtimeSource("node24"),
+			Setup:  []sandboxv1.SetupCommand{step("install", "true"), step("build", "true")},
+		})
+		key := types.NamespacedName{Namespace: ns, Name: sbx.Name}
+		got := waitReady(key)
+		expectEvent(key, "Normal SetupStarted: Started setup step 1 (install)")
+		expectEvent(key, fmt.Sprintf("Normal SetupSucceeded: Setup succeeded: 2 command(s) exited 0 in session %s", got.Status.SessionID))
+		expectEvent(key, "Normal Ready: ")
+	})
 
 	It("keeps a Sandbox whose setup failed not Ready after a pause and resume, and runs setup again when spec.setup changes", func() {
 		key := types.NamespacedName{Namespace: ns, Name: "failing"}
