@@ -86,17 +86,41 @@ func (r *SandboxSnapshotReconciler) observeCapture(ctx context.Context, snap *sa
 		return o, nil
 	}
 	o.intent = true
+	source, resp, err := r.intentIsSource(ctx, snap, sbx, c.VercelName)
+	if err != nil || !source {
+		// Not the source's sandbox: forgotten (decideCapture), never acted on.
+		return o, err
+	}
 	if o.found, err = r.findCapture(ctx, c); err != nil || o.found != nil {
 		return o, err
 	}
 	// The intent was recorded but Vercel never took the snapshot: asked
 	// again if that session still runs, else the next one is waited for.
-	resp, err := r.api(ctx).GetSandbox(ctx, c.VercelName, false)
-	if err != nil && !vercel.IsNotFound(err) {
-		return o, fmt.Errorf("get sandbox %s: %w", c.VercelName, err)
-	}
-	o.intentRunning = err == nil && resp.Session != nil && resp.Session.ID == c.SessionID && resp.Session.Status == vercel.SessionRunning
+	o.intentRunning = resp != nil && resp.Session != nil && resp.Session.ID == c.SessionID && resp.Session.Status == vercel.SessionRunning
 	return o, nil
+}
+
+// intentIsSource reads the Vercel sandbox a recorded capture intent names and
+// says whether it is the source Sandbox's own (tagged with its UID), or, once
+// gone, whether its name is one the source Sandbox derives. The intent is in
+// status, which users with sandboxsnapshots/status may write: an intent
+// naming another team's sandbox must neither have its session snapshotted
+// (which stops it) nor its snapshot recorded as this object's (a Sandbox of
+// the namespace could boot from it through snapshotRef). resp is the
+// sandbox read when its tags were checked, which alone lets the capture be
+// asked again; nil otherwise.
+func (r *SandboxSnapshotReconciler) intentIsSource(ctx context.Context, snap *sandboxv1.SandboxSnapshot, sbx *sandboxv1.Sandbox, name string) (bool, *vercel.SandboxResponse, error) {
+	resp, err := r.api(ctx).GetSandbox(ctx, name, false)
+	switch {
+	case err != nil && !vercel.IsNotFound(err):
+		return false, nil, fmt.Errorf("get sandbox %s: %w", name, err)
+	case err == nil && sbx != nil:
+		return ownerOf(resp.Sandbox.Tags, r.ClusterID, sbx.UID) == ownedBySelf, resp, nil
+	}
+	// Gone, or its Sandbox is: only a name the Sandbox derives may be
+	// looked up (read only), as snapshotIsOurs does.
+	p := capturePattern(snap.Namespace, snap.Spec.Source.SandboxRef.Name)
+	return p != nil && p.MatchString(name), nil, nil
 }
 
 // observeSource reads the Vercel sandbox the source Sandbox stands for. The
