@@ -162,11 +162,12 @@ func (e *env) startKubelet(dir string, extra ...string) {
 	must(t, err)
 	sel, err := metav1.LabelSelectorAsSelector(e.deployment.Spec.Selector)
 	must(t, err)
-	var log syncBuffer
+	log, err := os.Create(filepath.Join(dir, "kubelet.log"))
+	must(t, err)
 	k := kubelet.New(kubelet.Options{
 		ControlPlane: e.cp, Client: e.client, Binary: bin, Selector: sel,
 		ExtraArgs: append([]string{"--vercel-api-url=" + e.emuURL}, extra...),
-		Dir:       filepath.Join(dir, "pods"), Log: &log,
+		Dir:       filepath.Join(dir, "pods"), Log: log,
 	})
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
@@ -176,8 +177,10 @@ func (e *env) startKubelet(dir string, extra ...string) {
 		if err := <-done; err != nil {
 			t.Errorf("kubelet: %v", err)
 		}
+		_ = log.Close()
 		if t.Failed() {
-			t.Logf("kubelet:\n%s", log.String())
+			b, _ := os.ReadFile(log.Name())
+			t.Logf("kubelet:\n%s", b)
 			logs, _ := filepath.Glob(filepath.Join(dir, "pods", "*.log"))
 			for _, l := range logs {
 				b, _ := os.ReadFile(l)
@@ -185,24 +188,6 @@ func (e *env) startKubelet(dir string, extra ...string) {
 			}
 		}
 	})
-}
-
-// syncBuffer is a bytes.Buffer safe for one writer and readers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // runReadmeBlock runs, with bash and the admin kubeconfig, the first ```sh
