@@ -37,7 +37,10 @@ import (
 // returns the binary's path.
 func Build(repoRoot, outDir string) (string, error) {
 	bin := filepath.Join(outDir, "manager")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/manager")
+	// -buildvcs=auto overrides a GOFLAGS=-buildvcs=false of the machine, so
+	// the manager reports the commit it was built from (internal/version's
+	// fallback), as `kubectl sandbox version` shows.
+	cmd := exec.Command("go", "build", "-buildvcs=auto", "-o", bin, "./cmd/manager")
 	cmd.Dir = repoRoot
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build ./cmd/manager: %w\n%s", err, out)
