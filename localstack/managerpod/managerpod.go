@@ -37,15 +37,31 @@ import (
 // returns the binary's path.
 func Build(repoRoot, outDir string) (string, error) {
 	bin := filepath.Join(outDir, "manager")
-	// -buildvcs=auto overrides a GOFLAGS=-buildvcs=false of the machine, so
-	// the manager reports the commit it was built from (internal/version's
-	// fallback), as `kubectl sandbox version` shows.
-	cmd := exec.Command("go", "build", "-buildvcs=auto", "-o", bin, "./cmd/manager")
+	cmd := exec.Command("go", "build", "-ldflags", commitLDFlags(repoRoot), "-o", bin, "./cmd/manager")
 	cmd.Dir = repoRoot
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build ./cmd/manager: %w\n%s", err, out)
 	}
 	return bin, nil
+}
+
+// commitLDFlags stamps the commit and its time, read with git, into
+// internal/version, so the manager reports what it was built from (`kubectl
+// sandbox version`) even where GOFLAGS=-buildvcs=false leaves the build
+// info empty; "" when git cannot tell (the build then reports what it can).
+func commitLDFlags(repoRoot string) string {
+	out, err := exec.Command("git", "-C", repoRoot, "log", "-1", "--format=%H %cI").Output()
+	rev, at, ok := strings.Cut(strings.TrimSpace(string(out)), " ")
+	if err != nil || !ok {
+		return ""
+	}
+	// As the Makefile's VERSION: the nearest release tag, else v0.0.0-dev.
+	version := "v0.0.0-dev"
+	if tag, err := exec.Command("git", "-C", repoRoot, "describe", "--tags", "--match", "v[0-9]*", "--dirty").Output(); err == nil {
+		version = strings.TrimSpace(string(tag))
+	}
+	const pkg = "github.com/getsentry/sandbox-controller/internal/version"
+	return "-X " + pkg + ".version=" + version + " -X " + pkg + ".revision=" + rev + " -X " + pkg + ".commitTime=" + at
 }
 
 // Options says which pod to run.
