@@ -14,6 +14,7 @@
 package kubelet
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -208,8 +209,7 @@ func (k *Kubelet) syncPod(ctx context.Context, key string, pod *corev1.Pod) erro
 			return k.writeStatus(ctx, pod, nil, err.Error())
 		}
 	}
-	k.probe(ctx, key, pod, c)
-	return k.writeStatus(ctx, pod, c, "")
+	return k.writeStatus(ctx, pod, k.probe(ctx, key, pod, c), "")
 }
 
 // start runs the pod's container; prev, when set, is the container it
@@ -241,8 +241,9 @@ func (k *Kubelet) start(ctx context.Context, key string, pod *corev1.Pod, prev *
 
 // probe updates readiness and liveness, and restarts a container that
 // exited or failed its liveness probe failureThreshold times in a row, with
-// the kubelet's back-off (10 s, doubling, at most 5 min).
-func (k *Kubelet) probe(ctx context.Context, key string, pod *corev1.Pod, c *container) {
+// the kubelet's back-off (10 s, doubling, at most 5 min). It returns the
+// pod's container: c, or the one that replaced it.
+func (k *Kubelet) probe(ctx context.Context, key string, pod *corev1.Pod, c *container) *container {
 	ctr := pod.Spec.Containers[0]
 	if c.proc.Exited() {
 		if c.restartAt.IsZero() {
@@ -253,10 +254,10 @@ func (k *Kubelet) probe(ctx context.Context, key string, pod *corev1.Pod, c *con
 		}
 		if time.Now().After(c.restartAt) {
 			if next, err := k.start(ctx, key, pod, c); err == nil {
-				*c = *next
+				return next
 			}
 		}
-		return
+		return c
 	}
 	up := time.Since(c.started)
 	if p := ctr.ReadinessProbe; p == nil || up >= time.Duration(p.InitialDelaySeconds)*time.Second {
@@ -265,12 +266,13 @@ func (k *Kubelet) probe(ctx context.Context, key string, pod *corev1.Pod, c *con
 	if p := ctr.LivenessProbe; p != nil && up >= time.Duration(p.InitialDelaySeconds)*time.Second {
 		if c.proc.Live() {
 			c.liveFailures = 0
-		} else if c.liveFailures++; c.liveFailures >= int(max(p.FailureThreshold, 3)) {
+		} else if c.liveFailures++; c.liveFailures >= int(cmp.Or(p.FailureThreshold, 3)) {
 			k.logf("pod %s: liveness probe failed %d times: killing the container", key, c.liveFailures)
 			_ = c.proc.Stop(time.Duration(ptr.Deref(pod.Spec.TerminationGracePeriodSeconds, 30)) * time.Second)
 			c.liveFailures = 0
 		}
 	}
+	return c
 }
 
 // finish stops a deleted pod's container within its grace period and

@@ -266,21 +266,16 @@ func start(ctx context.Context, dir string, opts Options) (*Process, error) {
 func (p *Process) waitReady(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	url := "http://" + p.probeAddr + p.probePath
-	probe := &http.Client{Timeout: time.Second} // as the kubelet's default timeoutSeconds
 	for {
 		select {
 		case <-p.done:
 			return fmt.Errorf("%s exited before it was ready: %v", p.Name, p.err)
 		case <-ctx.Done():
-			return fmt.Errorf("%s: %s did not answer 200 within a minute", p.Name, url)
+			return fmt.Errorf("%s: http://%s%s did not answer 200 within a minute", p.Name, p.probeAddr, p.probePath)
 		case <-time.After(100 * time.Millisecond):
 		}
-		if resp, err := probe.Get(url); err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
+		if p.Ready() {
+			return nil
 		}
 	}
 }

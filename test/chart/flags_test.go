@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/getsentry/sandbox-controller/localstack/managerpod"
 )
@@ -108,13 +107,7 @@ func TestValuesDocumentManagerDefaults(t *testing.T) {
 		if actual == "" {
 			continue // the manager prints no default (a zero value); nothing to compare
 		}
-		same := documented == actual
-		if d1, err1 := time.ParseDuration(documented); err1 == nil {
-			if d2, err2 := time.ParseDuration(actual); err2 == nil {
-				same = d1 == d2
-			}
-		}
-		if !same {
+		if !sameDefault(documented, actual) {
 			t.Errorf("values.yaml says the manager's default of --%s is %q; manager --help says %q", name, documented, actual)
 		}
 	}
