@@ -60,7 +60,7 @@ func transitions(before, after client.Object, now time.Time) []notify.Event {
 	case *sandboxv1.Sandbox:
 		b := before.(*sandboxv1.Sandbox)
 		kind, resource = "sandbox", "sandboxes"
-		if !meta.IsStatusConditionTrue(b.Status.Conditions, sandboxv1.ConditionReady) && meta.IsStatusConditionTrue(a.Status.Conditions, sandboxv1.ConditionReady) {
+		if becameReady(b, a) {
 			fired = append(fired, "ready")
 		}
 		if b.Status.Phase != sandboxv1.SandboxIdle && a.Status.Phase == sandboxv1.SandboxIdle {

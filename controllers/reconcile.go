@@ -207,6 +207,12 @@ func (s skeleton[O]) patchStatus(ctx context.Context, before, o O) error {
 	return nil
 }
 
+// becameReady reports whether before → after turned Ready to True.
+func becameReady(before, after client.Object) bool {
+	return !meta.IsStatusConditionTrue(*statusOf(before).conditions, sandboxv1.ConditionReady) &&
+		meta.IsStatusConditionTrue(*statusOf(after).conditions, sandboxv1.ConditionReady)
+}
+
 // announceMilestones emits a Normal event when a status write made the
 // object Ready (with Ready's message), and, for a Sandbox, when its setup
 // succeeded: `kubectl describe` and `kubectl events` then tell the story
@@ -215,8 +221,8 @@ func announceMilestones(rec events.EventRecorder, before, after client.Object) {
 	if rec == nil {
 		return
 	}
-	was := meta.IsStatusConditionTrue(*statusOf(before).conditions, sandboxv1.ConditionReady)
-	if ready := meta.FindStatusCondition(*statusOf(after).conditions, sandboxv1.ConditionReady); !was && ready != nil && ready.Status == metav1.ConditionTrue {
+	if becameReady(before, after) {
+		ready := meta.FindStatusCondition(*statusOf(after).conditions, sandboxv1.ConditionReady)
 		rec.Eventf(after, nil, corev1.EventTypeNormal, sandboxv1.ConditionReady, "Observe", "%s", truncate(ready.Message, maxEventNote))
 	}
 	b, ok := before.(*sandboxv1.Sandbox)
