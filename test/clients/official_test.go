@@ -7,6 +7,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -64,6 +66,7 @@ func newTarget(t *testing.T) *target {
 	case token != "" && team != "" && project != "":
 		// An emulator already running, e.g. `make dev`'s (source bin/dev/env).
 		tg.apiURL, tg.token, tg.team, tg.project = strings.TrimSuffix(apiURL, "/"), token, team, project
+		requireAnswering(t, tg.apiURL)
 	default:
 		// SANDBOX_EMULATOR_EXEC picks the exec mode (namespace, host);
 		// default: namespace where possible.
@@ -104,6 +107,29 @@ func newTarget(t *testing.T) *target {
 		tg.nodeEnv = append(tg.nodeEnv, "SANDBOX_EMULATOR_URL="+tg.apiURL, "NODE_OPTIONS=--import="+shim)
 	}
 	return tg
+}
+
+// requireAnswering stops the test with what to do when the emulator the
+// environment names is not running: a shell that sourced bin/dev/env keeps
+// pointing at `make dev`'s emulator after make dev stopped, and every check
+// would fail with "connection refused" instead.
+func requireAnswering(t *testing.T, apiURL string) {
+	t.Helper()
+	u, err := url.Parse(apiURL)
+	if err != nil || u.Host == "" {
+		t.Fatalf("VERCEL_API_URL=%q is not a URL", apiURL)
+	}
+	host := u.Host
+	if u.Port() == "" {
+		host = net.JoinHostPort(u.Hostname(), map[bool]string{true: "443", false: "80"}[u.Scheme == "https"])
+	}
+	conn, err := net.DialTimeout("tcp", host, 3*time.Second)
+	if err != nil {
+		t.Fatalf("VERCEL_API_URL=%s does not answer (%v). With VERCEL_TOKEN, VERCEL_TEAM_ID and VERCEL_PROJECT_ID it selects an emulator "+
+			"already running, such as make dev's (bin/dev/env sets all four): start it, or unset VERCEL_API_URL VERCEL_TOKEN VERCEL_TEAM_ID "+
+			"VERCEL_PROJECT_ID and the test starts its own", apiURL, err)
+	}
+	_ = conn.Close()
 }
 
 // observe records what the target answered to one check in the
