@@ -388,6 +388,7 @@ func (r *SandboxReconciler) stop(ctx context.Context, sbx *sandboxv1.Sandbox, l 
 	st.ExpiresAt = nil
 	setReady(sbx, *d.ready)
 	r.forgetPoll(client.ObjectKeyFromObject(sbx))
+	r.ownStops.Store(client.ObjectKeyFromObject(sbx), ownStop{session: id, reason: d.ready.reason})
 	if l.specChanged {
 		if err := r.update(ctx, sbx, ""); err != nil {
 			return ctrl.Result{}, err

@@ -111,6 +111,9 @@ type SandboxReconciler struct {
 	// plan maximum is below --max-session-length, so the session is left to
 	// end at its deadline instead of being asked again.
 	refused sync.Map // types.NamespacedName -> session id
+	// ownStops holds, per object, the session this manager stopped and the
+	// Ready reason it stopped it with (lifecycle.ownStop).
+	ownStops sync.Map // types.NamespacedName -> ownStop
 	// probes holds, per object, its readiness probe's state (sandbox_probe.go).
 	probes sync.Map // types.NamespacedName -> probeState
 	// probeSlots counts each namespace's running exec probe commands.
@@ -364,8 +367,15 @@ func (r *SandboxReconciler) lifecycle(sbx *sandboxv1.Sandbox, o observation, now
 	if next, ok := r.nextPoll.Load(key); ok {
 		l.pollAt = next.(pollMark).at
 	}
+	if s, ok := r.ownStops.Load(key); ok && s.(ownStop).session == o.sessionID {
+		l.ownStop = s.(ownStop).reason
+	}
 	return l
 }
+
+// ownStop is a session this manager stopped, and the Ready reason it
+// recorded for the stop.
+type ownStop struct{ session, reason string }
 
 // notPersistent reports whether Vercel reported the sandbox as not
 // persistent: once its session stops, it cannot run again.
@@ -469,6 +479,7 @@ func (r *SandboxReconciler) forget(key types.NamespacedName) {
 	r.warned.Delete(key)
 	r.idleWarned.Delete(key)
 	r.refused.Delete(key)
+	r.ownStops.Delete(key)
 	r.forgetProbe(key)
 }
 

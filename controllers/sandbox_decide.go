@@ -84,6 +84,10 @@ type lifecycle struct {
 	maxSession time.Duration
 	refused    bool      // Vercel refused to extend this session before
 	pollAt     time.Time // when the running session is next observed in Vercel
+	// ownStop is the Ready reason this manager stopped the observed session
+	// with ("" when it did not): the status write that recorded the stop
+	// may not be in the cache yet when the next reconcile looks.
+	ownStop string
 }
 
 // action is what the reconciler does for a decision.
@@ -328,6 +332,11 @@ func (l lifecycle) classifyStop() string {
 		return sandboxv1.ReasonStopped
 	case l.shutdown.due:
 		return sandboxv1.ReasonShutdownTime
+	case l.ownStop != "":
+		// The controller's own stop, which status (read from a cache that
+		// may not hold the write yet) may not show: a pause lifted at once
+		// must resume, not look like a stop outside the operator.
+		return l.ownStop
 	case o.sameSession && (restingReasons[l.ready] != "" || l.ready == sandboxv1.ReasonQuotaExceeded) && l.phase != sandboxv1.SandboxStopping:
 		// Already classified, by the controller's own stop or an earlier
 		// look. A look while it was stopping recorded SessionStopped in

@@ -232,6 +232,12 @@ func TestDecide(t *testing.T) {
 			with(stoppedAfter(0, func(s *vercel.Session) { s.StoppedAt = 0 }), func(l *lifecycle) { l.now, l.shutdown = at(110).Add(300*time.Millisecond), shutdownState{due: true} }),
 			decision{stoppedAt: &metav1.Time{Time: at(110)}, forgetPoll: true, warn: true,
 				ready: &readiness{sandboxv1.SandboxStopped, metav1.ConditionFalse, sandboxv1.ReasonShutdownTime, "Session sbx_sess1 stopped at spec.shutdownTime"}}},
+		{"stopped by this manager (a pause), status from a cache without that write, running wanted again: resume, no event",
+			with(stoppedAfter(100, nil), func(l *lifecycle) { l.now, l.ownStop = at(101), sandboxv1.ReasonStopped }),
+			decision{action: actResume, stoppedAt: stoppedAt(100)}},
+		{"stopped by this manager at shutdownTime, now moved later: resume",
+			with(stoppedAfter(100, nil), func(l *lifecycle) { l.now, l.ownStop = at(101), sandboxv1.ReasonShutdownTime }),
+			decision{action: actResume, stoppedAt: stoppedAt(100)}},
 		{"the same session, already classified: the reason stands",
 			with(stoppedAfter(100, nil), func(l *lifecycle) {
 				l.now, l.phase, l.ready = at(110), sandboxv1.SandboxIdle, sandboxv1.ReasonIdleTimeout

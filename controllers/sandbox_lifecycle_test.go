@@ -73,6 +73,28 @@ var _ = Describe("Sandbox lifecycle", func() {
 			Expect(sessionsOf(sbx.Status.VercelName)).To(Equal(2))
 		})
 
+		It("resumes a sandbox whose pause is lifted the moment Vercel stopped it, before the stop's status write is seen", func() {
+			key := types.NamespacedName{Namespace: ns, Name: "blink"}
+			newSandbox(ns, "blink", sandboxv1.SandboxSpec{Source: runtimeSource("node24")})
+			sbx := waitReady(key)
+			first := sbx.Status.SessionID
+
+			// Running again as soon as Vercel has the stop: the reconcile of
+			// the spec change may read a cache without the stop's status
+			// write, and must not take its own stop for one outside the
+			// operator (SessionStopped, which waits for a heartbeat).
+			setState(key, sandboxv1.SandboxStateStopped)
+			Eventually(func() vercel.SessionStatus {
+				remote, _ := emu.Sandbox(sbx.Status.VercelName)
+				return remote.Status
+			}, 10*time.Second, 5*time.Millisecond).Should(Equal(vercel.SessionStopped))
+			setState(key, sandboxv1.SandboxStateRunning)
+
+			Eventually(func() string { return getSandbox(key).Status.SessionID }).ShouldNot(Equal(first))
+			sbx = waitReady(key)
+			Expect(eventsFor(key)).NotTo(ContainElement(HavePrefix("Warning " + sandboxv1.ReasonSessionStopped)))
+		})
+
 		It("ends a non-persistent sandbox for good when it is stopped, and says so", func() {
 			key := types.NamespacedName{Namespace: ns, Name: "oneshot"}
 			newSandbox(ns, "oneshot", sandboxv1.SandboxSpec{Source: runtimeSource("node24"), Persistent: ptr.To(false)})
