@@ -528,12 +528,25 @@ func (w *workload) recipe(ctx context.Context, ns *nsState) error {
 	return nil
 }
 
+// forkDeadline is the forks' failureDeadlineSeconds: the rest of the chaos
+// and the whole convergence window. Under the soak's faults a source can stay
+// unready for longer than the default 10 minutes (a build starved of creates
+// by 429s for 15 minutes, a capture waiting for a heartbeat to resume its
+// source), and a fork failed by its deadline stays Failed by design, which is
+// not the declaration the workload means to make: that its source converges.
+// Never below the default (600 s, the short run's is shorter) nor above the
+// API's maximum (604800 s).
+func (w *workload) forkDeadline() int64 {
+	return min(max(int64((w.h.cfg.Duration+w.h.cfg.Converge).Seconds()), 600), 604800)
+}
+
 // fork forks a snapshot, or a Sandbox (resumed first if paused, as for a
 // capture).
 func (w *workload) fork(ctx context.Context, ns *nsState) error {
 	f := &sandboxv1.SandboxFork{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns.name, Name: w.name("fork")},
-		Spec:       sandboxv1.SandboxForkSpec{Replicas: ptr.To(int32(1 + w.rng.IntN(3)))},
+		Spec: sandboxv1.SandboxForkSpec{Replicas: ptr.To(int32(1 + w.rng.IntN(3))),
+			FailureDeadlineSeconds: ptr.To(w.forkDeadline())},
 	}
 	if w.rng.IntN(3) == 0 {
 		f.Spec.Template.Spec.TimeoutSeconds = w.timeout()
