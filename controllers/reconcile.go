@@ -165,8 +165,20 @@ func (s skeleton[O]) delete(ctx context.Context, o O) (ctrl.Result, error) {
 		return res, nil
 	}
 	controllerutil.RemoveFinalizer(o, s.finalizer)
-	return ctrl.Result{}, s.client.Update(ctx, o)
+	err = s.client.Update(ctx, o)
+	if apierrors.IsConflict(err) {
+		// The cache was behind a write, typically a status write of the
+		// reconcile before, whose event the predicates drop: an error would
+		// wait out the object's backoff (up to a minute, after the failures
+		// that kept it), though the remote side is done. Look again soon.
+		return ctrl.Result{RequeueAfter: finalizerConflictRetry}, nil
+	}
+	return ctrl.Result{}, err
 }
+
+// finalizerConflictRetry is how soon a finalize whose finalizer removal
+// conflicted runs again.
+const finalizerConflictRetry = time.Second
 
 // reportPaused records that reconciling is paused, and does nothing else: no
 // Vercel call, no timer.
