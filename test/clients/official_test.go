@@ -121,7 +121,11 @@ func requireAnswering(t *testing.T, apiURL string) {
 	}
 	host := u.Host
 	if u.Port() == "" {
-		host = net.JoinHostPort(u.Hostname(), map[bool]string{true: "443", false: "80"}[u.Scheme == "https"])
+		port := "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
+		host = net.JoinHostPort(u.Hostname(), port)
 	}
 	conn, err := net.DialTimeout("tcp", host, 3*time.Second)
 	if err != nil {
