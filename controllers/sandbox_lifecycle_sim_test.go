@@ -324,9 +324,13 @@ func (sim *simulation) run(d, beat time.Duration) {
 		}
 		for _, k := range sim.keys {
 			if beat > 0 && !sim.nextBeat[k].After(next) {
-				body := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, sandboxv1.AnnotationLastActivity, next.Format(time.RFC3339Nano))
-				obj := &sandboxv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}}
-				if err := sim.kube.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(body))); apierrors.IsNotFound(err) {
+				obj := &sandboxv1.Sandbox{}
+				err := sim.kube.Get(ctx, k, obj)
+				if err == nil {
+					metav1.SetMetaDataAnnotation(&obj.ObjectMeta, sandboxv1.AnnotationLastActivity, next.Format(time.RFC3339Nano))
+					err = sim.kube.Update(ctx, obj)
+				}
+				if apierrors.IsNotFound(err) {
 					sim.nextBeat[k] = end // deleted: its client is gone
 					continue
 				} else if err != nil {
