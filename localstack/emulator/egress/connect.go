@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 )
 
@@ -51,12 +52,37 @@ func (p *Proxy) serveConnect(st *serveState, inner *chanListener, w http.Respons
 		return
 	}
 	p.opts.Logf("egress: tunnel to %s", t.host)
-	p.pipe(&bufferedConn{Conn: c, r: brw.Reader}, up)
+	p.pipe(&bufferedConn{Conn: c, r: brw.Reader}, up, p.tunnelGuard(st, dest, t))
 }
 
-// pipe copies both ways until either side ends or both are idle for
-// IdleTimeout, then closes both.
-func (p *Proxy) pipe(a, b net.Conn) {
+// tunnelGuard reports whether a tunnel may still carry data: after a policy
+// update it checks the destination again and closes the tunnel if the new
+// policy refuses it or now wants to read its requests (the client then
+// reconnects and meets the new policy). Data read after the update is not
+// forwarded before that check.
+func (p *Proxy) tunnelGuard(st *serveState, dest string, t *target) func() bool {
+	var mu sync.Mutex
+	pol := st.sess.Policy()
+	return func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		cur := st.sess.Policy()
+		if cur == pol {
+			return true
+		}
+		nt, rf := p.decide(context.Background(), cur, dest, "443")
+		if rf != nil || nt.dom.hasRules() || nt.addr != t.addr {
+			p.opts.Logf("egress: closed tunnel to %s after a policy update", t.host)
+			return false
+		}
+		pol = cur
+		return true
+	}
+}
+
+// pipe copies both ways until either side ends, both are idle for
+// IdleTimeout or allowed() says no, then closes both.
+func (p *Proxy) pipe(a, b net.Conn, allowed func() bool) {
 	touch := func() {
 		d := time.Now().Add(p.opts.IdleTimeout)
 		_ = a.SetDeadline(d)
@@ -71,6 +97,9 @@ func (p *Proxy) pipe(a, b net.Conn) {
 			n, err := src.Read(buf)
 			if n > 0 {
 				touch()
+				if !allowed() {
+					return
+				}
 				if _, werr := dst.Write(buf[:n]); werr != nil {
 					return
 				}
