@@ -24,9 +24,6 @@ type target struct {
 	mapped bool // reached through Options.Hosts
 }
 
-// hostPort is host:port as the sandbox named it, for Host headers.
-func (t *target) hostPort() string { return net.JoinHostPort(t.host, t.port) }
-
 // refusal is the proxy's own answer to a destination it will not reach.
 type refusal struct {
 	status int
@@ -55,6 +52,32 @@ const (
 
 // decide checks hostport (host[:port], port defaulting to defPort) against pol.
 func (p *Proxy) decide(ctx context.Context, pol *Policy, hostport, defPort string) (*target, *refusal) {
+	t, rf := parseDest(hostport, defPort)
+	if rf != nil {
+		return nil, rf
+	}
+	if pol == nil || pol.mode == modeDenyAll {
+		return nil, policyRefusal(t.host)
+	}
+	ip, ipErr := netip.ParseAddr(t.host)
+	t.isIP = ipErr == nil
+	if pol.mode == modeCustom {
+		if !t.isIP {
+			t.dom = pol.domainFor(t.host)
+		}
+		if t.dom == nil && !pol.unmatchedAllowed && len(pol.allowCIDRs) == 0 {
+			return nil, policyRefusal(t.host) // nothing could allow it: do not even resolve
+		}
+	}
+	addrs, dialPort, rf := p.resolve(ctx, t, ip)
+	if rf != nil {
+		return nil, rf
+	}
+	return p.pick(pol, t, addrs, dialPort)
+}
+
+// parseDest splits and normalizes a destination.
+func parseDest(hostport, defPort string) (*target, *refusal) {
 	host, port, err := net.SplitHostPort(hostport)
 	if err != nil {
 		host, port = hostport, defPort
@@ -66,24 +89,12 @@ func (p *Proxy) decide(ctx context.Context, pol *Policy, hostport, defPort strin
 	if host == "" || port == "" {
 		return nil, &refusal{status: http.StatusBadRequest, reason: "no host", body: "The request names no destination host.\n"}
 	}
-	if pol == nil || pol.mode == modeDenyAll {
-		return nil, policyRefusal(host)
-	}
-	t := &target{host: host, port: port}
-	ip, ipErr := netip.ParseAddr(host)
-	t.isIP = ipErr == nil
-	if pol.mode == modeCustom {
-		if !t.isIP {
-			t.dom = pol.domainFor(host)
-		}
-		if t.dom == nil && !pol.unmatchedAllowed && len(pol.allowCIDRs) == 0 {
-			return nil, policyRefusal(host) // nothing could allow it: do not even resolve
-		}
-	}
-	addrs, dialPort, rf := p.resolve(ctx, t, ip)
-	if rf != nil {
-		return nil, rf
-	}
+	return &target{host: host, port: port}, nil
+}
+
+// pick returns t with the first candidate address the policy and the
+// private-address rule accept, or the refusal that explains why none is.
+func (p *Proxy) pick(pol *Policy, t *target, addrs []netip.Addr, dialPort string) (*target, *refusal) {
 	worst := skipNone
 	for _, a := range addrs {
 		s := p.check(pol, t, a)
@@ -96,9 +107,9 @@ func (p *Proxy) decide(ctx context.Context, pol *Policy, hostport, defPort strin
 		}
 	}
 	if worst == skipPrivate {
-		return nil, privateRefusal(host)
+		return nil, privateRefusal(t.host)
 	}
-	return nil, policyRefusal(host)
+	return nil, policyRefusal(t.host)
 }
 
 // resolve returns the candidate addresses of t and the port to dial.

@@ -33,31 +33,8 @@ func verifyToken(jwks []byte, token, wantAud string, now time.Time) (map[string]
 	if err := decodeSegment(parts[0], &hdr); err != nil || hdr.Alg != "RS256" {
 		return nil, fmt.Errorf("header: alg %q, %v", hdr.Alg, err)
 	}
-	var set struct {
-		Keys []struct{ Kty, Kid, Alg, N, E string }
-	}
-	if err := json.Unmarshal(jwks, &set); err != nil {
+	if err := verifySignature(jwks, hdr.Kid, parts); err != nil {
 		return nil, err
-	}
-	sig, err := base64.RawURLEncoding.DecodeString(parts[2])
-	if err != nil {
-		return nil, err
-	}
-	digest := sha256.Sum256([]byte(parts[0] + "." + parts[1]))
-	verified := false
-	for _, k := range set.Keys {
-		if k.Kty != "RSA" || k.Kid != hdr.Kid {
-			continue
-		}
-		n, _ := base64.RawURLEncoding.DecodeString(k.N)
-		e, _ := base64.RawURLEncoding.DecodeString(k.E)
-		pub := &rsa.PublicKey{N: new(big.Int).SetBytes(n), E: int(new(big.Int).SetBytes(e).Int64())}
-		if rsa.VerifyPKCS1v15(pub, crypto.SHA256, digest[:], sig) == nil {
-			verified = true
-		}
-	}
-	if !verified {
-		return nil, errors.New("signature does not verify against the JWKS")
 	}
 	var claims map[string]any
 	if err := decodeSegment(parts[1], &claims); err != nil {
@@ -72,6 +49,33 @@ func verifyToken(jwks []byte, token, wantAud string, now time.Time) (map[string]
 		return nil, fmt.Errorf("exp %v iat %v at %v", exp, iat, now.Unix())
 	}
 	return claims, nil
+}
+
+// verifySignature checks the RS256 signature with the JWKS key named kid.
+func verifySignature(jwks []byte, kid string, parts []string) error {
+	var set struct {
+		Keys []struct{ Kty, Kid, Alg, N, E string }
+	}
+	if err := json.Unmarshal(jwks, &set); err != nil {
+		return err
+	}
+	sig, err := base64.RawURLEncoding.DecodeString(parts[2])
+	if err != nil {
+		return err
+	}
+	digest := sha256.Sum256([]byte(parts[0] + "." + parts[1]))
+	for _, k := range set.Keys {
+		if k.Kty != "RSA" || k.Kid != kid {
+			continue
+		}
+		n, _ := base64.RawURLEncoding.DecodeString(k.N)
+		e, _ := base64.RawURLEncoding.DecodeString(k.E)
+		pub := &rsa.PublicKey{N: new(big.Int).SetBytes(n), E: int(new(big.Int).SetBytes(e).Int64())}
+		if rsa.VerifyPKCS1v15(pub, crypto.SHA256, digest[:], sig) == nil {
+			return nil
+		}
+	}
+	return errors.New("signature does not verify against the JWKS")
 }
 
 func decodeSegment(s string, v any) error {
@@ -151,44 +155,7 @@ func TestForwardURL(t *testing.T) {
 	if len(reqs) != 1 {
 		t.Fatalf("broker saw %d requests", len(reqs))
 	}
-	r := reqs[0]
-	if r.Method != "POST" || r.Body != "payload" || r.Query != "per_page=5" || r.Host != "broker.example.com" || r.Header.Get("X-Custom") != "kept" {
-		t.Errorf("broker request: %+v", r)
-	}
-	if got := originalURL(r); got != "https://api.github.com:443/repos/getsentry/junior/issues?per_page=5" {
-		t.Errorf("rebuilt original URL %q", got)
-	}
-	aud := audienceFromRequest("https://broker.example.com", r)
-	if want := strings.TrimSuffix(forwardURL, "/"); aud != want {
-		t.Errorf("audience from the broker's request %q, want %q", aud, want)
-	}
-	token := r.Header.Get("Vercel-Sandbox-Oidc-Token")
-	claims, err := verifyToken(h.p.JWKS(), token, aud, time.Now())
-	if err != nil {
-		t.Fatalf("token does not verify: %v", err)
-	}
-	for k, want := range map[string]string{"team_id": "team_abc", "project_id": "prj_123", "sandbox_id": "sbx_42", "sandbox_name": "junior-conv-7"} {
-		if claims[k] != want {
-			t.Errorf("claim %s = %v, want %s", k, claims[k], want)
-		}
-	}
-	if _, err := verifyToken(h.p.JWKS(), token, aud, time.Now().Add(10*time.Minute)); err == nil {
-		t.Errorf("the token still verifies ten minutes later")
-	}
-
-	// Forged: same claims and kid, another key.
-	var hdr struct{ Kid string }
-	must(t, decodeSegment(strings.Split(token, ".")[0], &hdr))
-	if _, err := verifyToken(h.p.JWKS(), forgeToken(t, hdr.Kid, claims), aud, time.Now()); err == nil {
-		t.Errorf("a token signed by another key verifies")
-	}
-	// Tampered: the proxy's signature over other claims.
-	parts := strings.Split(token, ".")
-	claims["sandbox_id"] = "sbx_other"
-	b, _ := json.Marshal(claims)
-	if _, err := verifyToken(h.p.JWKS(), parts[0]+"."+base64.RawURLEncoding.EncodeToString(b)+"."+parts[2], aud, time.Now()); err == nil {
-		t.Errorf("a token with altered claims verifies")
-	}
+	token := checkBrokerRequest(t, h.p.JWKS(), reqs[0], forwardURL)
 	if strings.Contains(h.logs.all(), canary) || strings.Contains(h.logs.all(), token) {
 		t.Errorf("logs carry the forward URL or the token:\n%s", h.logs.all())
 	}
@@ -209,5 +176,56 @@ func TestForwardURLUnreachable(t *testing.T) {
 	}
 	if l := h.logs.all(); strings.Contains(l, canary) || !strings.Contains(l, "failed") {
 		t.Errorf("logs:\n%s", l)
+	}
+}
+
+// checkBrokerRequest checks what the broker received for the forwarded
+// POST and returns the token it carried.
+func checkBrokerRequest(t *testing.T, jwks []byte, r seen, forwardURL string) string {
+	t.Helper()
+	if r.Method != "POST" || r.Body != "payload" || r.Query != "per_page=5" || r.Host != "broker.example.com" || r.Header.Get("X-Custom") != "kept" {
+		t.Errorf("broker request: %+v", r)
+	}
+	if got := originalURL(r); got != "https://api.github.com:443/repos/getsentry/junior/issues?per_page=5" {
+		t.Errorf("rebuilt original URL %q", got)
+	}
+	aud := audienceFromRequest("https://broker.example.com", r)
+	if want := strings.TrimSuffix(forwardURL, "/"); aud != want {
+		t.Errorf("audience from the broker's request %q, want %q", aud, want)
+	}
+	token := r.Header.Get("Vercel-Sandbox-Oidc-Token")
+	claims, err := verifyToken(jwks, token, aud, time.Now())
+	if err != nil {
+		t.Fatalf("token does not verify: %v", err)
+	}
+	for k, want := range map[string]string{"team_id": "team_abc", "project_id": "prj_123", "sandbox_id": "sbx_42", "sandbox_name": "junior-conv-7"} {
+		if claims[k] != want {
+			t.Errorf("claim %s = %v, want %s", k, claims[k], want)
+		}
+	}
+	if _, err := verifyToken(jwks, token, aud, time.Now().Add(10*time.Minute)); err == nil {
+		t.Errorf("the token still verifies ten minutes later")
+	}
+
+	checkForgeries(t, jwks, token, aud, claims)
+	return token
+}
+
+// checkForgeries: a token signed by another key, or the proxy's signature
+// over altered claims, does not verify.
+func checkForgeries(t *testing.T, jwks []byte, token, aud string, claims map[string]any) {
+	t.Helper()
+	// Forged: same claims and kid, another key.
+	var hdr struct{ Kid string }
+	must(t, decodeSegment(strings.Split(token, ".")[0], &hdr))
+	if _, err := verifyToken(jwks, forgeToken(t, hdr.Kid, claims), aud, time.Now()); err == nil {
+		t.Errorf("a token signed by another key verifies")
+	}
+	// Tampered: the proxy's signature over other claims.
+	parts := strings.Split(token, ".")
+	claims["sandbox_id"] = "sbx_other"
+	b, _ := json.Marshal(claims)
+	if _, err := verifyToken(jwks, parts[0]+"."+base64.RawURLEncoding.EncodeToString(b)+"."+parts[2], aud, time.Now()); err == nil {
+		t.Errorf("a token with altered claims verifies")
 	}
 }

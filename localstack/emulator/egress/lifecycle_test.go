@@ -119,3 +119,22 @@ func TestNilPolicyFailsClosed(t *testing.T) {
 		t.Errorf("nil policy: status %d, want 403", code)
 	}
 }
+
+// TestBusyTunnelOutlivesIdleTimeout: traffic keeps a raw tunnel open past
+// IdleTimeout (the idle clock restarts with each read).
+func TestBusyTunnelOutlivesIdleTimeout(t *testing.T) {
+	ca := newUpstreamCA(t)
+	up := newUpstream(t, ca, true, "raw.example.com")
+	h := start(t, egress.Options{Hosts: map[string]string{"raw.example.com": up.addr()}, IdleTimeout: 400 * time.Millisecond},
+		newSession(t, `{"allow":["raw.example.com"]}`), ca)
+	c := h.client(t)
+	for i := 0; i < 6; i++ {
+		if code, body := do(t, c, "GET", "https://raw.example.com/tick", nil, ""); code != 200 {
+			t.Fatalf("request %d: %d %q", i, code, body)
+		}
+		time.Sleep(150 * time.Millisecond)
+	}
+	if n := strings.Count(h.logs.all(), "tunnel to raw.example.com"); n != 1 {
+		t.Errorf("%d tunnels for one kept-alive client over %v, want 1", n, 6*150*time.Millisecond)
+	}
+}

@@ -185,27 +185,8 @@ func compileA(a *formA) (*Policy, error) {
 			return nil, err
 		}
 	}
-	for i, ir := range a.InjectionRules {
-		f := fmt.Sprintf("networkPolicy.injectionRules[%d]", i)
-		if err := b.add(ir.Domain, f+".domain"); err != nil {
-			return nil, err
-		}
-		m, err := compileMatch(ir.Match, f+".match")
-		if err != nil {
-			return nil, err
-		}
-		b.rule(ir.Domain, &rule{match: m, kind: kindTransform, transform: []map[string]string{ir.Headers}})
-	}
-	for i, fr := range a.ForwardRules {
-		f := fmt.Sprintf("networkPolicy.forwardRules[%d]", i)
-		if err := b.add(fr.Domain, f+".domain"); err != nil {
-			return nil, err
-		}
-		r, err := compileRule(&ruleJSON{Match: fr.Match, ForwardURL: &fr.ForwardURL}, f)
-		if err != nil {
-			return nil, err
-		}
-		b.rule(fr.Domain, r)
+	if err := addFormARules(b, a); err != nil {
+		return nil, err
 	}
 	var err error
 	if p.allowCIDRs, err = compileCIDRs(a.AllowedCIDRs, "networkPolicy.allowedCIDRs"); err != nil {
@@ -218,39 +199,38 @@ func compileA(a *formA) (*Policy, error) {
 	return p, nil
 }
 
+// addFormARules adds injectionRules (transforms) and forwardRules.
+func addFormARules(b *builder, a *formA) error {
+	for i, ir := range a.InjectionRules {
+		f := fmt.Sprintf("networkPolicy.injectionRules[%d]", i)
+		if err := b.add(ir.Domain, f+".domain"); err != nil {
+			return err
+		}
+		m, err := compileMatch(ir.Match, f+".match")
+		if err != nil {
+			return err
+		}
+		b.rule(ir.Domain, &rule{match: m, kind: kindTransform, transform: []map[string]string{ir.Headers}})
+	}
+	for i, fr := range a.ForwardRules {
+		f := fmt.Sprintf("networkPolicy.forwardRules[%d]", i)
+		if err := b.add(fr.Domain, f+".domain"); err != nil {
+			return err
+		}
+		r, err := compileRule(&ruleJSON{Match: fr.Match, ForwardURL: &fr.ForwardURL}, f)
+		if err != nil {
+			return err
+		}
+		b.rule(fr.Domain, r)
+	}
+	return nil
+}
+
 func compileB(fb *formB) (*Policy, error) {
 	p := &Policy{mode: modeCustom}
 	b := newBuilder()
-	allow := bytes.TrimSpace(fb.Allow)
-	switch {
-	case len(allow) == 0 || bytes.Equal(allow, []byte("null")):
-	case allow[0] == '[':
-		var list []string
-		if err := json.Unmarshal(allow, &list); err != nil {
-			return nil, fmt.Errorf("networkPolicy.allow: %w", err)
-		}
-		for i, d := range list {
-			if err := b.add(d, fmt.Sprintf("networkPolicy.allow[%d]", i)); err != nil {
-				return nil, err
-			}
-		}
-	default:
-		var rec map[string][]ruleJSON
-		if err := json.Unmarshal(allow, &rec); err != nil {
-			return nil, fmt.Errorf("networkPolicy.allow: %w", err)
-		}
-		for d, rules := range rec {
-			if err := b.add(d, "networkPolicy.allow."+d); err != nil {
-				return nil, err
-			}
-			for i := range rules {
-				r, err := compileRule(&rules[i], fmt.Sprintf("networkPolicy.allow.%s[%d]", d, i))
-				if err != nil {
-					return nil, err
-				}
-				b.rule(d, r)
-			}
-		}
+	if err := addAllow(b, bytes.TrimSpace(fb.Allow)); err != nil {
+		return nil, err
 	}
 	if fb.Subnets != nil {
 		var err error
@@ -263,6 +243,42 @@ func compileB(fb *formB) (*Policy, error) {
 	}
 	p.domains = b.done()
 	return p, nil
+}
+
+// addAllow adds form B's allow: a list of domains, or domains with rules.
+func addAllow(b *builder, allow json.RawMessage) error {
+	switch {
+	case len(allow) == 0 || bytes.Equal(allow, []byte("null")):
+		return nil
+	case allow[0] == '[':
+		var list []string
+		if err := json.Unmarshal(allow, &list); err != nil {
+			return fmt.Errorf("networkPolicy.allow: %w", err)
+		}
+		for i, d := range list {
+			if err := b.add(d, fmt.Sprintf("networkPolicy.allow[%d]", i)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var rec map[string][]ruleJSON
+	if err := json.Unmarshal(allow, &rec); err != nil {
+		return fmt.Errorf("networkPolicy.allow: %w", err)
+	}
+	for d, rules := range rec {
+		if err := b.add(d, "networkPolicy.allow."+d); err != nil {
+			return err
+		}
+		for i := range rules {
+			r, err := compileRule(&rules[i], fmt.Sprintf("networkPolicy.allow.%s[%d]", d, i))
+			if err != nil {
+				return err
+			}
+			b.rule(d, r)
+		}
+	}
+	return nil
 }
 
 // builder collects domains by pattern, keeping each domain's rules in
@@ -338,12 +354,9 @@ func compileRule(r *ruleJSON, field string) (*rule, error) {
 			out.transform = append(out.transform, t.Headers)
 		}
 	case r.ForwardURL != nil:
-		u, err := url.Parse(*r.ForwardURL)
-		// Vercel requires an https forward URL without credentials, query or
-		// fragment; the error never quotes the URL, which may carry a token.
-		if err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" ||
-			strings.ContainsAny(*r.ForwardURL, "?#") {
-			return nil, fmt.Errorf("%s.forwardURL: must be an https URL without credentials, query or fragment", field)
+		u, err := parseForwardURL(*r.ForwardURL, field+".forwardURL")
+		if err != nil {
+			return nil, err
 		}
 		out.kind, out.forward = kindForward, u
 	case r.Response != nil:
@@ -357,6 +370,17 @@ func compileRule(r *ruleJSON, field string) (*rule, error) {
 		return nil, fmt.Errorf("%s: must have one of transform, forwardURL, response", field)
 	}
 	return out, nil
+}
+
+// parseForwardURL checks what Vercel requires of a forward URL: https,
+// without credentials, query or fragment. The error never quotes the URL,
+// which may carry a token.
+func parseForwardURL(raw, field string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil || strings.ContainsAny(raw, "?#") {
+		return nil, fmt.Errorf("%s: must be an https URL without credentials, query or fragment", field)
+	}
+	return u, nil
 }
 
 // normalizeHost lower-cases a host name and drops a trailing dot.

@@ -32,17 +32,7 @@ func TestTransformInjectsHeader(t *testing.T) {
 	if len(reqs) != 2 {
 		t.Fatalf("upstream saw %d requests, want 2", len(reqs))
 	}
-	for _, r := range reqs {
-		if got := r.Header.Values("Authorization"); len(got) != 1 || got[0] != "Bearer "+canary {
-			t.Errorf("%s: upstream Authorization = %q, want only the policy's value", r.Path, got)
-		}
-		if r.Header.Get("Proxy-Authorization") != "" || r.Header.Get("Proxy-Connection") != "" {
-			t.Errorf("%s: proxy headers reached the upstream: %v", r.Path, r.Header)
-		}
-		if r.Host != "api.example.com" {
-			t.Errorf("%s: Host %q", r.Path, r.Host)
-		}
-	}
+	checkInjected(t, reqs)
 	if strings.Contains(h.logs.all(), canary) || strings.Contains(cbody+stderr, canary) {
 		t.Errorf("the secret leaked into logs or curl's output")
 	}
@@ -85,14 +75,7 @@ func TestMatchThenResponse(t *testing.T) {
 			t.Errorf("%s %s: %d %q, want the response rule", mp[0], mp[1], code, body)
 		}
 	}
-	ccode, cbody, _, exit := h.curl(t, "-X", "DELETE", "https://api.example.com/v1/chat")
-	if exit != 0 || ccode != "403" || cbody != "only POST /v1/ is allowed" {
-		t.Errorf("curl DELETE: exit %d code %s body %q", exit, ccode, cbody)
-	}
-	ccode, _, _, exit = h.curl(t, "-d", "x=1", "https://api.example.com/v1/curl")
-	if exit != 0 || ccode != "200" {
-		t.Errorf("curl POST /v1/curl: exit %d code %s", exit, ccode)
-	}
+	curlMatchThenResponse(t, h)
 	reqs := up.requests()
 	if len(reqs) != 2 || reqs[0].Body != "hi" || reqs[1].Path != "/v1/curl" {
 		t.Fatalf("upstream saw %+v, want only the two POSTs to /v1/", reqs)
@@ -172,5 +155,35 @@ func TestPolicyUpdateAppliesToNextRequest(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// checkInjected: each request carries exactly the policy's Authorization,
+// the sandbox's Host and no proxy header.
+func checkInjected(t *testing.T, reqs []seen) {
+	t.Helper()
+	for _, r := range reqs {
+		if got := r.Header.Values("Authorization"); len(got) != 1 || got[0] != "Bearer "+canary {
+			t.Errorf("%s: upstream Authorization = %q, want only the policy's value", r.Path, got)
+		}
+		if r.Header.Get("Proxy-Authorization") != "" || r.Header.Get("Proxy-Connection") != "" {
+			t.Errorf("%s: proxy headers reached the upstream: %v", r.Path, r.Header)
+		}
+		if r.Host != "api.example.com" {
+			t.Errorf("%s: Host %q", r.Path, r.Host)
+		}
+	}
+}
+
+// curlMatchThenResponse: curl meets the response rule, then the transform.
+func curlMatchThenResponse(t *testing.T, h *harness) {
+	t.Helper()
+	ccode, cbody, _, exit := h.curl(t, "-X", "DELETE", "https://api.example.com/v1/chat")
+	if exit != 0 || ccode != "403" || cbody != "only POST /v1/ is allowed" {
+		t.Errorf("curl DELETE: exit %d code %s body %q", exit, ccode, cbody)
+	}
+	ccode, _, _, exit = h.curl(t, "-d", "x=1", "https://api.example.com/v1/curl")
+	if exit != 0 || ccode != "200" {
+		t.Errorf("curl POST /v1/curl: exit %d code %s", exit, ccode)
 	}
 }
