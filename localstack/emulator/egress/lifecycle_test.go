@@ -2,6 +2,8 @@ package egress_test
 
 import (
 	"bufio"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -136,5 +138,41 @@ func TestBusyTunnelOutlivesIdleTimeout(t *testing.T) {
 	}
 	if n := strings.Count(h.logs.all(), "tunnel to raw.example.com"); n != 1 {
 		t.Errorf("%d tunnels for one kept-alive client over %v, want 1", n, 6*150*time.Millisecond)
+	}
+}
+
+// TestTerminationTLS: the proxy's leaf names the CONNECT host, chains to
+// CACertPEM, negotiates only HTTP/1.1, and refuses a ClientHello naming
+// another server than the CONNECT did.
+func TestTerminationTLS(t *testing.T) {
+	up := newUpstream(t, nil, false, "api.example.com")
+	h := start(t, egress.Options{Hosts: map[string]string{"api.example.com": up.addr()}},
+		newSession(t, `{"allow":{"api.example.com":[{"transform":[{"headers":{"X":"1"}}]}]}}`), nil)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(h.p.CACertPEM())
+	handshake := func(sni string) (*tls.Conn, error) {
+		c, err := net.Dial("tcp", h.proxyURL.Host)
+		must(t, err)
+		t.Cleanup(func() { c.Close() })
+		fmt.Fprintf(c, "CONNECT api.example.com:443 HTTP/1.1\r\nHost: api.example.com:443\r\n\r\n")
+		br := bufio.NewReader(c)
+		if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("CONNECT: %v %v", resp, err)
+		}
+		tc := tls.Client(c, &tls.Config{ServerName: sni, RootCAs: pool, NextProtos: []string{"h2", "http/1.1"}})
+		_ = tc.SetDeadline(time.Now().Add(5 * time.Second))
+		return tc, tc.Handshake()
+	}
+	tc, err := handshake("api.example.com")
+	if err != nil {
+		t.Fatalf("handshake: %v", err)
+	}
+	if p := tc.ConnectionState().NegotiatedProtocol; p != "http/1.1" {
+		t.Errorf("ALPN %q, want http/1.1", p)
+	}
+	// The proxy must refuse (a remote alert), not merely serve a leaf the
+	// client then rejects for its name.
+	if _, err := handshake("evil.example.org"); err == nil || !strings.Contains(err.Error(), "remote error") {
+		t.Errorf("a ClientHello for another name than the CONNECT: %v, want the proxy to refuse it", err)
 	}
 }
