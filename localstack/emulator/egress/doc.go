@@ -78,8 +78,11 @@
 //     rules, so a path rule cannot be sidestepped by an upstream that
 //     normalizes them; Vercel's behaviour is not documented.
 //   - Regex matchers are Go RE2, unanchored (partial match).
-//   - A raw tunnel opened before a policy update keeps running until it
-//     closes or idles out; requests the proxy reads see the update at once.
+//   - Requests the proxy reads meet a policy update at once. A raw tunnel
+//     cannot be read per request: it is checked again when data next flows
+//     after an update and closed (before forwarding that data) if the new
+//     policy refuses it or wants its requests read; the client reconnects.
+//   - Forward URLs must be https (Compile refuses others, naming the field).
 //   - Forward tokens are signed by a per-proxy key with iss = the emulator,
 //     not oidc.vercel.com; the SDK's handler accepts only Vercel's issuer, so
 //     verifying them takes a handler whose issuer can be pointed here.
