@@ -86,7 +86,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 		liveCmds     = fs.Int("max-live-commands", 0, "cap: commands of one session running at once; one more answers 429 (default 32; -1: none)")
 		cmdProcs     = fs.Int("max-processes-per-command", 0, "cap: processes and threads of one command and all it starts (default 256; -1: none; needs user namespaces)")
 		showVersion  = fs.Bool("version", false, "print the version and the commit this emulator was built from, and exit")
+		egressMode   = fs.String("egress", "", "network policy enforcement: on, off, or empty for on where exec mode namespace can give each session its own network")
+		egressPriv   = fs.Bool("egress-allow-private", false, "let sandboxes reach loopback and private addresses through the egress proxy (default: refused, so host services stay out of reach)")
+		egressCA     = fs.String("egress-upstream-ca", "", "PEM file of CAs the egress proxy trusts for upstream TLS besides the system's")
+		egressHosts  = egressHostFlag{}
 	)
+	fs.Var(egressHosts, "egress-host", "`name=127.0.0.1:port`: the egress proxy connects to this address for the domain name instead of resolving it (repeatable; tests' upstreams under real-looking names)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -133,6 +138,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	if *snapExp > 0 {
 		plan.DefaultSnapshotExpiration = *snapExp
 	}
+	var err error
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
@@ -168,17 +174,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	if *fakeClock {
 		opts.Clock = emulator.NewFakeClock(time.Now())
 	}
-	emu, err := emulator.New(opts)
-	if err != nil {
+	if opts.Egress, err = egressOptions(*egressMode, egressHosts, *egressPriv, *egressCA); err != nil {
 		return err
 	}
-	defer emu.Close()
-
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return err
 	}
 	baseURL := "http://" + ln.Addr().String()
+	opts.Egress.Issuer = baseURL // forward tokens name this emulator, which serves their keys
+	emu, err := emulator.New(opts)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer emu.Close()
+
 	srv := &http.Server{Handler: emu.Handler(), ReadHeaderTimeout: 30 * time.Second}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
@@ -192,6 +203,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fmt.Fprintf(banner, "  team:      %s   project: %s   plan: %s\n", *teamID, *projectID, plan.Name)
 	fmt.Fprintf(banner, "  exec mode: %s\n    %s\n", emu.ExecMode(), emu.ExecDescription())
 	fmt.Fprintf(banner, "  data dir:  %s\n", emu.DataDir())
+	fmt.Fprintf(banner, "  network:   policies %s\n", emu.EgressDescription())
 	if *jwksFile != "" {
 		fmt.Fprintf(banner, "  oidc:      tokens signed by a key of %s are accepted\n", *jwksFile)
 	}

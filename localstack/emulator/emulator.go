@@ -181,6 +181,11 @@ type Options struct {
 	// interactive shells included (0 = 32, negative = no cap). One more
 	// answers 429 too_many_commands.
 	MaxLiveCommands int
+	// Egress configures the enforcement of network policies: on by default
+	// where exec mode namespace can give each session its own network
+	// (egress_session.go).
+	Egress EgressOptions
+
 	// MaxProcessesPerCommand bounds the processes and threads of one
 	// command and everything it starts, however they detach (0 = 256,
 	// negative = no limit): a fork beyond it fails with EAGAIN. With
@@ -300,6 +305,7 @@ type Emulator struct {
 	dataDir string
 	tempDir bool
 	runner  *sandboxruntime.Runner
+	egress  egressState   // network policy enforcement (egress_session.go)
 	oidc    *oidcVerifier // nil: OIDC tokens are refused
 	faults  *Faults
 	handler http.Handler
@@ -409,14 +415,9 @@ func New(opts Options) (*Emulator, error) {
 	e.opts.SessionOutputBytes = orDefault(e.opts.SessionOutputBytes, DefaultSessionOutputBytes)
 	e.opts.MaxLiveCommands = orDefault(e.opts.MaxLiveCommands, DefaultMaxLiveCommands)
 	e.opts.MaxProcessesPerCommand = orDefault(e.opts.MaxProcessesPerCommand, DefaultMaxProcessesPerCommand)
-	r, err := sandboxruntime.NewRunner(sandboxruntime.Mode(opts.Exec), sandboxruntime.RunnerOptions{
-		AllowHostRootSudo: opts.AllowHostRootSudo,
-		MaxProcesses:      max(0, e.opts.MaxProcessesPerCommand),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("emulator: exec mode %q: %w", opts.Exec, err)
+	if err := e.initRunner(); err != nil {
+		return nil, err
 	}
-	e.runner = r
 	if opts.DataDir == "" {
 		d, err := os.MkdirTemp("", "vercel-sandbox-emulator-")
 		if err != nil {
@@ -457,6 +458,20 @@ func New(opts Options) (*Emulator, error) {
 	}
 	e.handler = e.newRouter()
 	return e, nil
+}
+
+// initRunner creates the runner of e.opts.Exec and decides whether network
+// policies are enforced with it.
+func (e *Emulator) initRunner() error {
+	r, err := sandboxruntime.NewRunner(sandboxruntime.Mode(e.opts.Exec), sandboxruntime.RunnerOptions{
+		AllowHostRootSudo: e.opts.AllowHostRootSudo,
+		MaxProcesses:      max(0, e.opts.MaxProcessesPerCommand),
+	})
+	if err != nil {
+		return fmt.Errorf("emulator: exec mode %q: %w", e.opts.Exec, err)
+	}
+	e.runner = r
+	return e.initEgress()
 }
 
 // defaultOneOf sets the option *v to def when it is unset and checks that it
@@ -521,8 +536,11 @@ func (e *Emulator) Faults() *Faults { return e.faults }
 // ExecMode is the effective command execution mode ("namespace", "host" or "none").
 func (e *Emulator) ExecMode() string { return string(e.runner.Mode()) }
 
-// ExecDescription is a one-line description of how commands run.
-func (e *Emulator) ExecDescription() string { return e.runner.Describe() }
+// ExecDescription is a one-line description of how commands run, their
+// network included.
+func (e *Emulator) ExecDescription() string {
+	return e.runner.Describe() + "; network policies " + e.EgressDescription()
+}
 
 // ScriptExit makes command `name` exit with code in exec mode "none"
 // (other commands exit 0 there).
@@ -547,16 +565,23 @@ func (e *Emulator) Close() error {
 	// Kill every process first, so open log/wait streams end.
 	e.mu.Lock()
 	var procs []*sandboxruntime.Process
+	nets := map[string]*sessionNet{}
 	for _, s := range e.st.sessions {
 		for _, c := range s.commands {
 			if c.proc != nil && !c.exited {
 				procs = append(procs, c.proc)
 			}
 		}
+		if s.net != nil {
+			nets[s.id], s.net = s.net, nil
+		}
 	}
 	e.mu.Unlock()
 	for _, p := range procs {
 		p.Terminate()
+	}
+	for id, n := range nets {
+		n.close(e, id)
 	}
 	var errs []error
 	e.srvMu.Lock()

@@ -118,6 +118,9 @@ func (e *Emulator) startCommandLocked(s *sessionRec, b *runCommandBody) (*comman
 	}
 	spec := sandboxruntime.Command{FS: fsys, Name: *b.Command, Args: b.Args, Cwd: cwd, Env: env, Sudo: b.Sudo != nil && *b.Sudo,
 		OutputBudget: s.output}
+	if err := e.egressCommandLocked(s, &spec); err != nil {
+		return nil, err
+	}
 	if b.Timeout != nil {
 		spec.Timeout = time.Duration(*b.Timeout) * time.Millisecond
 	}

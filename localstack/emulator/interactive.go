@@ -325,6 +325,9 @@ func (e *Emulator) startInteractive(sid string, m interactiveMsg) (*sandboxrunti
 		return nil, nil, errors.New(err.message)
 	}
 	spec := sandboxruntime.Command{FS: fsys, Name: m.Command, Args: m.Args, Cwd: cwd, Env: env, OutputBudget: s.output}
+	if err := e.egressCommandLocked(s, &spec); err != nil {
+		return nil, nil, errors.New(err.message)
+	}
 	if spec.Name == "sudo" && len(spec.Args) > 0 {
 		spec.Sudo, spec.Name, spec.Args = true, spec.Args[0], spec.Args[1:]
 	}

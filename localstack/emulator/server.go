@@ -118,6 +118,10 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		e.serveRoute(w, r)
 		return
 	}
+	if path == jwksPath {
+		e.serveJWKS(w, r)
+		return
+	}
 	if e.serveInteractive(w, r) {
 		return
 	}

@@ -124,6 +124,12 @@ type sessionRec struct {
 	// output is what the session's commands may still keep of their output
 	// together (Options.SessionOutputBytes); nil until the first command.
 	output *sandboxruntime.OutputBudget
+	// net is the session's network namespace and egress proxy
+	// (egress_session.go); nil until the first command, or not enforced.
+	net *sessionNet
+	// egressBytes and ingressBytes are what its commands moved through the
+	// egress proxy (networkTransfer).
+	egressBytes, ingressBytes int64
 }
 
 func (s *sessionRec) deadline() int64 {
@@ -357,7 +363,7 @@ func (e *Emulator) renderSession(s *sessionRec) vercel.Session {
 	}
 	if s.stoppedInfo {
 		out.ActiveCPUDurationMs = s.activeCPU
-		out.NetworkTransfer = &vercel.NetworkTransfer{}
+		out.NetworkTransfer = &vercel.NetworkTransfer{Egress: s.egressBytes, Ingress: s.ingressBytes}
 	}
 	return out
 }

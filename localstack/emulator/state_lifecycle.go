@@ -244,13 +244,14 @@ type stopJob struct {
 	snapID     string
 	procs      []*sandboxruntime.Process
 	fs         *sandboxruntime.FS
+	net        *sessionNet
 	size       int64
 	err        error
 	result     *snapshotRec
 	hook       func() // test hook, run first in the slow part
 }
 
-func (j *stopJob) slow() bool { return len(j.procs) > 0 || j.fs != nil }
+func (j *stopJob) slow() bool { return len(j.procs) > 0 || j.fs != nil || j.net != nil }
 
 // beginStopLocked claims a live session for stopping (or snapshotting).
 // expiration is the snapshot expiration for stopSnapshot (ms, 0 = never).
@@ -290,6 +291,8 @@ func (e *Emulator) beginStopLocked(s *sessionRec, kind stopKind, at int64, expir
 	}
 	j.fs = s.fs
 	s.fs = nil
+	j.net = s.net
+	s.net = nil
 	j.hook = e.hookStop
 	return j
 }
@@ -302,6 +305,9 @@ func (e *Emulator) runStopJob(j *stopJob) {
 	}
 	for _, p := range j.procs {
 		p.Terminate()
+	}
+	if j.net != nil {
+		j.net.close(e, j.s.id)
 	}
 	if j.fs == nil {
 		return
@@ -392,6 +398,8 @@ func (e *Emulator) finishStopLocked(j *stopJob, now int64) {
 	e.setStatus(s, vercel.SessionStopped, at)
 	sb.totalDuration += s.duration
 	sb.totalActiveCPU += s.activeCPU
+	sb.totalEgress += s.egressBytes
+	sb.totalIngress += s.ingressBytes
 	sb.updatedAt = at
 }
 

@@ -23,13 +23,30 @@
 //	ErrSudoRefused                           // Start: sudo would be host root and was not allowed
 //	(*Runner).Mode(), Describe(), SetScriptedExit(name, code), ProcessLimit()
 //	NewOutputBudget(bytes) *OutputBudget       // shared by one session's commands
-//	(*Runner).Start(Command{FS, Name, Args, Cwd, Env, Sudo, Timeout, OutputBudget}) (*Process, error)
+//	(*Runner).Start(Command{FS, Name, Args, Cwd, Env, Sudo, Timeout, OutputBudget, NetNS, CABundle}) (*Process, error)
 //	(*Runner).StartTerminal(Command, WindowSize{Cols, Rows}) (*Process, *Terminal, error) // on a pseudo-terminal (terminal.go)
 //	(*Terminal).Read(), Write(), Resize(WindowSize), Close(), File()
 //	ErrNoTerminal                            // StartTerminal in ModeNone
 //	SandboxUserID                            // vercel-sandbox's uid inside a command's user namespace
 //	(*Process).Done(), ExitCode(), Kill(signal), Terminate(), Output()
 //	(*Output).Follow(ctx, func(Record) error) error
+//
+// Network (netns.go, netns_linux.go):
+//
+//	(*Runner).NetworkIsolation() (bool, why string) // can sessions get a network namespace?
+//	(*Runner).NewNetNS() (*NetNS, error)     // ErrNoNetworkIsolation where they cannot
+//	(*NetNS).Listen(network, addr), DialContext(ctx, network, addr), Close()
+//	WriteCABundle(dir, extraPEM) (path, error) // host roots + extraPEM, for Command.CABundle
+//
+// Isolation: in namespace mode with user namespaces (the emulator runs as
+// root), each session's commands can have a network namespace of their own,
+// owned by the host's user namespace, with only a loopback interface: they
+// reach their own session's listeners and nothing else, and root inside a
+// command cannot change that. In host mode, and in namespace mode without
+// user or network namespaces, there is NO network isolation: commands share
+// the host's network, reach every loopback service of the host, and no
+// network policy can be enforced; Describe says so, and NetworkIsolation
+// reports why.
 //
 // Every error caused by the caller's input (a path escaping the sandbox, a bad
 // upload, an empty command, a bad signal, ...) satisfies

@@ -28,7 +28,9 @@ import (
 //     the host never sees a mount. Limits: what the fs API writes under the
 //     host-backed directories (say /usr/local/bin/x or /etc/hostname) is stored in
 //     the session but hidden from commands by the read-only host directory, and
-//     commands see the host's processes and network. Each command also gets its
+//     commands see the host's processes. Commands given a NetNS (netns.go) start
+//     in their session's network namespace; without one they share the host's
+//     network. Each command also gets its
 //     own user namespace (when the kernel allows, probed once): the sandbox's
 //     root is host uid sandboxIDBase, so a sudo command is root over the
 //     session's files but holds no privilege on the host. The command's mount
@@ -108,6 +110,10 @@ type Runner struct {
 	sudoRefused bool
 	// sudoHostRoot: a sudo command is host root (allowed explicitly).
 	sudoHostRoot bool
+	// netns: each session's commands can get a network namespace of their
+	// own (NewNetNS); netnsReason says why not.
+	netns       bool
+	netnsReason string
 	// nproc is the process limit of every command (RunnerOptions.MaxProcesses)
 	// when it can be enforced, else 0, with nprocReason saying why not.
 	nproc       int
@@ -148,6 +154,7 @@ func NewRunner(mode Mode, opts RunnerOptions) (*Runner, error) {
 			r.userns = true
 		}
 	}
+	r.probeNetwork()
 	if r.m != ModeNone && !r.userns && os.Geteuid() == 0 {
 		r.sudoHostRoot = opts.AllowHostRootSudo
 		r.sudoRefused = !opts.AllowHostRootSudo
@@ -223,6 +230,7 @@ func (r *Runner) Describe() string {
 	case r.nprocReason != "":
 		who += "; the process limit is NOT enforced: " + r.nprocReason
 	}
+	who += r.describeNetwork()
 	switch r.m {
 	case ModeNamespace:
 		return "exec=namespace: commands run as local processes chrooted into their session directory " +
@@ -273,6 +281,14 @@ type Command struct {
 	// OutputBudget is shared by the commands of one session; nil = only the
 	// per-command cap.
 	OutputBudget *OutputBudget
+	// NetNS is the session's network namespace (Runner.NewNetNS), which
+	// the command starts in; nil = the host's network.
+	NetNS *NetNS
+	// CABundle is a host file (WriteCABundle) mounted over the sandbox's
+	// system bundle of trusted roots, with SSL_CERT_FILE,
+	// NODE_EXTRA_CA_CERTS and REQUESTS_CA_BUNDLE pointing at it; "" = none.
+	// Namespace mode only.
+	CABundle string
 }
 
 // Process is a started command.
@@ -413,6 +429,9 @@ func (r *Runner) start(spec Command, tty *os.File) (*Process, error) {
 		tmp = filepath.Join(spec.FS.root, "tmp")
 	}
 	env, pathEnv, err := commandEnv(spec.Env, home, tmp)
+	if err == nil {
+		env, err = r.networkEnv(spec, env)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -495,11 +514,11 @@ func (l *procLaunch) spawn(p *Process) (*os.Process, error) {
 	}
 
 	dir := l.hostCwd // cwd for relative lookups, as seen from this thread
+	if err := l.enter(); err != nil {
+		closeAll()
+		return nil, err
+	}
 	if l.ns {
-		if err := enterSandbox(l.spec.FS, l.cwd, l.userns); err != nil {
-			closeAll()
-			return nil, err
-		}
 		dir = l.cwd
 	}
 
@@ -571,6 +590,22 @@ func (l *procLaunch) spawn(p *Process) (*os.Process, error) {
 		go p.read("stderr", errR)
 	}
 	return proc, nil
+}
+
+// enter moves the calling (locked) thread into the command's namespaces:
+// the session's network, then (namespace mode) its mount namespace and root.
+// The command is forked from this thread, so it starts in all of them; the
+// thread is discarded afterwards.
+func (l *procLaunch) enter() error {
+	if l.spec.NetNS != nil {
+		if err := l.spec.NetNS.enter(); err != nil {
+			return err
+		}
+	}
+	if !l.ns {
+		return nil
+	}
+	return enterSandbox(l.spec.FS, l.cwd, l.userns, l.spec.CABundle)
 }
 
 // finishUnstarted ends a command that could not be executed.

@@ -167,6 +167,37 @@ func mountIdentityFiles(root string) error {
 	return nil
 }
 
+// mountFileOverrides mounts the files that replace the host's in the
+// sandbox's /etc: passwd and group where commands get a user namespace
+// (userns: vercel-sandbox has its own uid there), and the CA bundle.
+func mountFileOverrides(root string, userns bool, caBundle string) error {
+	if userns {
+		if err := mountIdentityFiles(root); err != nil {
+			return err
+		}
+	}
+	return mountCABundle(root, caBundle)
+}
+
+// mountCABundle mounts the host file bundle, read-only, over the sandbox's
+// bundle of trusted roots (caBundleTarget; root is the session directory,
+// /etc already the host's, mounted read-only).
+func mountCABundle(root, bundle string) error {
+	target := caBundleTarget()
+	if bundle == "" || target == "" {
+		return nil
+	}
+	dst := filepath.Join(root, target)
+	if fi, err := os.Lstat(dst); err != nil || !fi.Mode().IsRegular() {
+		return nil // the session replaced /etc: nothing to mount over
+	}
+	if err := syscall.Mount(bundle, dst, "", syscall.MS_BIND, ""); err != nil {
+		return fmt.Errorf("mount the sandbox's %s: %w", target, err)
+	}
+	_ = syscall.Mount("", dst, "", syscall.MS_REMOUNT|syscall.MS_BIND|syscall.MS_RDONLY|syscall.MS_NOSUID, "")
+	return nil
+}
+
 // hostEntryKind says how a host top-level entry appears in a sandbox.
 type hostEntryKind int
 
@@ -227,7 +258,9 @@ var hostEntries = sync.OnceValue(func() []hostEntry {
 // a command root in its user namespace (which may chroot) finds no way back
 // to the host's files (the kernel also refuses user namespaces to chrooted
 // processes). Without a user namespace, where pivot_root is refused, chroot.
-func enterSandbox(f *FS, cwd string, needProc bool) error {
+//
+// caBundle, when set, is mounted over the sandbox's bundle of trusted roots.
+func enterSandbox(f *FS, cwd string, needProc bool, caBundle string) error {
 	if err := syscall.Unshare(syscall.CLONE_NEWNS); err != nil {
 		return fmt.Errorf("unshare mount namespace: %w", err)
 	}
@@ -269,10 +302,8 @@ func enterSandbox(f *FS, cwd string, needProc bool) error {
 	if needProc && !procMounted {
 		return requestErrorf(nil, "the sandbox's /proc is not a directory: commands cannot start")
 	}
-	if needProc { // a user namespace: vercel-sandbox has its own uid there
-		if err := mountIdentityFiles(f.root); err != nil {
-			return err
-		}
+	if err := mountFileOverrides(f.root, needProc, caBundle); err != nil {
+		return err
 	}
 	if err := pivotInto(f.root); err != nil {
 		if needProc { // a user namespace: chroot would make the kernel refuse it

@@ -15,7 +15,7 @@ func probeNamespace() error { return errors.New("mount namespaces need Linux") }
 func probeUserNamespace() error { return errors.New("user namespaces need Linux") }
 
 // enterSandbox is never called outside Linux (namespace mode is never selected).
-func enterSandbox(*FS, string, bool) error { return errors.New("mount namespaces need Linux") }
+func enterSandbox(*FS, string, bool, string) error { return errors.New("mount namespaces need Linux") }
 
 // newSysProcAttr returns the process attributes of a command: its own process
 // group and the given credentials.
