@@ -206,6 +206,7 @@ const (
 	hostReadOnly                      // read-only bind mount of the host directory
 	hostWritable                      // writable bind mount (/dev)
 	hostProc                          // a fresh proc mount
+	hostTmpfs                         // a fresh, empty tmpfs (/run)
 )
 
 // hostEntry is a top-level entry of the host's "/" that commands see.
@@ -238,6 +239,11 @@ var hostEntries = sync.OnceValue(func() []hostEntry {
 			e.kind = hostWritable
 		case name == "proc":
 			e.kind = hostProc
+		case name == "run":
+			// The host's /run holds its daemons' Unix sockets, which a
+			// read-only mount does not close and a network namespace does
+			// not cover: a sandbox gets its own, as a VM has.
+			e.kind = hostTmpfs
 		}
 		out = append(out, e)
 	}
@@ -349,6 +355,8 @@ func mountHostEntry(e hostEntry, target string) error {
 		return syscall.Mount(src, target, "", syscall.MS_BIND|syscall.MS_REC, "")
 	case hostWritable:
 		return syscall.Mount(src, target, "", syscall.MS_BIND|syscall.MS_REC, "")
+	case hostTmpfs:
+		return syscall.Mount("tmpfs", target, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "mode=755,size=64m")
 	default:
 		if err := syscall.Mount(src, target, "", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {
 			return err

@@ -280,3 +280,26 @@ func TestNetNSHostModeNoIsolation(t *testing.T) {
 		t.Errorf("Start with a NetNS in host mode = %v", err)
 	}
 }
+
+// TestHostUnixSocketsAreNotLent checks that a host daemon's Unix socket under
+// /run, which neither a read-only mount nor a network namespace closes, is not
+// in a sandbox: its /run is its own and empty, as on a VM.
+func TestHostUnixSocketsAreNotLent(t *testing.T) {
+	r := rtUserNSRunner(t)
+	dir, err := os.MkdirTemp("/run", "sandbox-host-daemon-")
+	if err != nil {
+		t.Skipf("cannot create a host socket under /run: %v", err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "daemon.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	f, _ := rtNewFS(t)
+	res := rtRun(t, r, Command{FS: f, Name: "sh", Args: []string{"-c", "ls " + sock + "; echo entries: $(ls -A /run | wc -l)"}})
+	if !strings.Contains(res.stderr, "No such file") || strings.TrimSpace(res.stdout) != "entries: 0" {
+		t.Fatalf("the sandbox's /run: %+v; want the host's socket absent and /run empty", res)
+	}
+}
