@@ -64,9 +64,12 @@ func classify(err error) errorClass {
 func classifyLocal(err error) (errorClass, bool) {
 	var se *secretError
 	var ce *classError
+	var pe *policyError
 	switch {
 	case errors.As(err, &ce):
 		return errorClass{reason: ce.reason, message: ce.message, notReady: true}, true
+	case errors.As(err, &pe):
+		return errorClass{reason: sandboxv1.ReasonNetworkPolicyInvalid, terminal: true, blocksStart: true}, true
 	case errors.As(err, &se) && se.missing == "":
 		return errorClass{reason: sandboxv1.ReasonSecretRefused}, true
 	case errors.As(err, &se) && se.missing == "key":

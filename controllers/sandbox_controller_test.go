@@ -291,9 +291,14 @@ var _ = Describe("Sandbox", func() {
 			sbx := waitReady(key)
 			var sent vercel.CreateSandboxRequest
 			Expect(json.Unmarshal(lastCreateFor(sbx.Status.VercelName), &sent)).To(Succeed())
-			Expect(sent.NetworkPolicy.Mode).To(Equal("custom"))
-			Expect(sent.NetworkPolicy.AllowedDomains).To(ConsistOf("registry.npmjs.org", "api.github.com"))
-			Expect(sent.NetworkPolicy.InjectionRules).To(ConsistOf(HaveField("Headers", HaveKeyWithValue("Authorization", "Bearer ghs_InjectedHeaderSecret7"))))
+			// An Allowlist goes in the allow/subnets form, injectHeaders as a
+			// transform rule of its domain.
+			Expect(sent.NetworkPolicy.Mode).To(BeEmpty())
+			Expect(sent.NetworkPolicy.Allow).NotTo(BeNil())
+			Expect(sent.NetworkPolicy.Allow.Rules).To(HaveLen(2))
+			Expect(sent.NetworkPolicy.Allow.Rules).To(HaveKeyWithValue("registry.npmjs.org", BeEmpty()))
+			Expect(sent.NetworkPolicy.Allow.Rules).To(HaveKeyWithValue("api.github.com", ConsistOf(HaveField("Transform",
+				ConsistOf(HaveField("Headers", HaveKeyWithValue("Authorization", "Bearer ghs_InjectedHeaderSecret7")))))))
 
 			sess, err := vc.GetSession(ctx, sbx.Status.SessionID)
 			Expect(err).NotTo(HaveOccurred())

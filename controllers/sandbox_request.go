@@ -177,61 +177,6 @@ func builderRequest(name string, tags map[string]string, rcp *sandboxv1.Snapshot
 	return req
 }
 
-// buildNetworkPolicy translates spec.networkPolicy to Vercel's mode form.
-// Header injection always uses the custom mode, since Vercel attaches the
-// rules to it; in AllowAll mode the allowlist is a lone "*" so egress stays
-// open — assuming Vercel reads a bare "*" as every host, which its
-// documentation leaves open (docs/sandbox.md says so to users).
-func buildNetworkPolicy(ctx context.Context, secrets *secretReader, np *sandboxv1.NetworkPolicy) (*vercel.NetworkPolicy, error) {
-	if np == nil {
-		return nil, nil
-	}
-	var rules []vercel.InjectionRule
-	for _, inj := range np.InjectHeaders {
-		headers := map[string]string{}
-		for _, h := range inj.Headers {
-			v, err := secrets.value(ctx, h.ValueFrom.SecretKeyRef.Name, h.ValueFrom.SecretKeyRef.Key)
-			if err != nil {
-				return nil, neededBy(err, fmt.Sprintf("the header %s injected for %s (spec.networkPolicy.injectHeaders)", h.Name, inj.Domain))
-			}
-			headers[h.Name] = v
-		}
-		rules = append(rules, vercel.InjectionRule{Domain: inj.Domain, Headers: headers})
-	}
-	switch np.Mode {
-	case sandboxv1.NetworkDenyAll:
-		if len(rules) == 0 {
-			return &vercel.NetworkPolicy{Mode: vercel.NetworkDenyAll}, nil
-		}
-		// Injection implies egress to the injected domains only.
-		domains := make([]string, 0, len(rules))
-		for _, r := range rules {
-			domains = append(domains, r.Domain)
-		}
-		return &vercel.NetworkPolicy{Mode: vercel.NetworkCustom, AllowedDomains: domains, InjectionRules: rules}, nil
-	case sandboxv1.NetworkAllowlist:
-		domains := append([]string(nil), np.AllowedDomains...)
-		for _, r := range rules {
-			domains = appendUnique(domains, r.Domain)
-		}
-		return &vercel.NetworkPolicy{Mode: vercel.NetworkCustom, AllowedDomains: domains, InjectionRules: rules}, nil
-	default:
-		if len(rules) == 0 {
-			return &vercel.NetworkPolicy{Mode: vercel.NetworkAllowAll}, nil
-		}
-		return &vercel.NetworkPolicy{Mode: vercel.NetworkCustom, AllowedDomains: []string{"*"}, InjectionRules: rules}, nil
-	}
-}
-
-func appendUnique(list []string, s string) []string {
-	for _, x := range list {
-		if x == s {
-			return list
-		}
-	}
-	return append(list, s)
-}
-
 // buildSource translates spec.source to Vercel's create request fields. A
 // snapshotRef is resolved by the caller.
 func buildSource(ctx context.Context, secrets *secretReader, src *sandboxv1.SandboxSource, req *vercel.CreateSandboxRequest) error {

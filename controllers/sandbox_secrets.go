@@ -5,7 +5,7 @@ package controllers
 // (status.secrets; digest_key.go holds the key). The manager watches Secrets' metadata only — never their
 // values — so a changed resourceVersion wakes the Sandboxes that reference
 // the Secret; they read it again (uncached) and, when the digest changed,
-// apply it: injected headers reach the running session at once (Vercel
+// apply it: injected headers and forward URLs reach the running session at once (Vercel
 // updates a session's network policy), env values and git credentials the
 // next session or creation (Vercel cannot change a running session's
 // environment). docs/sandbox.md, "Secret rotation".
@@ -38,9 +38,10 @@ import (
 type secretUse uint8
 
 const (
-	useHeaders secretUse = 1 << iota // spec.networkPolicy.injectHeaders
+	useHeaders secretUse = 1 << iota // spec.networkPolicy.injectHeaders, allow[].rules[].transform
 	useEnv                           // spec.env valueFrom
 	useGit                           // spec.source.git.credentials
+	useForward                       // spec.networkPolicy.allow[].rules[].forwardURL
 )
 
 // secretUses maps each Secret the spec references to its uses.
@@ -51,12 +52,8 @@ func secretUses(spec *sandboxv1.SandboxSpec) map[string]secretUse {
 			uses[e.ValueFrom.SecretKeyRef.Name] |= useEnv
 		}
 	}
-	if np := spec.NetworkPolicy; np != nil {
-		for _, inj := range np.InjectHeaders {
-			for _, h := range inj.Headers {
-				uses[h.ValueFrom.SecretKeyRef.Name] |= useHeaders
-			}
-		}
+	for _, ps := range policySecrets(spec.NetworkPolicy) {
+		uses[ps.name] |= ps.use
 	}
 	if g := spec.Source.Git; g != nil && g.Credentials != nil {
 		uses[g.Credentials.SecretName] |= useGit
@@ -388,6 +385,13 @@ func (r *SandboxReconciler) announceRotation(sbx *sandboxv1.Sandbox, rotated []s
 			emit("Secret %s rotated: its injected header values were applied to the running session %s", n, running)
 		} else {
 			emit("Secret %s rotated: its injected header values were applied to the Vercel sandbox for its next session", n)
+		}
+	}
+	if n := namesWith(useForward); n != "" {
+		if running != "" {
+			emit("Secret %s rotated: its forward URLs were applied to the running session %s", n, running)
+		} else {
+			emit("Secret %s rotated: its forward URLs were applied to the Vercel sandbox for its next session", n)
 		}
 	}
 	if n := namesWith(useEnv); n != "" {

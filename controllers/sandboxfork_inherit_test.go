@@ -172,8 +172,7 @@ var _ = Describe("SandboxFork inheritance and names", func() {
 			Expect(json.Unmarshal(lastCreateFor(c.Status.VercelName), &sent)).To(Succeed())
 			Expect(sent.Env).To(Equal(map[string]string{"MODE": "fast", "TOKEN": token}), "what Vercel received for %s", c.Name)
 			Expect(sent.NetworkPolicy).NotTo(BeNil())
-			Expect(sent.NetworkPolicy.Mode).To(Equal(vercel.NetworkCustom))
-			Expect(sent.NetworkPolicy.AllowedDomains).To(Equal([]string{"example.com"}))
+			Expect(sent.NetworkPolicy.Allow).To(Equal(&vercel.NetworkAllow{Domains: []string{"example.com"}}))
 		}
 		// The frozen spec holds the Secret reference, never its value.
 		for _, name := range []string{"manual", "kids-capture"} {

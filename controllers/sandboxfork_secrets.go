@@ -74,11 +74,9 @@ func inheritedSecrets(fork *sandboxv1.SandboxFork, inherited *sandboxv1.SourceSa
 			}
 		}
 	}
-	if o.NetworkPolicy == nil && inherited.NetworkPolicy != nil {
-		for _, i := range inherited.NetworkPolicy.InjectHeaders {
-			for _, h := range i.Headers {
-				add(h.ValueFrom.SecretKeyRef.Name, "spec.networkPolicy.injectHeaders")
-			}
+	if o.NetworkPolicy == nil {
+		for _, ps := range policySecrets(inherited.NetworkPolicy) {
+			add(ps.name, ps.field)
 		}
 	}
 	return out

@@ -52,6 +52,13 @@ func TestInheritedSecrets(t *testing.T) {
 			want:     []inheritedSecret{{"env-a", "spec.env"}, {"shared", "spec.env"}}},
 		{name: "both replaced", inherited: source,
 			template: sandboxv1.SandboxOverrides{Env: []sandboxv1.EnvVar{}, NetworkPolicy: headersFrom("template-only")}},
+		{name: "allow rules: transform headers and forwardURL", inherited: &sandboxv1.SourceSandboxSpec{NetworkPolicy: &sandboxv1.NetworkPolicy{
+			Mode: sandboxv1.NetworkAllowlist, Allow: []sandboxv1.DomainRules{{Domain: "api.github.com", Rules: []sandboxv1.NetworkRule{
+				{Response: &sandboxv1.NetworkResponse{StatusCode: 403}},
+				{ForwardURL: &sandboxv1.ForwardURLSource{ValueFrom: sandboxv1.EnvVarSource{SecretKeyRef: sandboxv1.SecretKeySelector{Name: "broker", Key: "url"}}}},
+				{Transform: &sandboxv1.NetworkTransform{Headers: []sandboxv1.InjectedHeader{{Name: "X", ValueFrom: sandboxv1.EnvVarSource{SecretKeyRef: sandboxv1.SecretKeySelector{Name: "tr", Key: "k"}}}}}},
+			}}}}},
+			want: []inheritedSecret{{"broker", "spec.networkPolicy.allow[].rules[].forwardURL"}, {"tr", "spec.networkPolicy.allow[].rules[].transform"}}},
 		{name: "no Secret in the source", inherited: &sandboxv1.SourceSandboxSpec{Env: []sandboxv1.EnvVar{{Name: "PLAIN", Value: ptr.To("x")}}, NetworkPolicy: &sandboxv1.NetworkPolicy{Mode: sandboxv1.NetworkDenyAll}}},
 	}
 	snap := &sandboxv1.SandboxSnapshot{ObjectMeta: metav1.ObjectMeta{Name: "snap"}}

@@ -80,6 +80,20 @@ var _ = Describe("Security: authorization at admission", func() {
 			Headers: []sandboxv1.InjectedHeader{{Name: "Authorization", ValueFrom: sandboxv1.EnvVarSource{SecretKeyRef: sandboxv1.SecretKeySelector{Name: secret, Key: "key"}}}},
 		}}}
 	}
+	// rulesFrom references secret from an allow rule (a transform header or
+	// a forwardURL), behind a rule that references none.
+	rulesFrom := func(secret string, forward bool) *sandboxv1.NetworkPolicy {
+		rule := sandboxv1.NetworkRule{Transform: &sandboxv1.NetworkTransform{Headers: []sandboxv1.InjectedHeader{
+			{Name: "Authorization", ValueFrom: sandboxv1.EnvVarSource{SecretKeyRef: sandboxv1.SecretKeySelector{Name: secret, Key: "key"}}}}}}
+		if forward {
+			rule = sandboxv1.NetworkRule{ForwardURL: &sandboxv1.ForwardURLSource{ValueFrom: sandboxv1.EnvVarSource{SecretKeyRef: sandboxv1.SecretKeySelector{Name: secret, Key: "key"}}}}
+		}
+		return &sandboxv1.NetworkPolicy{Mode: sandboxv1.NetworkAllowlist, Allow: []sandboxv1.DomainRules{
+			{Domain: "registry.npmjs.org"},
+			{Domain: "attacker.example.com", Rules: []sandboxv1.NetworkRule{
+				{Match: &sandboxv1.NetworkMatch{Methods: []string{"GET"}}, Response: &sandboxv1.NetworkResponse{StatusCode: 403}}, rule}},
+		}}
+	}
 
 	BeforeEach(func() {
 		ns = newNamespace()
@@ -114,6 +128,28 @@ var _ = Describe("Security: authorization at admission", func() {
 			"Sandbox injected header": &sandboxv1.Sandbox{
 				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "header"},
 				Spec:       sandboxv1.SandboxSpec{Source: runtimeSource("node24"), NetworkPolicy: headersFrom(aliceSecret)},
+			},
+			"Sandbox transform header": &sandboxv1.Sandbox{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "transform"},
+				Spec:       sandboxv1.SandboxSpec{Source: runtimeSource("node24"), NetworkPolicy: rulesFrom(aliceSecret, false)},
+			},
+			"Sandbox forwardURL": &sandboxv1.Sandbox{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "forward"},
+				Spec:       sandboxv1.SandboxSpec{Source: runtimeSource("node24"), NetworkPolicy: rulesFrom(aliceSecret, true)},
+			},
+			"SandboxFork template transform header": &sandboxv1.SandboxFork{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "fork-transform"},
+				Spec: sandboxv1.SandboxForkSpec{
+					Source:   sandboxv1.SandboxForkSource{SnapshotRef: &sandboxv1.LocalObjectReference{Name: "any"}},
+					Template: sandboxv1.SandboxForkTemplate{Spec: sandboxv1.SandboxOverrides{NetworkPolicy: rulesFrom(aliceSecret, false)}},
+				},
+			},
+			"SandboxFork template forwardURL": &sandboxv1.SandboxFork{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "fork-forward"},
+				Spec: sandboxv1.SandboxForkSpec{
+					Source:   sandboxv1.SandboxForkSource{SnapshotRef: &sandboxv1.LocalObjectReference{Name: "any"}},
+					Template: sandboxv1.SandboxForkTemplate{Spec: sandboxv1.SandboxOverrides{NetworkPolicy: rulesFrom(aliceSecret, true)}},
+				},
 			},
 			"Sandbox git credentials": &sandboxv1.Sandbox{
 				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "git"},

@@ -92,8 +92,15 @@ const (
 	ReasonSecretKeyNotFound = "SecretKeyNotFound"
 	// ReasonSecretRefused is set on Synced=False when a referenced Secret is
 	// one the controller never sends to Vercel: a ServiceAccount token
-	// (type kubernetes.io/service-account-token). See docs/security.md.
+	// (type kubernetes.io/service-account-token), or whose value its use
+	// cannot take (a forwardURL that is not an https URL without query or
+	// fragment, an env value with a NUL). See docs/security.md.
 	ReasonSecretRefused = "SecretRefused"
+	// ReasonNetworkPolicyInvalid is set on Synced=False when
+	// spec.networkPolicy holds what the API server cannot check (a regex
+	// that does not compile as RE2); the message names the field. Not
+	// retried until the spec changes; a running session keeps its policy.
+	ReasonNetworkPolicyInvalid = "NetworkPolicyInvalid"
 	// ReasonReconcileError is set on Synced=False for any other error, such as
 	// a refusal by the Kubernetes API server; the controller retries with a
 	// backoff.

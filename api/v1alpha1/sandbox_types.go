@@ -412,64 +412,6 @@ type EnvVarSource struct {
 	SecretKeyRef SecretKeySelector `json:"secretKeyRef"`
 }
 
-// NetworkPolicy controls the sandbox's egress.
-// +kubebuilder:validation:XValidation:rule="self.mode == 'Allowlist' || !has(self.allowedDomains)",message="spec.networkPolicy.allowedDomains is only allowed with mode Allowlist"
-type NetworkPolicy struct {
-	// mode: AllowAll (full internet, the default), DenyAll (no egress), or
-	// Allowlist (only allowedDomains and the domains of injectHeaders).
-	// +optional
-	// +kubebuilder:default=AllowAll
-	Mode NetworkMode `json:"mode,omitempty"`
-	// allowedDomains the sandbox may reach in Allowlist mode; "*" matches one label
-	// (for example "*.github.com").
-	// +optional
-	// +listType=set
-	// +kubebuilder:validation:MaxItems=256
-	// +kubebuilder:validation:items:MaxLength=253
-	// +kubebuilder:validation:items:Pattern=`^(\*\.)?[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*$`
-	AllowedDomains []string `json:"allowedDomains,omitempty"`
-	// injectHeaders adds HTTP headers to the sandbox's requests to a domain, with
-	// values read from Secrets. The secret never enters the VM: Vercel's egress
-	// proxy adds it.
-	// +optional
-	// +listType=map
-	// +listMapKey=domain
-	// +kubebuilder:validation:MaxItems=64
-	InjectHeaders []HeaderInjection `json:"injectHeaders,omitempty"`
-}
-
-// HeaderInjection adds headers to requests for one domain.
-type HeaderInjection struct {
-	// domain the headers are added for.
-	// +required
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=253
-	// +kubebuilder:validation:Pattern=`^(\*\.)?[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*$`
-	Domain string `json:"domain"`
-	// headers to add, each with its value from a Secret. Names are unique,
-	// ignoring case (HTTP header names are case-insensitive).
-	// +required
-	// +listType=map
-	// +listMapKey=name
-	// +kubebuilder:validation:MinItems=1
-	// +kubebuilder:validation:MaxItems=16
-	// +kubebuilder:validation:XValidation:rule="self.all(h, self.filter(o, o.name.lowerAscii() == h.name.lowerAscii()).size() == 1)",message="header names must be unique, ignoring case"
-	Headers []InjectedHeader `json:"headers"`
-}
-
-// InjectedHeader is one header whose value comes from a Secret.
-type InjectedHeader struct {
-	// name of the HTTP header (an RFC 7230 token, e.g. Authorization).
-	// +required
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=256
-	// +kubebuilder:validation:Pattern=`^[!#$%&'*+.^_|~0-9A-Za-z-]+$`
-	Name string `json:"name"`
-	// valueFrom selects the Secret key holding the header value.
-	// +required
-	ValueFrom EnvVarSource `json:"valueFrom"`
-}
-
 // SetupCommand is one command run once per fresh filesystem, before Ready.
 type SetupCommand struct {
 	// name labels the step in status and events; defaults to the command.

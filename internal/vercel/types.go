@@ -1,6 +1,9 @@
 package vercel
 
-import "encoding/json"
+import (
+	"bytes"
+	"encoding/json"
+)
 
 // Wire types of the Vercel Sandbox REST API v2
 // (docs/dev/vercel-sandbox-api.md §3). Field names and JSON tags are the
@@ -168,11 +171,94 @@ type NetworkPolicy struct {
 	InjectionRules []InjectionRule `json:"injectionRules,omitempty"`
 	ForwardRules   []ForwardRule   `json:"forwardRules,omitempty"`
 
-	// Allow and Subnets carry the v2 allow/subnets request form
-	// (docs/dev/vercel-sandbox-api.md §3.6 B), kept raw: the operator sends the
-	// mode form, but the emulator accepts both.
-	Allow   json.RawMessage `json:"allow,omitempty"`
-	Subnets json.RawMessage `json:"subnets,omitempty"`
+	// Allow and Subnets are the v2 allow/subnets request form
+	// (docs/dev/vercel-sandbox-api.md §3.6 B), what SDK 3.5 sends for a
+	// custom policy; a request sets them or Mode, never both. Answers are
+	// always in the mode form (C), without them.
+	Allow   *NetworkAllow   `json:"allow,omitempty"`
+	Subnets *NetworkSubnets `json:"subnets,omitempty"`
+}
+
+// NetworkAllow is the allow field of the form B: a list of domains, or a
+// record of domains to their rules (Rules non-nil selects it; JSON object
+// keys carry no order, the rules of one domain do).
+type NetworkAllow struct {
+	Domains []string
+	Rules   map[string][]NetworkRule
+}
+
+// MarshalJSON writes the record form when Rules is set, else the list form
+// (an empty list, never null, for an allowlist of no domain).
+func (a NetworkAllow) MarshalJSON() ([]byte, error) {
+	if a.Rules != nil {
+		return json.Marshal(a.Rules)
+	}
+	if a.Domains == nil {
+		return []byte("[]"), nil
+	}
+	return json.Marshal(a.Domains)
+}
+
+// UnmarshalJSON reads either form.
+func (a *NetworkAllow) UnmarshalJSON(b []byte) error {
+	*a = NetworkAllow{}
+	trimmed := bytes.TrimSpace(b)
+	if len(trimmed) > 0 && trimmed[0] == '{' {
+		a.Rules = map[string][]NetworkRule{}
+		return json.Unmarshal(b, &a.Rules)
+	}
+	return json.Unmarshal(b, &a.Domains)
+}
+
+// NetworkSubnets allows and denies CIDR ranges; deny wins over everything.
+type NetworkSubnets struct {
+	Allow []string `json:"allow,omitempty"`
+	Deny  []string `json:"deny,omitempty"`
+}
+
+// NetworkRule is one rule of a domain: an optional match and exactly one of
+// Transform, ForwardURL, Response. Transform header values and ForwardURL
+// are credentials: never log a rule.
+type NetworkRule struct {
+	Match      *NetworkMatch      `json:"match,omitempty"`
+	Transform  []NetworkTransform `json:"transform,omitempty"`
+	ForwardURL string             `json:"forwardURL,omitempty"`
+	Response   *NetworkResponse   `json:"response,omitempty"`
+}
+
+// NetworkTransform sets headers on a matching request.
+type NetworkTransform struct {
+	Headers map[string]string `json:"headers,omitempty"`
+}
+
+// NetworkMatch selects requests: every dimension set must match; methods
+// are ORed, header and query matchers ANDed.
+type NetworkMatch struct {
+	Path        *Matcher          `json:"path,omitempty"`
+	Method      []string          `json:"method,omitempty"`
+	QueryString []KeyValueMatcher `json:"queryString,omitempty"`
+	Headers     []KeyValueMatcher `json:"headers,omitempty"`
+}
+
+// Matcher matches a value one way: exactly one field is set.
+type Matcher struct {
+	Exact      *string `json:"exact,omitempty"`
+	StartsWith *string `json:"startsWith,omitempty"`
+	Regex      *string `json:"regex,omitempty"`
+}
+
+// KeyValueMatcher matches a header or query-string entry.
+type KeyValueMatcher struct {
+	Key   *Matcher `json:"key,omitempty"`
+	Value *Matcher `json:"value,omitempty"`
+}
+
+// NetworkResponse is an answer the proxy gives itself.
+type NetworkResponse struct {
+	StatusCode  int               `json:"statusCode"`
+	Headers     map[string]string `json:"headers,omitempty"`
+	Body        *string           `json:"body,omitempty"`
+	ContentType string            `json:"contentType,omitempty"`
 }
 
 // InjectionRule adds headers to egress requests for a domain. Headers (request

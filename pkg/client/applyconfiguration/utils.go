@@ -30,6 +30,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apiv1alpha1.BootedFromApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ClassSecretReference"):
 		return &apiv1alpha1.ClassSecretReferenceApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("DomainRules"):
+		return &apiv1alpha1.DomainRulesApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("EnvVar"):
 		return &apiv1alpha1.EnvVarApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("EnvVarSource"):
@@ -42,6 +44,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apiv1alpha1.ForkChildMetadataApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ForkChildStatus"):
 		return &apiv1alpha1.ForkChildStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("ForwardURLSource"):
+		return &apiv1alpha1.ForwardURLSourceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("GitCredentials"):
 		return &apiv1alpha1.GitCredentialsApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("GitSource"):
@@ -54,10 +58,22 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apiv1alpha1.IdlePolicyApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("InjectedHeader"):
 		return &apiv1alpha1.InjectedHeaderApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("KeyValueMatcher"):
+		return &apiv1alpha1.KeyValueMatcherApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("LocalObjectReference"):
 		return &apiv1alpha1.LocalObjectReferenceApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("NetworkMatch"):
+		return &apiv1alpha1.NetworkMatchApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("NetworkPolicy"):
 		return &apiv1alpha1.NetworkPolicyApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("NetworkResponse"):
+		return &apiv1alpha1.NetworkResponseApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("NetworkRule"):
+		return &apiv1alpha1.NetworkRuleApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("NetworkSubnets"):
+		return &apiv1alpha1.NetworkSubnetsApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("NetworkTransform"):
+		return &apiv1alpha1.NetworkTransformApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ReadinessProbe"):
 		return &apiv1alpha1.ReadinessProbeApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("RecipeCommand"):
@@ -132,6 +148,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apiv1alpha1.SnapshotRecipeApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SourceSandboxSpec"):
 		return &apiv1alpha1.SourceSandboxSpecApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("StringMatcher"):
+		return &apiv1alpha1.StringMatcherApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("TarballSource"):
 		return &apiv1alpha1.TarballSourceApplyConfiguration{}
 

@@ -120,11 +120,338 @@ export interface SandboxClassSpec {
      * networkPolicy, for Sandboxes that set none.
      *
      * Validated: spec.networkPolicy.allowedDomains is only allowed with mode Allowlist
+     * Validated: spec.networkPolicy.allow is only allowed with mode Allowlist
+     * Validated: spec.networkPolicy.subnets is only allowed with mode Allowlist
      */
     networkPolicy?: {
       /**
+       * allow lists domains the sandbox may reach in Allowlist mode, each with
+       * the rules Vercel's egress proxy applies to its requests, in declaration
+       * order. A domain without rules is simply allowed. Only with mode
+       * Allowlist.
+       *
+       * maxItems: 32
+       */
+      allow?: Array<{
+        /**
+         * domain the sandbox may reach; "*." matches one label (for example
+         * "*.github.com").
+         *
+         * minLength: 1
+         * maxLength: 253
+         * pattern: ^(\*\.)?[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*$
+         */
+        domain: string;
+        /**
+         * rules applied to the domain's requests, in declaration order. A rule
+         * without match applies to every request, so a trailing response rule
+         * without match answers whatever the earlier rules did not claim (the way
+         * to restrict an allowed domain to some paths). No rules: every request
+         * to the domain passes unchanged.
+         *
+         * maxItems: 8
+         */
+        rules?: Array<{
+          /**
+           * forwardURL sends the matching requests to an HTTPS proxy of yours
+           * instead of the domain (Vercel adds a signed token identifying the
+           * sandbox; @vercel/sandbox/proxy's defineSandboxProxy verifies it). The
+           * URL is read from a Secret, since it often carries a credential of its
+           * own; it must be https, without credentials, query or fragment (the
+           * controller checks the value and reports a bad one on Synced, reason
+           * SecretRefused).
+           */
+          forwardURL?: {
+            /**
+             * valueFrom selects the Secret key holding the URL.
+             */
+            valueFrom: {
+              /**
+               * secretKeyRef selects a key of a Secret in this namespace.
+               */
+              secretKeyRef: {
+                /**
+                 * key within the Secret's data.
+                 *
+                 * minLength: 1
+                 * maxLength: 253
+                 * pattern: ^[-._a-zA-Z0-9]+$
+                 */
+                key: string;
+                /**
+                 * name of the Secret.
+                 *
+                 * minLength: 1
+                 * maxLength: 253
+                 * pattern: ^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$
+                 */
+                name: string;
+              };
+            };
+          };
+          /**
+           * match limits the rule to the requests that match every dimension it
+           * sets; without it the rule applies to every request to the domain.
+           *
+           * Validated: spec.networkPolicy.allow[].rules[].match: set at least one of path, methods, headers, queryString (or leave match out)
+           */
+          match?: {
+            /**
+             * headers the request must have: every matcher must match one header.
+             *
+             * maxItems: 8
+             */
+            headers?: Array<{
+              /**
+               * key matches the entry's name.
+               *
+               * Validated: spec.networkPolicy.allow[].rules[].match: a matcher sets exactly one of exact, startsWith, regex
+               */
+              key?: {
+                /**
+                 * exact matches the value exactly.
+                 *
+                 * maxLength: 1024
+                 */
+                exact?: string;
+                /**
+                 * regex matches values against an RE2 regular expression (Go's regexp
+                 * syntax). One that does not compile is reported on Synced, reason
+                 * NetworkPolicyInvalid, naming the field.
+                 *
+                 * minLength: 1
+                 * maxLength: 1024
+                 */
+                regex?: string;
+                /**
+                 * startsWith matches values that start with it.
+                 *
+                 * maxLength: 1024
+                 */
+                startsWith?: string;
+              };
+              /**
+               * value matches the entry's value.
+               *
+               * Validated: spec.networkPolicy.allow[].rules[].match: a matcher sets exactly one of exact, startsWith, regex
+               */
+              value?: {
+                /**
+                 * exact matches the value exactly.
+                 *
+                 * maxLength: 1024
+                 */
+                exact?: string;
+                /**
+                 * regex matches values against an RE2 regular expression (Go's regexp
+                 * syntax). One that does not compile is reported on Synced, reason
+                 * NetworkPolicyInvalid, naming the field.
+                 *
+                 * minLength: 1
+                 * maxLength: 1024
+                 */
+                regex?: string;
+                /**
+                 * startsWith matches values that start with it.
+                 *
+                 * maxLength: 1024
+                 */
+                startsWith?: string;
+              };
+            }>;
+            /**
+             * methods the request may have (any of them), e.g. POST.
+             *
+             * maxItems: 16
+             */
+            methods?: string[];
+            /**
+             * path matches the request path.
+             *
+             * Validated: spec.networkPolicy.allow[].rules[].match: a matcher sets exactly one of exact, startsWith, regex
+             */
+            path?: {
+              /**
+               * exact matches the value exactly.
+               *
+               * maxLength: 1024
+               */
+              exact?: string;
+              /**
+               * regex matches values against an RE2 regular expression (Go's regexp
+               * syntax). One that does not compile is reported on Synced, reason
+               * NetworkPolicyInvalid, naming the field.
+               *
+               * minLength: 1
+               * maxLength: 1024
+               */
+              regex?: string;
+              /**
+               * startsWith matches values that start with it.
+               *
+               * maxLength: 1024
+               */
+              startsWith?: string;
+            };
+            /**
+             * queryString entries the request must have: every matcher must match
+             * one entry.
+             *
+             * maxItems: 8
+             */
+            queryString?: Array<{
+              /**
+               * key matches the entry's name.
+               *
+               * Validated: spec.networkPolicy.allow[].rules[].match: a matcher sets exactly one of exact, startsWith, regex
+               */
+              key?: {
+                /**
+                 * exact matches the value exactly.
+                 *
+                 * maxLength: 1024
+                 */
+                exact?: string;
+                /**
+                 * regex matches values against an RE2 regular expression (Go's regexp
+                 * syntax). One that does not compile is reported on Synced, reason
+                 * NetworkPolicyInvalid, naming the field.
+                 *
+                 * minLength: 1
+                 * maxLength: 1024
+                 */
+                regex?: string;
+                /**
+                 * startsWith matches values that start with it.
+                 *
+                 * maxLength: 1024
+                 */
+                startsWith?: string;
+              };
+              /**
+               * value matches the entry's value.
+               *
+               * Validated: spec.networkPolicy.allow[].rules[].match: a matcher sets exactly one of exact, startsWith, regex
+               */
+              value?: {
+                /**
+                 * exact matches the value exactly.
+                 *
+                 * maxLength: 1024
+                 */
+                exact?: string;
+                /**
+                 * regex matches values against an RE2 regular expression (Go's regexp
+                 * syntax). One that does not compile is reported on Synced, reason
+                 * NetworkPolicyInvalid, naming the field.
+                 *
+                 * minLength: 1
+                 * maxLength: 1024
+                 */
+                regex?: string;
+                /**
+                 * startsWith matches values that start with it.
+                 *
+                 * maxLength: 1024
+                 */
+                startsWith?: string;
+              };
+            }>;
+          };
+          /**
+           * response answers the matching requests from Vercel's proxy, without
+           * contacting the domain.
+           *
+           * Validated: spec.networkPolicy.allow[].rules[].response: contentType is required when body is set
+           * Validated: spec.networkPolicy.allow[].rules[].response: body is not allowed on status codes 204, 205 and 304
+           */
+          response?: {
+            /**
+             * body of the answer; requires contentType.
+             *
+             * maxLength: 16384
+             */
+            body?: string;
+            /**
+             * contentType of body, e.g. application/json.
+             *
+             * minLength: 1
+             * maxLength: 256
+             */
+            contentType?: string;
+            /**
+             * headers of the answer. Connection, Content-Length and
+             * Transfer-Encoding are the proxy's and cannot be set; names are unique,
+             * ignoring case.
+             *
+             * Validated: spec.networkPolicy.allow[].rules[].response.headers: each name must be an HTTP header name (at most 256 characters)
+             * Validated: spec.networkPolicy.allow[].rules[].response.headers: connection, content-length and transfer-encoding are managed by the proxy
+             * Validated: spec.networkPolicy.allow[].rules[].response.headers: names must be unique, ignoring case
+             */
+            headers?: { [key: string]: string };
+            /**
+             * statusCode of the answer, 200 to 599 (403 to deny).
+             *
+             * minimum: 200
+             * maximum: 599
+             */
+            statusCode: number;
+          };
+          /**
+           * transform sets headers on the matching requests, with values from
+           * Secrets, before Vercel's proxy sends them on.
+           */
+          transform?: {
+            /**
+             * headers to set, each with its value from a Secret. Names are unique,
+             * ignoring case.
+             *
+             * minItems: 1
+             * maxItems: 8
+             * Validated: spec.networkPolicy.allow[].rules[].transform.headers: names must be unique, ignoring case
+             */
+            headers: Array<{
+              /**
+               * name of the HTTP header (an RFC 7230 token, e.g. Authorization).
+               *
+               * minLength: 1
+               * maxLength: 256
+               * pattern: ^[!#$%&'*+.^_|~0-9A-Za-z-]+$
+               */
+              name: string;
+              /**
+               * valueFrom selects the Secret key holding the header value.
+               */
+              valueFrom: {
+                /**
+                 * secretKeyRef selects a key of a Secret in this namespace.
+                 */
+                secretKeyRef: {
+                  /**
+                   * key within the Secret's data.
+                   *
+                   * minLength: 1
+                   * maxLength: 253
+                   * pattern: ^[-._a-zA-Z0-9]+$
+                   */
+                  key: string;
+                  /**
+                   * name of the Secret.
+                   *
+                   * minLength: 1
+                   * maxLength: 253
+                   * pattern: ^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$
+                   */
+                  name: string;
+                };
+              };
+            }>;
+          };
+        }>;
+      }>;
+      /**
        * allowedDomains the sandbox may reach in Allowlist mode; "*" matches one label
-       * (for example "*.github.com").
+       * (for example "*.github.com"). Shorthand for an allow entry without rules.
        *
        * maxItems: 256
        */
@@ -132,7 +459,8 @@ export interface SandboxClassSpec {
       /**
        * injectHeaders adds HTTP headers to the sandbox's requests to a domain, with
        * values read from Secrets. The secret never enters the VM: Vercel's egress
-       * proxy adds it.
+       * proxy adds it. Shorthand for a transform rule without match; in
+       * Allowlist mode it comes before the rules the domain's allow entry lists.
        *
        * maxItems: 64
        */
@@ -192,11 +520,34 @@ export interface SandboxClassSpec {
       }>;
       /**
        * mode: AllowAll (full internet, the default), DenyAll (no egress), or
-       * Allowlist (only allowedDomains and the domains of injectHeaders).
+       * Allowlist (only the domains of allowedDomains, injectHeaders and allow,
+       * and subnets.allow).
        *
        * @default "AllowAll"
        */
       mode?: "AllowAll" | "DenyAll" | "Allowlist";
+      /**
+       * subnets allows and denies address ranges (CIDR notation) in Allowlist
+       * mode. Only with mode Allowlist.
+       */
+      subnets?: {
+        /**
+         * allow lists ranges the sandbox may reach whatever their name (they
+         * bypass the domain list), e.g. 10.0.0.0/8.
+         *
+         * maxItems: 64
+         * Validated: spec.networkPolicy.subnets.allow: each entry must be a CIDR range such as 10.0.0.0/8
+         */
+        allow?: string[];
+        /**
+         * deny lists ranges the sandbox may never reach: they win over every
+         * allowed domain and range.
+         *
+         * maxItems: 64
+         * Validated: spec.networkPolicy.subnets.deny: each entry must be a CIDR range such as 10.0.0.0/8
+         */
+        deny?: string[];
+      };
     };
     /**
      * resources of each session, for Sandboxes that set none.

@@ -70,6 +70,18 @@ var schemaYAML = typed.YAMLObject(`types:
         scalar: string
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.DeletionPolicy
   scalar: string
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.DomainRules
+  map:
+    fields:
+    - name: domain
+      type:
+        scalar: string
+    - name: rules
+      type:
+        list:
+          elementType:
+            namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.NetworkRule
+          elementRelationship: atomic
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.EnvVar
   map:
     fields:
@@ -139,6 +151,12 @@ var schemaYAML = typed.YAMLObject(`types:
         scalar: boolean
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.ForkInheritance
   scalar: string
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.ForwardURLSource
+  map:
+    fields:
+    - name: valueFrom
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.EnvVarSource
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.GitCredentials
   map:
     fields:
@@ -183,6 +201,8 @@ var schemaYAML = typed.YAMLObject(`types:
           elementRelationship: associative
           keys:
           - name
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.HeaderValue
+  scalar: string
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.IdleAction
   scalar: string
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.IdlePolicy
@@ -204,17 +224,58 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: valueFrom
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.EnvVarSource
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.KeyValueMatcher
+  map:
+    fields:
+    - name: key
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.StringMatcher
+    - name: value
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.StringMatcher
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.LocalObjectReference
   map:
     fields:
     - name: name
       type:
         scalar: string
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.NetworkMatch
+  map:
+    fields:
+    - name: headers
+      type:
+        list:
+          elementType:
+            namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.KeyValueMatcher
+          elementRelationship: atomic
+    - name: methods
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: associative
+    - name: path
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.StringMatcher
+    - name: queryString
+      type:
+        list:
+          elementType:
+            namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.KeyValueMatcher
+          elementRelationship: atomic
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.NetworkMode
   scalar: string
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.NetworkPolicy
   map:
     fields:
+    - name: allow
+      type:
+        list:
+          elementType:
+            namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.DomainRules
+          elementRelationship: associative
+          keys:
+          - domain
     - name: allowedDomains
       type:
         list:
@@ -233,6 +294,67 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.NetworkMode
       default: AllowAll
+    - name: subnets
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.NetworkSubnets
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.NetworkResponse
+  map:
+    fields:
+    - name: body
+      type:
+        scalar: string
+    - name: contentType
+      type:
+        scalar: string
+    - name: headers
+      type:
+        map:
+          elementType:
+            namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.HeaderValue
+    - name: statusCode
+      type:
+        scalar: numeric
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.NetworkRule
+  map:
+    fields:
+    - name: forwardURL
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.ForwardURLSource
+    - name: match
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.NetworkMatch
+    - name: response
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.NetworkResponse
+    - name: transform
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.NetworkTransform
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.NetworkSubnets
+  map:
+    fields:
+    - name: allow
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: associative
+    - name: deny
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: associative
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.NetworkTransform
+  map:
+    fields:
+    - name: headers
+      type:
+        list:
+          elementType:
+            namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.InjectedHeader
+          elementRelationship: associative
+          keys:
+          - name
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.ReadinessProbe
   map:
     fields:
@@ -1111,6 +1233,18 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: timeoutSeconds
       type:
         scalar: numeric
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.StringMatcher
+  map:
+    fields:
+    - name: exact
+      type:
+        scalar: string
+    - name: regex
+      type:
+        scalar: string
+    - name: startsWith
+      type:
+        scalar: string
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.TarballSource
   map:
     fields:

@@ -15,18 +15,43 @@ import (
 // NetworkPolicyApplyConfiguration represents a declarative configuration of the NetworkPolicy type for use
 // with apply.
 //
+// The network policy of a sandbox: Vercel's model (its SDK 3.5
+// NetworkPolicy; docs/dev/vercel-sandbox-api.md §3.6), with every value that
+// is a credential read from a Secret. The CEL rules mirror the checks of
+// Vercel's own request validator, so a policy Vercel would refuse is refused
+// by the API server with a message naming the field. What CEL cannot check
+// (an RE2 expression that does not compile, a forwardURL Secret whose value
+// is not an https URL) the controller reports on the Synced condition.
 // NetworkPolicy controls the sandbox's egress.
+//
+// In Allowlist mode the sandbox reaches the union of allowedDomains, the
+// domains of injectHeaders and the domains of allow; a domain named in
+// several of them is one entry. Its rules run in declaration order: first a
+// transform rule without match made of injectHeaders' headers for the
+// domain (if any), then the rules of its allow entry. subnets.allow adds
+// address ranges reached whatever their name; subnets.deny wins over
+// everything.
 type NetworkPolicyApplyConfiguration struct {
 	// mode: AllowAll (full internet, the default), DenyAll (no egress), or
-	// Allowlist (only allowedDomains and the domains of injectHeaders).
+	// Allowlist (only the domains of allowedDomains, injectHeaders and allow,
+	// and subnets.allow).
 	Mode *apiv1alpha1.NetworkMode `json:"mode,omitempty"`
 	// allowedDomains the sandbox may reach in Allowlist mode; "*" matches one label
-	// (for example "*.github.com").
+	// (for example "*.github.com"). Shorthand for an allow entry without rules.
 	AllowedDomains []string `json:"allowedDomains,omitempty"`
 	// injectHeaders adds HTTP headers to the sandbox's requests to a domain, with
 	// values read from Secrets. The secret never enters the VM: Vercel's egress
-	// proxy adds it.
+	// proxy adds it. Shorthand for a transform rule without match; in
+	// Allowlist mode it comes before the rules the domain's allow entry lists.
 	InjectHeaders []HeaderInjectionApplyConfiguration `json:"injectHeaders,omitempty"`
+	// allow lists domains the sandbox may reach in Allowlist mode, each with
+	// the rules Vercel's egress proxy applies to its requests, in declaration
+	// order. A domain without rules is simply allowed. Only with mode
+	// Allowlist.
+	Allow []DomainRulesApplyConfiguration `json:"allow,omitempty"`
+	// subnets allows and denies address ranges (CIDR notation) in Allowlist
+	// mode. Only with mode Allowlist.
+	Subnets *NetworkSubnetsApplyConfiguration `json:"subnets,omitempty"`
 }
 
 // NetworkPolicyApplyConfiguration constructs a declarative configuration of the NetworkPolicy type for use with
@@ -63,5 +88,26 @@ func (b *NetworkPolicyApplyConfiguration) WithInjectHeaders(values ...*HeaderInj
 		}
 		b.InjectHeaders = append(b.InjectHeaders, *values[i])
 	}
+	return b
+}
+
+// WithAllow adds the given value to the Allow field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the Allow field.
+func (b *NetworkPolicyApplyConfiguration) WithAllow(values ...*DomainRulesApplyConfiguration) *NetworkPolicyApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithAllow")
+		}
+		b.Allow = append(b.Allow, *values[i])
+	}
+	return b
+}
+
+// WithSubnets sets the Subnets field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Subnets field is set to the value of the last call.
+func (b *NetworkPolicyApplyConfiguration) WithSubnets(value *NetworkSubnetsApplyConfiguration) *NetworkPolicyApplyConfiguration {
+	b.Subnets = value
 	return b
 }
