@@ -335,6 +335,9 @@ func checkRule(raw json.RawMessage, f, domain string) (*vercel.InjectionRule, *v
 		if err != nil || u.Scheme == "" || u.Host == "" {
 			return nil, nil, invalid(f+".forwardURL", "should match format \"uri\"")
 		}
+		if u.Scheme != "https" { // the SDK's contract: an HTTPS proxy URL
+			return nil, nil, invalid(f+".forwardURL", "must be an https URL")
+		}
 		if u.User != nil || u.RawQuery != "" || u.Fragment != "" || strings.Contains(*r.ForwardURL, "?") || strings.Contains(*r.ForwardURL, "#") {
 			return nil, nil, invalid(f+".forwardURL", "must not contain credentials, a query or a fragment")
 		}

@@ -69,6 +69,7 @@ func TestValidationCreate(t *testing.T) {
 		{"network policy bad cidr", "", `{"networkPolicy":{"mode":"custom","allowedCIDRs":["10.0.0.0/99"]}}`, "bad_request", "`networkPolicy.allowedCIDRs[0]` should be a CIDR range"},
 		{"network rule with two actions", "", `{"networkPolicy":{"allow":{"a.com":[{"forwardURL":"https://b.com","transform":[{"headers":{"x":"y"}}]}]}}}`, "bad_request", "must have exactly one of"},
 		{"network rule forwardURL with query", "", `{"networkPolicy":{"allow":{"a.com":[{"forwardURL":"https://b.com/?q=1"}]}}}`, "bad_request", "must not contain credentials, a query or a fragment"},
+		{"network rule forwardURL over http", "", `{"networkPolicy":{"allow":{"a.com":[{"forwardURL":"http://b.com/broker"}]}}}`, "bad_request", "must be an https URL"},
 		{"network response body without contentType", "", `{"networkPolicy":{"allow":{"a.com":[{"response":{"statusCode":200,"body":"x"}}]}}}`, "bad_request", "`contentType` is required"},
 		{"network response body on 204", "", `{"networkPolicy":{"allow":{"a.com":[{"response":{"statusCode":204,"body":"x","contentType":"text/plain"}}]}}}`, "bad_request", "must not be set for status 204"},
 		{"network response forbidden header", "", `{"networkPolicy":{"allow":{"a.com":[{"response":{"statusCode":200,"headers":{"Content-Length":"1"}}}]}}}`, "bad_request", "must not set \"Content-Length\""},
