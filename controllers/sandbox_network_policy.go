@@ -99,7 +99,8 @@ func secretHeaders(ctx context.Context, secrets *secretReader, hs []sandboxv1.In
 // buildAllowPolicy is the form B of an Allowlist policy. The domains are
 // allowedDomains, then injectHeaders', then allow's, each once; a domain's
 // rules are its injectHeaders transform (no match) first, then its allow
-// rules in order. Without any rule the policy is the plain domain list, as
+// rules in order (CEL keeps a domain with allow rules out of injectHeaders,
+// so the transform, which claims every request, shadows no rule). Without any rule the policy is the plain domain list, as
 // the SDK sends it.
 func buildAllowPolicy(ctx context.Context, secrets *secretReader, np *sandboxv1.NetworkPolicy) (*vercel.NetworkPolicy, error) {
 	var domains []string

@@ -50,7 +50,7 @@ var _ = Describe("Network policy rules", func() {
 		return &sandboxv1.NetworkPolicy{
 			Mode:           sandboxv1.NetworkAllowlist,
 			AllowedDomains: []string{"registry.npmjs.org"},
-			InjectHeaders: []sandboxv1.HeaderInjection{{Domain: "api.github.com",
+			InjectHeaders: []sandboxv1.HeaderInjection{{Domain: "sentry.io",
 				Headers: []sandboxv1.InjectedHeader{{Name: "Authorization", ValueFrom: ref("gh", "token")}}}},
 			Allow: []sandboxv1.DomainRules{{Domain: "api.github.com", Rules: []sandboxv1.NetworkRule{
 				{Match: &sandboxv1.NetworkMatch{Methods: []string{"POST"}, Path: &sandboxv1.StringMatcher{StartsWith: ptr.To("/v1/")}},
@@ -68,13 +68,13 @@ var _ = Describe("Network policy rules", func() {
 		g.Expect(p.Subnets).To(Equal(&vercel.NetworkSubnets{Allow: []string{"10.0.0.0/8"}, Deny: []string{"10.1.0.0/16"}}))
 		g.Expect(p.Allow).NotTo(BeNil())
 		g.Expect(p.Allow.Rules).To(HaveKeyWithValue("registry.npmjs.org", BeEmpty()))
+		g.Expect(p.Allow.Rules).To(HaveKeyWithValue("sentry.io", []vercel.NetworkRule{{Transform: []vercel.NetworkTransform{{Headers: map[string]string{"Authorization": ghToken}}}}}),
+			"injectHeaders: a transform rule without match")
 		rules := p.Allow.Rules["api.github.com"]
-		g.Expect(rules).To(HaveLen(3), "injectHeaders' transform, then allow's two rules")
-		g.Expect(rules[0].Match).To(BeNil())
-		g.Expect(rules[0].Transform).To(Equal([]vercel.NetworkTransform{{Headers: map[string]string{"Authorization": ghToken}}}))
-		g.Expect(rules[1].Match).To(Equal(&vercel.NetworkMatch{Method: []string{"POST"}, Path: &vercel.Matcher{StartsWith: ptr.To("/v1/")}}))
-		g.Expect(rules[1].ForwardURL).To(Equal(fwd))
-		g.Expect(rules[2].Response).To(Equal(&vercel.NetworkResponse{StatusCode: 403, Body: ptr.To(`{"error":"denied by policy"}`), ContentType: "application/json"}))
+		g.Expect(rules).To(HaveLen(2), "allow's two rules, in order")
+		g.Expect(rules[0].Match).To(Equal(&vercel.NetworkMatch{Method: []string{"POST"}, Path: &vercel.Matcher{StartsWith: ptr.To("/v1/")}}))
+		g.Expect(rules[0].ForwardURL).To(Equal(fwd))
+		g.Expect(rules[1].Response).To(Equal(&vercel.NetworkResponse{StatusCode: 403, Body: ptr.To(`{"error":"denied by policy"}`), ContentType: "application/json"}))
 	}
 	sessionPolicy := func(session string) func(Gomega) *vercel.NetworkPolicy {
 		return func(g Gomega) *vercel.NetworkPolicy {

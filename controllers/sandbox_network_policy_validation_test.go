@@ -45,6 +45,9 @@ var _ = Describe("Validation of network policy rules by the API server", func() 
 	},
 		Entry("a rule with two actions", policy("{"+fwd+", response: {statusCode: 403}}"),
 			"spec.networkPolicy.allow[1].rules[1]", "spec.networkPolicy.allow[].rules[]: exactly one of transform, forwardURL, response"),
+		Entry("injectHeaders for a domain whose allow entry has rules (its transform would shadow them)",
+			rt+"  networkPolicy: {mode: Allowlist, injectHeaders: [{domain: api.github.com, headers: [{name: X, valueFrom: {secretKeyRef: {name: gh, key: token}}}]}], allow: [{domain: api.github.com, rules: [{"+fwd+"}]}]}\n",
+			"spec.networkPolicy", "spec.networkPolicy.injectHeaders: a domain whose allow entry has rules takes its headers from a transform rule"),
 		Entry("a rule with no action", policy("{match: {methods: [GET]}}"),
 			"spec.networkPolicy.allow[1].rules[1]", "exactly one of transform, forwardURL, response"),
 		Entry("a matcher with two ways", policy("{match: {path: {exact: /a, regex: '^/a'}}, "+tr+"}"),
@@ -113,7 +116,7 @@ var _ = Describe("Validation of network policy rules by the API server", func() 
 			"{match: {methods: [POST, GET], path: {startsWith: /repos/}, headers: [{key: {exact: x-github-api-version}}], queryString: [{key: {exact: page}, value: {regex: '^[0-9]+$'}}]}, " + fwd + "}, " +
 			"{match: {path: {exact: /rate_limit}}, " + tr + "}, " +
 			"{response: {statusCode: 403, headers: {X-Denied-By: sandbox-policy}, body: '{\"error\":\"denied\"}', contentType: application/json}}]}, " +
-			"{domain: sentry.io, rules: [{response: {statusCode: 204}}]}, {domain: '*.npmjs.org'}], " +
+			"{domain: sentry.io}, {domain: telemetry.example.com, rules: [{response: {statusCode: 204}}]}, {domain: '*.npmjs.org'}], " +
 			"subnets: {allow: [10.0.0.0/8, 'fd00::/8'], deny: [10.1.0.0/16, 169.254.169.254/32]}}"
 		for kind, spec := range map[string]string{
 			"Sandbox":      rt + "  networkPolicy: " + np + "\n",

@@ -12,14 +12,17 @@ package v1alpha1
 //
 // In Allowlist mode the sandbox reaches the union of allowedDomains, the
 // domains of injectHeaders and the domains of allow; a domain named in
-// several of them is one entry. Its rules run in declaration order: first a
-// transform rule without match made of injectHeaders' headers for the
-// domain (if any), then the rules of its allow entry. subnets.allow adds
+// several of them is one entry. Its rules run in declaration order and the
+// first that matches a request acts, so injectHeaders (a transform rule
+// without match, which would claim every request) may not name a domain
+// whose allow entry has rules: put the headers in a transform rule there,
+// where their place in the order is explicit. subnets.allow adds
 // address ranges reached whatever their name; subnets.deny wins over
 // everything.
 // +kubebuilder:validation:XValidation:rule="self.mode == 'Allowlist' || !has(self.allowedDomains)",message="spec.networkPolicy.allowedDomains is only allowed with mode Allowlist"
 // +kubebuilder:validation:XValidation:rule="self.mode == 'Allowlist' || !has(self.allow)",message="spec.networkPolicy.allow is only allowed with mode Allowlist"
 // +kubebuilder:validation:XValidation:rule="self.mode == 'Allowlist' || !has(self.subnets)",message="spec.networkPolicy.subnets is only allowed with mode Allowlist"
+// +kubebuilder:validation:XValidation:rule="!has(self.injectHeaders) || !has(self.allow) || self.injectHeaders.all(i, !self.allow.exists(a, a.domain == i.domain && has(a.rules) && size(a.rules) > 0))",message="spec.networkPolicy.injectHeaders: a domain whose allow entry has rules takes its headers from a transform rule in spec.networkPolicy.allow[].rules (an injectHeaders transform would claim every request before those rules)"
 type NetworkPolicy struct {
 	// mode: AllowAll (full internet, the default), DenyAll (no egress), or
 	// Allowlist (only the domains of allowedDomains, injectHeaders and allow,
@@ -27,8 +30,9 @@ type NetworkPolicy struct {
 	// +optional
 	// +kubebuilder:default=AllowAll
 	Mode NetworkMode `json:"mode,omitempty"`
-	// allowedDomains the sandbox may reach in Allowlist mode; "*" matches one label
-	// (for example "*.github.com"). Shorthand for an allow entry without rules.
+	// allowedDomains the sandbox may reach in Allowlist mode; a leading "*."
+	// matches one or more labels ("*.github.com": api.github.com and
+	// a.b.github.com, not github.com), "*" elsewhere exactly one. Shorthand for an allow entry without rules.
 	// +optional
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=256
@@ -37,8 +41,8 @@ type NetworkPolicy struct {
 	AllowedDomains []string `json:"allowedDomains,omitempty"`
 	// injectHeaders adds HTTP headers to the sandbox's requests to a domain, with
 	// values read from Secrets. The secret never enters the VM: Vercel's egress
-	// proxy adds it. Shorthand for a transform rule without match; in
-	// Allowlist mode it comes before the rules the domain's allow entry lists.
+	// proxy adds it. Shorthand for a transform rule without match, so not for
+	// a domain whose allow entry has rules.
 	// +optional
 	// +listType=map
 	// +listMapKey=domain
@@ -93,8 +97,8 @@ type InjectedHeader struct {
 
 // DomainRules is one allowed domain and the rules for its requests.
 type DomainRules struct {
-	// domain the sandbox may reach; "*." matches one label (for example
-	// "*.github.com").
+	// domain the sandbox may reach; a leading "*." matches one or more labels
+	// ("*.github.com": api.github.com and a.b.github.com, not github.com).
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253

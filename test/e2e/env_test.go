@@ -71,6 +71,7 @@ type env struct {
 	client     client.Client
 	emu        *emulator.Emulator
 	emuURL     string
+	emuDataDir string
 }
 
 type envOptions struct {
@@ -78,6 +79,9 @@ type envOptions struct {
 	noManager bool
 	// managerArgs are appended to the Deployment's arguments.
 	managerArgs []string
+	// egress configures the emulator's enforcement of network policies
+	// (upstreams on loopback under real-looking names).
+	egress emulator.EgressOptions
 	// kubelet runs the Deployment's pods with localstack/kubelet, as `make
 	// dev --deployed` does, instead of the test starting managers; the
 	// deployment and replicaset controllers run too.
@@ -120,7 +124,7 @@ func newEnv(t *testing.T, opts envOptions) *env {
 		Workloads:         opts.kubelet,
 		ControlPlaneLog:   cpLog,
 		InstallNothing:    true,
-		Emulator:          emulator.Options{DataDir: filepath.Join(dir, "emulator")},
+		Emulator:          emulator.Options{DataDir: filepath.Join(dir, "emulator"), Egress: opts.egress},
 	})
 	must(t, err)
 	t.Cleanup(func() {
@@ -129,6 +133,7 @@ func newEnv(t *testing.T, opts envOptions) *env {
 		}
 	})
 	e.cp, e.client, e.emu, e.emuURL = stack.ControlPlane, stack.Client, stack.Emulator, stack.EmulatorURL
+	e.emuDataDir = filepath.Join(dir, "emulator")
 	e.kubeconfig = filepath.Join(dir, "admin.kubeconfig")
 	must(t, e.cp.WriteAdminKubeconfig(e.kubeconfig))
 

@@ -158,6 +158,7 @@ export interface SandboxSpec {
    * Validated: spec.networkPolicy.allowedDomains is only allowed with mode Allowlist
    * Validated: spec.networkPolicy.allow is only allowed with mode Allowlist
    * Validated: spec.networkPolicy.subnets is only allowed with mode Allowlist
+   * Validated: spec.networkPolicy.injectHeaders: a domain whose allow entry has rules takes its headers from a transform rule in spec.networkPolicy.allow[].rules (an injectHeaders transform would claim every request before those rules)
    */
   networkPolicy?: {
     /**
@@ -170,8 +171,8 @@ export interface SandboxSpec {
      */
     allow?: Array<{
       /**
-       * domain the sandbox may reach; "*." matches one label (for example
-       * "*.github.com").
+       * domain the sandbox may reach; a leading "*." matches one or more labels
+       * ("*.github.com": api.github.com and a.b.github.com, not github.com).
        *
        * minLength: 1
        * maxLength: 253
@@ -486,8 +487,9 @@ export interface SandboxSpec {
       }>;
     }>;
     /**
-     * allowedDomains the sandbox may reach in Allowlist mode; "*" matches one label
-     * (for example "*.github.com"). Shorthand for an allow entry without rules.
+     * allowedDomains the sandbox may reach in Allowlist mode; a leading "*."
+     * matches one or more labels ("*.github.com": api.github.com and
+     * a.b.github.com, not github.com), "*" elsewhere exactly one. Shorthand for an allow entry without rules.
      *
      * maxItems: 256
      */
@@ -495,8 +497,8 @@ export interface SandboxSpec {
     /**
      * injectHeaders adds HTTP headers to the sandbox's requests to a domain, with
      * values read from Secrets. The secret never enters the VM: Vercel's egress
-     * proxy adds it. Shorthand for a transform rule without match; in
-     * Allowlist mode it comes before the rules the domain's allow entry lists.
+     * proxy adds it. Shorthand for a transform rule without match, so not for
+     * a domain whose allow entry has rules.
      *
      * maxItems: 64
      */

@@ -13,8 +13,8 @@ package v1alpha1
 //
 // DomainRules is one allowed domain and the rules for its requests.
 type DomainRulesApplyConfiguration struct {
-	// domain the sandbox may reach; "*." matches one label (for example
-	// "*.github.com").
+	// domain the sandbox may reach; a leading "*." matches one or more labels
+	// ("*.github.com": api.github.com and a.b.github.com, not github.com).
 	Domain *string `json:"domain,omitempty"`
 	// rules applied to the domain's requests, in declaration order. A rule
 	// without match applies to every request, so a trailing response rule

@@ -26,9 +26,11 @@ import (
 //
 // In Allowlist mode the sandbox reaches the union of allowedDomains, the
 // domains of injectHeaders and the domains of allow; a domain named in
-// several of them is one entry. Its rules run in declaration order: first a
-// transform rule without match made of injectHeaders' headers for the
-// domain (if any), then the rules of its allow entry. subnets.allow adds
+// several of them is one entry. Its rules run in declaration order and the
+// first that matches a request acts, so injectHeaders (a transform rule
+// without match, which would claim every request) may not name a domain
+// whose allow entry has rules: put the headers in a transform rule there,
+// where their place in the order is explicit. subnets.allow adds
 // address ranges reached whatever their name; subnets.deny wins over
 // everything.
 type NetworkPolicyApplyConfiguration struct {
@@ -36,13 +38,14 @@ type NetworkPolicyApplyConfiguration struct {
 	// Allowlist (only the domains of allowedDomains, injectHeaders and allow,
 	// and subnets.allow).
 	Mode *apiv1alpha1.NetworkMode `json:"mode,omitempty"`
-	// allowedDomains the sandbox may reach in Allowlist mode; "*" matches one label
-	// (for example "*.github.com"). Shorthand for an allow entry without rules.
+	// allowedDomains the sandbox may reach in Allowlist mode; a leading "*."
+	// matches one or more labels ("*.github.com": api.github.com and
+	// a.b.github.com, not github.com), "*" elsewhere exactly one. Shorthand for an allow entry without rules.
 	AllowedDomains []string `json:"allowedDomains,omitempty"`
 	// injectHeaders adds HTTP headers to the sandbox's requests to a domain, with
 	// values read from Secrets. The secret never enters the VM: Vercel's egress
-	// proxy adds it. Shorthand for a transform rule without match; in
-	// Allowlist mode it comes before the rules the domain's allow entry lists.
+	// proxy adds it. Shorthand for a transform rule without match, so not for
+	// a domain whose allow entry has rules.
 	InjectHeaders []HeaderInjectionApplyConfiguration `json:"injectHeaders,omitempty"`
 	// allow lists domains the sandbox may reach in Allowlist mode, each with
 	// the rules Vercel's egress proxy applies to its requests, in declaration
