@@ -125,6 +125,22 @@ func (w *world) checkLogs(t *testing.T) {
 	}
 }
 
+// checkUpstream: the request reached upstream with its conversation's
+// credential and without the token, the forwarding headers or the forward
+// URL's secret.
+func (w *world) checkUpstream(t *testing.T, r seen, conv string) {
+	t.Helper()
+	if got, want := r.Header.Get("Authorization"), w.creds[conv][githubHost]["Authorization"]; got != want {
+		t.Errorf("%s's request reached upstream with Authorization %.14q…, want its conversation's credential", conv, got)
+	}
+	for k, vs := range r.Header {
+		v := strings.Join(vs, " ")
+		if strings.HasPrefix(strings.ToLower(k), "vercel-") || strings.Contains(v, "eyJ") || strings.Contains(v, w.secret) {
+			t.Errorf("upstream received %s: the forwarding headers and the token must stay at the broker", k)
+		}
+	}
+}
+
 func request(t *testing.T, method, url, body string) *http.Request {
 	t.Helper()
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
@@ -160,19 +176,8 @@ func TestForwardedRequestsGetTheirConversationsCredential(t *testing.T) {
 	if r7.Method != "POST" || r7.Host != githubHost || r7.Query != "state=open" || r7.Body != `{"title":"hi"}` {
 		t.Errorf("upstream request: %+v", r7)
 	}
-	for _, c := range []struct {
-		r    seen
-		conv string
-	}{{r7, "conv-7"}, {r8, "conv-8"}} {
-		if got, want := c.r.Header.Get("Authorization"), w.creds[c.conv][githubHost]["Authorization"]; got != want {
-			t.Errorf("%s's request reached upstream with Authorization %.14q…, want its conversation's credential", c.conv, got)
-		}
-		for k, vs := range c.r.Header {
-			if strings.HasPrefix(strings.ToLower(k), "vercel-") || strings.Contains(strings.Join(vs, " "), "eyJ") || strings.Contains(strings.Join(vs, " "), w.secret) {
-				t.Errorf("upstream received %s: the forwarding headers and the token must stay at the broker", k)
-			}
-		}
-	}
+	w.checkUpstream(t, r7, "conv-7")
+	w.checkUpstream(t, r8, "conv-8")
 	if n := w.jwksFetches.Load(); n != 1 {
 		t.Errorf("the JWKS was fetched %d times for two requests, want once (cached)", n)
 	}
@@ -367,4 +372,36 @@ func randomHex(t *testing.T) string {
 	_, err := rand.Read(b)
 	must(t, err)
 	return hex.EncodeToString(b)
+}
+
+// TestConfigurationErrorsNameTheFlag: what newBroker refuses, with the flag
+// named; an http issuer only on loopback (the emulator in make dev).
+func TestConfigurationErrorsNameTheFlag(t *testing.T) {
+	good := options{PublicOrigin: "https://broker.example.com", Issuers: []string{vercelIssuer}, TeamID: teamID, ProjectID: projectID}
+	if _, err := newBroker(good); err != nil {
+		t.Fatalf("a good configuration: %v", err)
+	}
+	for _, c := range []struct {
+		edit func(o *options)
+		flag string
+	}{
+		{func(o *options) { o.PublicOrigin = "http://broker.example.com" }, "--public-origin"},
+		{func(o *options) { o.PublicOrigin = "https://broker.example.com/egress" }, "--public-origin"},
+		{func(o *options) { o.TeamID = "" }, "--team-id"},
+		{func(o *options) { o.Issuers = []string{"http://oidc.example.com"} }, "--issuer"},
+		{func(o *options) { o.Issuers = []string{"https://"} }, "--issuer"},
+	} {
+		o := good
+		c.edit(&o)
+		if _, err := newBroker(o); err == nil || !strings.Contains(err.Error(), c.flag) {
+			t.Errorf("%+v: %v, want an error naming %s", o, err, c.flag)
+		}
+	}
+	for _, iss := range []string{"http://127.0.0.1:4000", "http://localhost:4000", "http://[::1]:4000"} {
+		o := good
+		o.Issuers = []string{iss}
+		if _, err := newBroker(o); err != nil {
+			t.Errorf("loopback issuer %s: %v", iss, err)
+		}
+	}
 }
