@@ -132,13 +132,9 @@ func TestOfficialSDKNetworkPolicy(t *testing.T) {
 	canary := "Bearer canary-" + hex.EncodeToString(randomBytes(t, 12))
 	brokerURL := "https://broker.example.com/egress/tok-" + hex.EncodeToString(randomBytes(t, 8))
 	name := "sdk-netpol-" + hex.EncodeToString(randomBytes(t, 4))
-	home := t.TempDir()
 	cmd := exec.CommandContext(ctx, "node", filepath.Join(repoRoot, "test", "clients", "testdata", "network-policy.mjs"))
-	cmd.Env = append(os.Environ(),
-		"HOME="+home, "XDG_CONFIG_HOME="+home, "XDG_DATA_HOME="+home, "XDG_CACHE_HOME="+home, "VERCEL_TELEMETRY_DISABLED=1",
-		"OFFICIAL_NODE_MODULES="+modules, "SANDBOX_EMULATOR_URL="+apiURL,
-		"NODE_OPTIONS=--import="+filepath.Join(repoRoot, "test", "clients", "testdata", "vercel-to-emulator.mjs"),
-		"VERCEL_TOKEN="+e.Token(), "VERCEL_TEAM_ID=team_emulator", "VERCEL_PROJECT_ID=prj_emulator",
+	cmd.Env = append(os.Environ(), officialNodeEnv(t, apiURL, e.Token(), modules)...)
+	cmd.Env = append(cmd.Env, "VERCEL_TOKEN="+e.Token(), "VERCEL_TEAM_ID=team_emulator", "VERCEL_PROJECT_ID=prj_emulator",
 		"SANDBOX_NAME="+name, "CANARY="+canary, "BROKER_URL="+brokerURL)
 	cmd.Dir = filepath.Dir(modules)
 	stdout, err := cmd.Output()

@@ -95,18 +95,31 @@ func newTarget(t *testing.T) *target {
 	t.Cleanup(tg.sweep(t))
 	tg.nodeModules = installOfficialClients(t)
 	tg.cliBin = filepath.Join(tg.nodeModules, ".bin", "sandbox")
-	home := t.TempDir()
-	tg.nodeEnv = []string{
-		"HOME=" + home, "XDG_CONFIG_HOME=" + home, "XDG_DATA_HOME=" + home, "XDG_CACHE_HOME=" + home,
-		"VERCEL_AUTH_TOKEN=" + tg.token,
-		"VERCEL_TELEMETRY_DISABLED=1", "SANDBOX_SKIP_VERSION_CHECK=1", "NO_COLOR=1", "FORCE_COLOR=0",
-		"OFFICIAL_NODE_MODULES=" + tg.nodeModules,
+	emulatorURL := tg.apiURL
+	if tg.real {
+		emulatorURL = ""
 	}
-	if !tg.real {
-		shim := filepath.Join(repoRoot, "test", "clients", "testdata", "vercel-to-emulator.mjs")
-		tg.nodeEnv = append(tg.nodeEnv, "SANDBOX_EMULATOR_URL="+tg.apiURL, "NODE_OPTIONS=--import="+shim)
-	}
+	tg.nodeEnv = officialNodeEnv(t, emulatorURL, tg.token, tg.nodeModules)
 	return tg
+}
+
+// officialNodeEnv is the environment the official CLI and SDK run with: a
+// home of their own, no telemetry or colour, the token, the installed
+// packages, and with emulatorURL set, the shim that sends their Vercel
+// requests there (they have no base-URL setting).
+func officialNodeEnv(t *testing.T, emulatorURL, token, nodeModules string) []string {
+	home := t.TempDir()
+	env := []string{
+		"HOME=" + home, "XDG_CONFIG_HOME=" + home, "XDG_DATA_HOME=" + home, "XDG_CACHE_HOME=" + home,
+		"VERCEL_AUTH_TOKEN=" + token,
+		"VERCEL_TELEMETRY_DISABLED=1", "SANDBOX_SKIP_VERSION_CHECK=1", "NO_COLOR=1", "FORCE_COLOR=0",
+		"OFFICIAL_NODE_MODULES=" + nodeModules,
+	}
+	if emulatorURL != "" {
+		shim := filepath.Join(repoRoot, "test", "clients", "testdata", "vercel-to-emulator.mjs")
+		env = append(env, "SANDBOX_EMULATOR_URL="+emulatorURL, "NODE_OPTIONS=--import="+shim)
+	}
+	return env
 }
 
 // requireAnswering stops the test with what to do when the emulator the
