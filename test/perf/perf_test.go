@@ -84,7 +84,7 @@ func TestShortBench(t *testing.T) {
 		if op.SandboxWritesPerObject != 1 {
 			t.Errorf("operator: %.2f API-server writes per Sandbox from create to Ready, want 1", op.SandboxWritesPerObject)
 		}
-		if op.VercelRequestsPerObject != 1 {
+		if op.VercelRequestsPerObject != 1 || op.VercelCreatesPerObject != 1 {
 			t.Errorf("operator: %.2f Vercel requests per Sandbox from create to Ready, want 1 (the create)", op.VercelRequestsPerObject)
 		}
 		// The sharded arm: the same work, split between two managers, each
@@ -96,8 +96,15 @@ func TestShortBench(t *testing.T) {
 		if sh.ShardViolations != 0 || len(sh.ShardObjects) != 2 || sh.ShardObjects[0] == 0 || sh.ShardObjects[1] == 0 || sh.ShardObjects[0]+sh.ShardObjects[1] != 50 {
 			t.Errorf("sharded arm: objects per shard %v, %d called for by two shards or the wrong one: want both shards busy, 50 in all, 0", sh.ShardObjects, sh.ShardViolations)
 		}
-		if sh.SandboxWritesPerObject != 1 || sh.VercelRequestsPerObject != 1 {
-			t.Errorf("sharded arm: %.2f writes and %.2f Vercel requests per object, want 1 and 1", sh.SandboxWritesPerObject, sh.VercelRequestsPerObject)
+		// Exactly one create per object. A request beyond it is a read by the
+		// stale-cache guard (controllers/sandbox_controller.go: an event of a
+		// manager's own finalizer write handled before its status write
+		// reached the cache makes it look in Vercel rather than create
+		// blind); with two managers sharing the machine it fires under load
+		// (1.02 per object at load 5.7 on 2 cores, 1.56 at load 10), so it is
+		// bounded at one read per object instead of asserted away.
+		if sh.SandboxWritesPerObject != 1 || sh.VercelCreatesPerObject != 1 || sh.VercelRequestsPerObject > 2 {
+			t.Errorf("sharded arm: %.2f writes, %.2f creates and %.2f Vercel requests per object, want 1, 1 and at most 2", sh.SandboxWritesPerObject, sh.VercelCreatesPerObject, sh.VercelRequestsPerObject)
 		}
 		if f := g.Arms[ArmFloor]; f.SandboxWritesPerObject != 1 || f.VercelRequestsPerObject != 0 {
 			t.Errorf("floor: %.2f writes and %.2f Vercel requests per object, want 1 and 0", f.SandboxWritesPerObject, f.VercelRequestsPerObject)

@@ -105,6 +105,8 @@ type ArmResult struct {
 	SandboxWritesPerObject  float64 `json:"sandboxWritesPerObject"`
 	EventWritesPerObject    float64 `json:"eventWritesPerObject"`
 	VercelRequestsPerObject float64 `json:"vercelRequestsPerObject"`
+	// VercelCreatesPerObject counts createSandbox requests alone.
+	VercelCreatesPerObject float64 `json:"vercelCreatesPerObject"`
 	// MeanWriteMs is the mean round trip of the manager's Sandbox writes.
 	MeanWriteMs float64 `json:"meanSandboxWriteMs,omitempty"`
 	// CPUMsPerObject is CPU time per object, by process (harness: this
@@ -130,7 +132,7 @@ func summarizeGrid(n int, latency time.Duration, runs map[string][]*armRun) *Gri
 	for arm, rs := range runs {
 		a := &ArmResult{Rounds: len(rs)}
 		var all, drains []time.Duration
-		var sw, ew, vr, wn int64
+		var sw, ew, vr, wn, cr int64
 		var wt time.Duration
 		a.CPUMsPerObject = map[string]float64{}
 		for _, r := range rs {
@@ -144,6 +146,9 @@ func summarizeGrid(n int, latency time.Duration, runs map[string][]*armRun) *Gri
 			sw, ew, vr = sw+r.sandboxWrites, ew+r.eventWrites, vr+r.vercelRequests
 			a.Drains = append(a.Drains, ms(r.drain))
 			a.CreatesTimeline = r.creates
+			if len(r.creates) > 0 {
+				cr += r.creates[len(r.creates)-1]
+			}
 			a.VercelInFlightToP50 += r.inFlightToP50 / float64(len(rs))
 			a.ShardObjects = r.shardObjects
 			a.ShardViolations += r.shardViolations
@@ -160,6 +165,7 @@ func summarizeGrid(n int, latency time.Duration, runs map[string][]*armRun) *Gri
 		a.SandboxWritesPerObject = float64(sw) / total
 		a.EventWritesPerObject = float64(ew) / total
 		a.VercelRequestsPerObject = float64(vr) / total
+		a.VercelCreatesPerObject = float64(cr) / total
 		if wn > 0 {
 			a.MeanWriteMs = ms(wt) / float64(wn)
 		}
