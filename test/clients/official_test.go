@@ -23,13 +23,14 @@ import (
 	"github.com/getsentry/sandbox-controller/internal/pty"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 	"github.com/getsentry/sandbox-controller/localstack/emulator"
+	"github.com/getsentry/sandbox-controller/test/officialsdk"
 )
 
 // The versions of Vercel's official clients these tests drive (see
 // docs/dev/interactive-sessions.md for what was read from them).
 const (
-	officialCLI = "sandbox@4.5.0"
-	officialSDK = "@vercel/sandbox@3.5.0"
+	officialCLI = officialsdk.CLI
+	officialSDK = officialsdk.SDK
 	// conformanceTag is the tag key on every sandbox these tests create; its
 	// value is the run's id, so a sweep finds what a crashed run left.
 	conformanceTag = "sandbox-controller-conformance"
@@ -116,7 +117,7 @@ func officialNodeEnv(t *testing.T, emulatorURL, token, nodeModules string) []str
 		"OFFICIAL_NODE_MODULES=" + nodeModules,
 	}
 	if emulatorURL != "" {
-		shim := filepath.Join(repoRoot, "test", "clients", "testdata", "vercel-to-emulator.mjs")
+		shim := officialsdk.Shim(repoRoot)
 		env = append(env, "SANDBOX_EMULATOR_URL="+emulatorURL, "NODE_OPTIONS=--import="+shim)
 	}
 	return env
@@ -223,22 +224,10 @@ func (tg *target) sweep(t *testing.T) func() {
 // node_modules directory.
 func installOfficialClients(t *testing.T) string {
 	t.Helper()
-	for _, tool := range []string{"node", "npm"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s is not on PATH: the official clients need Node.js 20 or later and npm", tool)
-		}
-	}
-	dir := filepath.Join(repoRoot, "bin", "npm", "official-"+strings.NewReplacer("@", "", "/", "-").Replace(officialCLI+"-"+officialSDK))
-	modules := filepath.Join(dir, "node_modules")
-	if _, err := os.Stat(filepath.Join(modules, ".bin", "sandbox")); err == nil {
-		if _, err := os.Stat(filepath.Join(modules, "@vercel", "sandbox", "package.json")); err == nil {
-			return modules
-		}
-	}
-	must(t, os.MkdirAll(dir, 0o755))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	npm(ctx, t, dir, nil, "install", "--no-save", "--no-package-lock", "--no-audit", "--no-fund", officialCLI, officialSDK)
+	modules, err := officialsdk.Install(ctx, repoRoot, t.Logf)
+	must(t, err)
 	return modules
 }
 

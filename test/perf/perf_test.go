@@ -41,7 +41,10 @@ func TestShortBench(t *testing.T) {
 		Snapshots:       10,
 		ForkReplicas:    5,
 		Shards:          2,
-		Log:             &log,
+		// The time-to-first-command path, without the latency profile: a
+		// few conversations per arm (the figures are make bench's).
+		TTFC: &TTFCConfig{Profile: "none", Rates: []float64{10}, Conversations: 3, Burst: 5},
+		Log:  &log,
 	}
 	start := time.Now()
 	rep, err := Run(ctx, cfg)
@@ -115,6 +118,7 @@ func TestShortBench(t *testing.T) {
 	}
 
 	checkKinds(t, rep.Kinds, md.String())
+	checkTTFC(t, rep.TTFC, md.String())
 
 	idle := rep.Idle
 	if idle == nil {
@@ -223,6 +227,27 @@ func checkKinds(t *testing.T, k *KindsResult, md string) {
 		if !strings.Contains(md, row) {
 			t.Errorf("markdown lacks the row %q", row)
 		}
+	}
+}
+
+// checkTTFC checks the time-to-first-command phase of TestShortBench: both
+// arms ran every conversation of both schedules to its first command.
+func checkTTFC(t *testing.T, r *TTFCResult, md string) {
+	t.Helper()
+	if r == nil || len(r.Rows) != 4 {
+		t.Fatalf("time to first command: %+v, want 4 rows (2 arms × 10/s and a burst of 5)", r)
+	}
+	for _, row := range r.Rows {
+		want := map[string]int{"10/s": 3, "burst 5": 5}[row.Schedule]
+		if row.Conversations != want || row.Failed != 0 || row.P50Ms <= 0 || row.P99Ms < row.P50Ms {
+			t.Errorf("ttfc %s %s: %+v, want %d conversations, none failed", row.Schedule, row.Arm, row, want)
+		}
+	}
+	if v := r.RatioP50["10/s"][TTFCArmOperator]; v <= 0 {
+		t.Errorf("ttfc: no operator/sdk p50 ratio: %v", r.RatioP50)
+	}
+	if !strings.Contains(md, "| burst 5 | operator | 5 |") {
+		t.Errorf("markdown lacks the ttfc operator row")
 	}
 }
 
