@@ -16,6 +16,9 @@ const (
 	// with this label is no longer handed out, scaled down or replaced by the
 	// pool, and its own reconciler leaves its Vercel sandbox to the claimant.
 	LabelClaimedBy = "sandbox.sentry.io/claimed-by"
+	// AnnotationClaimant is set with LabelClaimedBy to the claimant's name,
+	// so the pool can tell a claim whose claimant was deleted midway.
+	AnnotationClaimant = "sandbox.sentry.io/claimant"
 )
 
 // SandboxPool condition types and reasons (besides Ready and Synced).
@@ -302,3 +305,7 @@ type SandboxPoolList struct {
 func init() {
 	objectTypes = append(objectTypes, &SandboxPool{}, &SandboxPoolList{})
 }
+
+// SandboxPoolFinalizer keeps a SandboxPool until its unclaimed members (and
+// with them their Vercel sandboxes) are deleted.
+const SandboxPoolFinalizer = "sandbox.sentry.io/pool-finalizer"
