@@ -1,7 +1,10 @@
 package controllers_test
 
 import (
+	"bytes"
 	"context"
+	"net/http"
+	"strings"
 	"fmt"
 	"sync"
 	"time"
@@ -235,5 +238,59 @@ var _ = Describe("SandboxPool", func() {
 		for _, n := range live {
 			Expect(owners).To(HaveKey(n))
 		}
+	})
+
+	It("finishes a claim after a manager restart between the re-tag and its answer", func() {
+		key := newPool(ns, "warm", 1, poolTemplate())
+		member := waitPoolReady(key, 1)[0]
+		committed := recorder.stallAfterCommit(func(r recordedRequest) bool {
+			return r.Method == http.MethodPatch && strings.HasSuffix(r.Path, "/"+member.Status.VercelName) && bytes.Contains(r.Body, []byte("k8s-uid"))
+		})
+		c := claimant(ns, "conversation", "warm", poolTemplate())
+		Eventually(committed, 30*time.Second).Should(BeClosed())
+		restartManager()
+		sbx := waitReady(c)
+		Expect(claimedCondition(c)).To(And(Not(BeNil()), HaveField("Status", metav1.ConditionTrue)))
+		Expect(sbx.Status.VercelName).To(Equal(member.Status.VercelName))
+		Expect(ownerUID(sbx.Status.VercelName)).To(Equal(string(sbx.UID)))
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8sClient.Get(context.Background(), client.ObjectKeyFromObject(&member), &sandboxv1.Sandbox{}))
+		}).Should(BeTrue())
+		Expect(vercelExists(member.Status.VercelName)).To(BeTrue())
+	})
+
+	It("stops handing out members of a rebuilt snapshot and replaces them", longSpec, func() {
+		snapKey := types.NamespacedName{Namespace: ns, Name: "workspace"}
+		rt := sandboxv1.Runtime("node24")
+		newSnapshot(ns, snapKey.Name, sandboxv1.SandboxSnapshotSpec{
+			Source:        sandboxv1.SandboxSnapshotSource{Recipe: &sandboxv1.SnapshotRecipe{Runtime: &rt, Setup: []sandboxv1.RecipeCommand{{Name: "stamp", Command: "sh", Args: []string{"-c", "date > /vercel/sandbox/built-at"}}}}},
+			MaxAgeSeconds: ptr.To[int64](3600),
+		})
+		first := waitSnapshotReady(snapKey, 90*time.Second).Status
+		spec := sandboxv1.SandboxSpec{Source: sandboxv1.SandboxSource{SnapshotRef: &sandboxv1.LocalObjectReference{Name: snapKey.Name}}}
+		key := newPool(ns, "warm", 2, spec)
+		old := waitPoolReady(key, 2)
+		for _, m := range old {
+			Expect(m.Status.BootedFrom.SnapshotID).To(Equal(first.SnapshotID))
+		}
+		agePast(first.CreatedAt.Add(time.Hour))
+		Eventually(func() string { return getSnapshotObj(snapKey).Status.SnapshotID }, 60*time.Second).ShouldNot(Equal(first.SnapshotID))
+		snapshotClock.Set(0)
+		rebuilt := getSnapshotObj(snapKey).Status.SnapshotID
+		Eventually(func(g Gomega) {
+			ms := poolMembers(key)
+			g.Expect(ms).To(HaveLen(2))
+			for _, m := range ms {
+				g.Expect(m.Status.BootedFrom).NotTo(BeNil())
+				g.Expect(m.Status.BootedFrom.SnapshotID).To(Equal(rebuilt))
+				g.Expect(meta.IsStatusConditionTrue(m.Status.Conditions, sandboxv1.ConditionReady)).To(BeTrue())
+			}
+		}, 60*time.Second).Should(Succeed())
+		for _, m := range old {
+			Eventually(func() bool { return vercelExists(m.Status.VercelName) }).Should(BeFalse())
+		}
+		c := claimant(ns, "conversation", "warm", spec)
+		waitReady(c)
+		Expect(getSandbox(c).Status.BootedFrom.SnapshotID).To(Equal(rebuilt))
 	})
 })
