@@ -3,9 +3,9 @@ package controllers_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
-	"fmt"
 	"sync"
 	"time"
 
@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+	"github.com/getsentry/sandbox-controller/controllers"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
 
@@ -292,5 +293,18 @@ var _ = Describe("SandboxPool", func() {
 		c := claimant(ns, "conversation", "warm", spec)
 		waitReady(c)
 		Expect(getSandbox(c).Status.BootedFrom.SnapshotID).To(Equal(rebuilt))
+	})
+
+	It("lets exactly one of two claimants holding the same view of a member mark it", func() {
+		key := newPool(ns, "warm", 1, poolTemplate())
+		member := waitPoolReady(key, 1)[0]
+		a, b := member.DeepCopy(), member.DeepCopy()
+		wonA, err := controllers.MarkMember(k8sClient, "a", "uid-a", a, "")
+		Expect(err).NotTo(HaveOccurred())
+		wonB, err := controllers.MarkMember(k8sClient, "b", "uid-b", b, "")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(wonA).To(BeTrue())
+		Expect(wonB).To(BeFalse(), "the second claimant's update at the same resourceVersion must conflict")
+		Expect(getSandbox(client.ObjectKeyFromObject(&member)).Labels[sandboxv1.LabelClaimedBy]).To(Equal("uid-a"))
 	})
 })
