@@ -11,6 +11,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -29,7 +30,7 @@ func (r *SandboxPoolReconciler) keepMembers(ctx context.Context, pool *sandboxv1
 	ready := int32(0)
 	for i := range members {
 		m := &members[i]
-		switch classifyMember(m, st.SnapshotID, state) {
+		switch kind := classifyMember(m, st.SnapshotID, state); kind {
 		case memberStale:
 			if err := r.deleteMember(ctx, pool, m, "Replaced", "it booted from an older snapshot than the template's, or failed"); err != nil {
 				return err
@@ -38,11 +39,13 @@ func (r *SandboxPoolReconciler) keepMembers(ctx context.Context, pool *sandboxv1
 			if err := r.deleteOrphan(ctx, pool, m, claimants); err != nil {
 				return err
 			}
-		case memberClaimable:
-			ready++
+		case memberClaimable, memberPending:
+			if kind == memberClaimable {
+				ready++
+			}
 			live = append(live, m)
-		case memberPending:
-			live = append(live, m)
+			// A running, set-up member is claimable, and a Stopped pool
+			// pauses it all the same: it is billed while it runs.
 			if err := r.pauseWhenSetUp(ctx, pool, m); err != nil {
 				return err
 			}
@@ -63,14 +66,31 @@ func (r *SandboxPoolReconciler) keepMembers(ctx context.Context, pool *sandboxv1
 	st.Replicas = min(int32(len(live)), max(st.TargetReplicas, 0))
 	st.ReadyReplicas = min(ready, st.Replicas)
 	st.ReadyText = fmt.Sprintf("%d/%d", st.ReadyReplicas, st.TargetReplicas)
-	if st.ReadyReplicas >= st.TargetReplicas {
-		setCondition(&st.Conditions, pool.Generation, sandboxv1.ConditionReady, metav1.ConditionTrue, sandboxv1.ReasonPoolFilled,
-			fmt.Sprintf("%d of %d members are ready to claim", st.ReadyReplicas, st.TargetReplicas))
-	} else {
-		setCondition(&st.Conditions, pool.Generation, sandboxv1.ConditionReady, metav1.ConditionFalse, sandboxv1.ReasonPoolFilling,
-			fmt.Sprintf("%d of %d members are ready to claim", st.ReadyReplicas, st.TargetReplicas))
-	}
+	status, reason, msg := poolReadiness(st.ReadyReplicas, st.TargetReplicas, live)
+	setCondition(&st.Conditions, pool.Generation, sandboxv1.ConditionReady, status, reason, msg)
 	return nil
+}
+
+// poolReadiness is the pool's Ready condition: Filled once ready reaches
+// target; otherwise QuotaExceeded when a member waits for a SandboxQuota
+// (members count like any Sandbox, so a quota caps the pool: it waits, it
+// does not create more), else Filling.
+func poolReadiness(ready, target int32, live []*sandboxv1.Sandbox) (metav1.ConditionStatus, string, string) {
+	msg := fmt.Sprintf("%d of %d members are ready to claim", ready, target)
+	if ready >= target {
+		return metav1.ConditionTrue, sandboxv1.ReasonPoolFilled, msg
+	}
+	waiting, why := 0, ""
+	for _, m := range live {
+		if c := meta.FindStatusCondition(m.Status.Conditions, sandboxv1.ConditionReady); c != nil && c.Reason == sandboxv1.ReasonQuotaExceeded {
+			waiting++
+			why = c.Message
+		}
+	}
+	if waiting > 0 {
+		return metav1.ConditionFalse, sandboxv1.ReasonQuotaExceeded, fmt.Sprintf("%s; %d wait for a SandboxQuota: %s", msg, waiting, why)
+	}
+	return metav1.ConditionFalse, sandboxv1.ReasonPoolFilling, msg
 }
 
 // memberStateOf is spec.memberState, Running by default.
