@@ -339,3 +339,19 @@ func claimedMember(sbx *sandboxv1.Sandbox) bool {
 	ref := metav1.GetControllerOf(sbx)
 	return sbx.Labels[sandboxv1.LabelClaimedBy] != "" && ref != nil && ref.Kind == "SandboxPool" && isPoolMember(sbx, ref.Name)
 }
+
+// handedOverTo is the name of the claimant a pool member's Vercel sandbox
+// was handed over to, "" when it was not: sbx is a member marked by a
+// claimant (claimedMember) and tags name that claimant's UID — the re-tag
+// of the hand-over, which only that claimant makes. Any other sandbox not
+// tagged for sbx is left alone with a warning, as before.
+func handedOverTo(sbx *sandboxv1.Sandbox, tags map[string]string, cluster string) string {
+	uid := types.UID(sbx.Labels[sandboxv1.LabelClaimedBy])
+	if !claimedMember(sbx) || ownerOf(tags, cluster, uid) != ownedBySelf {
+		return ""
+	}
+	if name := sbx.Annotations[sandboxv1.AnnotationClaimant]; name != "" {
+		return name
+	}
+	return "with UID " + string(uid)
+}

@@ -57,6 +57,11 @@ const (
 	// SandboxPool in the namespace (or one being deleted): it was created
 	// cold.
 	ReasonPoolNotFound = "PoolNotFound"
+	// ReasonHandedOver is the reason of the Normal event a claimed member's
+	// deletion records: its Vercel sandbox now carries its claimant's owner
+	// tags, so it was left to the claimant (not deleted, and no
+	// OwnedElsewhere warning).
+	ReasonHandedOver = "HandedOver"
 )
 
 // PoolRef names the SandboxPool a Sandbox claims a member of.
