@@ -240,7 +240,9 @@ func (r *SandboxReconciler) handOver(ctx context.Context, sbx *sandboxv1.Sandbox
 		if err != nil {
 			return claimRetry, err
 		}
-		if resp, err = r.api(ctx).UpdateSandbox(ctx, name, vercel.UpdateSandboxRequest{Tags: want}, false); err != nil {
+		// The PATCH answers without the session: the session read above
+		// is the one the claimant's spec is applied to (takeSession).
+		if _, err = r.api(ctx).UpdateSandbox(ctx, name, vercel.UpdateSandboxRequest{Tags: want}, false); err != nil {
 			return claimRetry, fmt.Errorf("tag sandbox %s of member %s as this object's: %w", name, c.Member, err)
 		}
 	case member == nil:
@@ -250,7 +252,7 @@ func (r *SandboxReconciler) handOver(ctx context.Context, sbx *sandboxv1.Sandbox
 		// marked member's: whoever wrote status cannot aim the claim at it.
 		return claimRetry, fmt.Errorf("Vercel sandbox %s is %s, not member %s's: left alone", name, describeOwner(resp.Sandbox.Tags, r.ClusterID), c.Member)
 	}
-	if err := r.takeSession(ctx, sbx, name, resp); err != nil {
+	if err := r.takeSession(ctx, sbx, member, name, resp); err != nil {
 		return claimRetry, err
 	}
 	if member != nil {
@@ -283,7 +285,7 @@ func (r *SandboxReconciler) recordedMember(ctx context.Context, sbx *sandboxv1.S
 
 // takeSession applies sbx's spec to the handed-over sandbox (its network
 // policy reaches the running session at once) and resumes a stopped one.
-func (r *SandboxReconciler) takeSession(ctx context.Context, sbx *sandboxv1.Sandbox, name string, resp *vercel.SandboxResponse) error {
+func (r *SandboxReconciler) takeSession(ctx context.Context, sbx, member *sandboxv1.Sandbox, name string, resp *vercel.SandboxResponse) error {
 	running := resp.Session != nil && (resp.Session.Status == vercel.SessionRunning || resp.Session.Status == vercel.SessionPending)
 	id := ""
 	if running {
@@ -294,6 +296,13 @@ func (r *SandboxReconciler) takeSession(ctx context.Context, sbx *sandboxv1.Sand
 		return err
 	}
 	r.recordSecrets(sbx, secrets)
+	if id != "" && r.claimedStale(sbx, member, id, secrets) {
+		// The session's env was read for the member; Vercel cannot change
+		// it, so it is stale until it stops, as after a rotation.
+		sbx.Status.Secrets.StaleSession = id
+		setCondition(&sbx.Status.Conditions, sbx.Generation, sandboxv1.ConditionSecretsCurrent, metav1.ConditionFalse, sandboxv1.ReasonSecretRotated,
+			fmt.Sprintf("Session %s, taken from member %s, keeps the env values it started with until it stops; the next session gets the current ones", id, sbx.Status.Claim.Member))
+	}
 	sbx.Status.ObservedGeneration = sbx.Generation
 	if running || sbx.Spec.State == sandboxv1.SandboxStateStopped {
 		return nil
@@ -354,4 +363,34 @@ func handedOverTo(sbx *sandboxv1.Sandbox, tags map[string]string, cluster string
 		return name
 	}
 	return "with UID " + string(uid)
+}
+
+// claimedStale reports whether the running session a claim took holds env
+// values other than the claimant's Secrets hold now: the member's status
+// marked it stale, a Secret's values differ from the digest the member
+// recorded (keyed by the member's UID), or nothing tells (no member left,
+// after a restart).
+func (r *SandboxReconciler) claimedStale(sbx, member *sandboxv1.Sandbox, session string, secrets *secretReader) bool {
+	var env []string
+	for n, u := range secretUses(&sbx.Spec) {
+		if u&useEnv != 0 {
+			env = append(env, n)
+		}
+	}
+	if len(env) == 0 {
+		return false
+	}
+	if member == nil || member.Status.Secrets == nil || member.Status.Secrets.StaleSession == session {
+		return true
+	}
+	recorded := map[string]string{}
+	for _, a := range member.Status.Secrets.Applied {
+		recorded[a.Name] = a.Digest
+	}
+	for _, n := range env {
+		if sec := secrets.cache[n]; sec == nil || !sameValues(recorded[n], r.DigestKey, member.UID, n, sec, secrets.keys[n]) {
+			return true
+		}
+	}
+	return false
 }

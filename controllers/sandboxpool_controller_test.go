@@ -151,6 +151,12 @@ var _ = Describe("SandboxPool", func() {
 		pol, ok := emu.SandboxPolicyRequest(sbx.Status.VercelName)
 		Expect(ok).To(BeTrue())
 		Expect(string(pol.Mode)).To(Equal("deny-all"))
+		// The session the claim took, not only the sessions after it, runs
+		// with the claimant's policy (nil: none was ever sent, allow-all).
+		pol, ok = emu.SessionPolicyRequest(sbx.Status.SessionID)
+		Expect(ok).To(BeTrue())
+		Expect(pol).NotTo(BeNil(), "the running session kept the member's allow-all policy")
+		Expect(string(pol.Mode)).To(Equal("deny-all"))
 		Eventually(func() bool {
 			return apierrors.IsNotFound(k8sClient.Get(context.Background(), client.ObjectKeyFromObject(&member), &sandboxv1.Sandbox{}))
 		}).Should(BeTrue(), "the member object is gone")
