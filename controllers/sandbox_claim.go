@@ -250,7 +250,7 @@ func (r *SandboxReconciler) handOver(ctx context.Context, sbx *sandboxv1.Sandbox
 	default:
 		// Status names a sandbox that is neither this object's nor the
 		// marked member's: whoever wrote status cannot aim the claim at it.
-		return claimRetry, fmt.Errorf("Vercel sandbox %s is %s, not member %s's: left alone", name, describeOwner(resp.Sandbox.Tags, r.ClusterID), c.Member)
+		return claimRetry, fmt.Errorf("the Vercel sandbox %s is %s, not member %s's: left alone", name, describeOwner(resp.Sandbox.Tags, r.ClusterID), c.Member)
 	}
 	if err := r.takeSession(ctx, sbx, member, name, resp); err != nil {
 		return claimRetry, err
