@@ -4,7 +4,7 @@ package controllers
 // adopts carries owner tags: the manager, the cluster (--cluster-id) and the
 // UID of the object it belongs to. Before deleting or adopting a sandbox the
 // controllers read it and check those tags; names come from the object
-// (derived, or spec.source.adopt), never from status alone, because whoever
+// (derived, spec.source.adopt, or a claimed member's derived name), never from status alone, because whoever
 // may patch status could otherwise aim a finalizer at any sandbox of the
 // Vercel project. Vercel snapshots take no tags: one is deleted only when a
 // read shows it was taken of a sandbox the operator owns (snapshotIsOurs).
@@ -120,6 +120,15 @@ func remoteName(sbx *sandboxv1.Sandbox) string {
 	base := vercelName(sbx.Namespace, sbx.Name, sbx.UID)
 	if a := sbx.Spec.Source.Adopt; a != nil {
 		base = a.Name
+	}
+	if c := sbx.Status.Claim; c != nil && sbx.Spec.PoolRef != nil {
+		// A claim's sandbox is the member's, named as the member derived
+		// it. Status records which member; whoever may write status can
+		// only aim this object at a sandbox it then refuses, because every
+		// action first checks the owner tags are this object's, and the
+		// hand-over re-tags only a sandbox tagged for a member marked for
+		// this object (sandbox_claim.go).
+		base = vercelName(sbx.Namespace, c.Member, types.UID(c.MemberUID))
 	}
 	return recreatedName(base, sbx.Status.Recreations)
 }

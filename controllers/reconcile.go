@@ -31,7 +31,7 @@ import (
 // object is one of the three kinds.
 type object interface {
 	client.Object
-	*sandboxv1.Sandbox | *sandboxv1.SandboxSnapshot | *sandboxv1.SandboxFork
+	*sandboxv1.Sandbox | *sandboxv1.SandboxSnapshot | *sandboxv1.SandboxFork | *sandboxv1.SandboxPool
 }
 
 // skeleton is one kind's reconcile: the steps every kind takes, and the
@@ -261,6 +261,8 @@ func statusOf(o client.Object) statusView {
 	case *sandboxv1.SandboxSnapshot:
 		return statusView{&o.Status, &o.Status.Conditions, &o.Status.LastError, &o.Status.LastHandledReconcileAt}
 	case *sandboxv1.SandboxFork:
+		return statusView{&o.Status, &o.Status.Conditions, &o.Status.LastError, &o.Status.LastHandledReconcileAt}
+	case *sandboxv1.SandboxPool:
 		return statusView{&o.Status, &o.Status.Conditions, &o.Status.LastError, &o.Status.LastHandledReconcileAt}
 	}
 	panic(fmt.Sprintf("controllers: no status for %T", o))

@@ -45,6 +45,13 @@ func (r *SandboxReconciler) finalize(ctx context.Context, sbx *sandboxv1.Sandbox
 		return deleting(fmt.Errorf("get sandbox %s: %w", name, err))
 	}
 	if !r.ownedBy(&resp.Sandbox, sbx) {
+		if claimant := handedOverTo(sbx, resp.Sandbox.Tags, r.ClusterID); claimant != "" {
+			// The expected end of every claim, not a sandbox gone astray.
+			logf.FromContext(ctx).Info("Left the Vercel sandbox to the Sandbox that claimed this member", "vercelName", name, "claimant", claimant)
+			r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, sandboxv1.ReasonHandedOver, "Delete",
+				"Left Vercel sandbox %s to Sandbox %s, which claimed this member", name, claimant)
+			return true, ctrl.Result{}, nil
+		}
 		logf.FromContext(ctx).Info("Left a Vercel sandbox that is not this object's", "vercelName", name)
 		r.Recorder.Eventf(sbx, nil, corev1.EventTypeWarning, sandboxv1.ReasonOwnedElsewhere, "Delete",
 			"Left Vercel sandbox %s alone: it is %s, not this object's", name, describeOwner(resp.Sandbox.Tags, r.ClusterID))

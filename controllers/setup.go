@@ -295,7 +295,7 @@ type controllerDeps struct {
 	quota    *QuotaLedger
 }
 
-// setupControllers registers the five controllers with mgr.
+// setupControllers registers the six controllers with mgr.
 func setupControllers(mgr ctrl.Manager, vc vercel.Config, o Options, d controllerDeps) error {
 	if err := (&SandboxReconciler{
 		Client:                  mgr.GetClient(),
@@ -349,6 +349,16 @@ func setupControllers(mgr ctrl.Manager, vc vercel.Config, o Options, d controlle
 		Shard:                   o.Shard,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the SandboxFork controller: %w", err)
+	}
+	if err := (&SandboxPoolReconciler{
+		Client:                  mgr.GetClient(),
+		APIReader:               mgr.GetAPIReader(),
+		Recorder:                mgr.GetEventRecorder("sandboxpool-controller"),
+		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
+		BackoffCap:              o.BackoffCap,
+		Shard:                   o.Shard,
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up the SandboxPool controller: %w", err)
 	}
 	if err := (&SandboxQuotaReconciler{
 		Client:    mgr.GetClient(),

@@ -518,11 +518,23 @@ type ExecProbe struct {
 // +kubebuilder:validation:XValidation:rule="has(self.persistent) == has(oldSelf.persistent) && (!has(self.persistent) || self.persistent == oldSelf.persistent)",message="spec.persistent is immutable",fieldPath=".persistent"
 // +kubebuilder:validation:XValidation:rule="!has(self.readinessProbe) || !has(self.readinessProbe.httpGet) || (has(self.ports) && self.ports.exists(p, p == self.readinessProbe.httpGet.port))",message="spec.readinessProbe.httpGet.port must be one of spec.ports",fieldPath=".readinessProbe.httpGet.port"
 // +kubebuilder:validation:XValidation:rule="has(self.className) == has(oldSelf.className) && (!has(self.className) || self.className == oldSelf.className)",message="spec.className is immutable",fieldPath=".className"
+// +kubebuilder:validation:XValidation:rule="has(self.poolRef) == has(oldSelf.poolRef) && (!has(self.poolRef) || self.poolRef == oldSelf.poolRef)",message="spec.poolRef is immutable",fieldPath=".poolRef"
+// +kubebuilder:validation:XValidation:rule="!has(self.poolRef) || !has(self.source.adopt)",message="spec.poolRef cannot be combined with spec.source.adopt: a claim takes a pool member or creates from spec.source",fieldPath=".poolRef"
 type SandboxSpec struct {
 	// source of the sandbox's filesystem: exactly one of runtime, git, tarball,
 	// snapshotRef, snapshotID or adopt (an existing Vercel sandbox). Immutable.
 	// +required
 	Source SandboxSource `json:"source"`
+	// poolRef claims a ready member of a SandboxPool in this namespace instead
+	// of creating a Vercel sandbox: the member's sandbox becomes this
+	// object's (re-tagged, this spec's networkPolicy, ports and timeout
+	// applied) and the member object goes. When the pool is empty, missing,
+	// or cannot serve this spec (another source, className, resources, env,
+	// persistent or setup than its template), the Sandbox is created from
+	// spec.source as without poolRef; the Claimed condition says which
+	// happened and why. Immutable.
+	// +optional
+	PoolRef *PoolRef `json:"poolRef,omitempty"`
 	// className is the SandboxClass whose Vercel credentials, project and
 	// defaults this object uses; the default class (annotation
 	// sandbox.sentry.io/is-default-class) when unset, else the manager's own
@@ -782,6 +794,9 @@ type SandboxStatus struct {
 	// never leaves two Vercel sandboxes for one object.
 	// +optional
 	Recreations int32 `json:"recreations,omitempty"`
+	// claim records the pool member this Sandbox took (spec.poolRef).
+	// +optional
+	Claim *ClaimStatus `json:"claim,omitempty"`
 	// secrets records which values of the referenced Secrets Vercel holds,
 	// as digests (never the values), so that a rotated Secret is detected
 	// and applied without a spec change.

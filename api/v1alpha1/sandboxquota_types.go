@@ -20,7 +20,8 @@ const (
 	// ReasonQuotaExceeded is set on Ready=False of a Sandbox that waits for
 	// a SandboxQuota of its namespace to allow its session to start, and of a
 	// SandboxSnapshot that waits for snapshot bytes. Nothing is sent to
-	// Vercel while it waits; it starts by itself once capacity frees.
+	// Vercel while it waits; it starts by itself once capacity frees. A
+	// SandboxPool with a member waiting so reports it on its own Ready=False.
 	ReasonQuotaExceeded = "QuotaExceeded"
 )
 

@@ -98,6 +98,7 @@ func Register() {
 		ctrlmetrics.Registry.MustRegister(
 			VercelRequests, VercelRequestDuration, VercelLimiterWait,
 			SandboxTimeToReady, SnapshotBuildDuration, sandboxes, QuotaUsed, QuotaHard,
+			PoolMembers, PoolClaims, PoolClaimSeconds, PoolMemberIdleSeconds,
 			BuildInfo,
 		)
 	})

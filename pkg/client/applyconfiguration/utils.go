@@ -28,6 +28,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apiv1alpha1.AppliedSecretApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("BootedFrom"):
 		return &apiv1alpha1.BootedFromApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("ClaimStatus"):
+		return &apiv1alpha1.ClaimStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ClassSecretReference"):
 		return &apiv1alpha1.ClassSecretReferenceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("DomainRules"):
@@ -74,6 +76,12 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apiv1alpha1.NetworkSubnetsApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("NetworkTransform"):
 		return &apiv1alpha1.NetworkTransformApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("PoolIdle"):
+		return &apiv1alpha1.PoolIdleApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("PoolPolicy"):
+		return &apiv1alpha1.PoolPolicyApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("PoolRef"):
+		return &apiv1alpha1.PoolRefApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ReadinessProbe"):
 		return &apiv1alpha1.ReadinessProbeApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("RecipeCommand"):
@@ -104,6 +112,14 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apiv1alpha1.SandboxForkTemplateApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SandboxOverrides"):
 		return &apiv1alpha1.SandboxOverridesApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SandboxPool"):
+		return &apiv1alpha1.SandboxPoolApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SandboxPoolSpec"):
+		return &apiv1alpha1.SandboxPoolSpecApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SandboxPoolStatus"):
+		return &apiv1alpha1.SandboxPoolStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SandboxPoolTemplate"):
+		return &apiv1alpha1.SandboxPoolTemplateApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SandboxQuota"):
 		return &apiv1alpha1.SandboxQuotaApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SandboxQuotaResources"):

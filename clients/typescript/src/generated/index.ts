@@ -3,5 +3,6 @@
 export * from './sandbox.js';
 export * from './sandboxclass.js';
 export * from './sandboxfork.js';
+export * from './sandboxpool.js';
 export * from './sandboxquota.js';
 export * from './sandboxsnapshot.js';

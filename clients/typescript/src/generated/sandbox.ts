@@ -41,6 +41,8 @@ export interface Sandbox {
    * Validated: spec.persistent is immutable
    * Validated: spec.readinessProbe.httpGet.port must be one of spec.ports
    * Validated: spec.className is immutable
+   * Validated: spec.poolRef is immutable
+   * Validated: spec.poolRef cannot be combined with spec.source.adopt: a claim takes a pool member or creates from spec.source
    */
   spec: SandboxSpec;
   /**
@@ -57,6 +59,8 @@ export interface Sandbox {
  * Validated: spec.persistent is immutable
  * Validated: spec.readinessProbe.httpGet.port must be one of spec.ports
  * Validated: spec.className is immutable
+ * Validated: spec.poolRef is immutable
+ * Validated: spec.poolRef cannot be combined with spec.source.adopt: a claim takes a pool member or creates from spec.source
  */
 export interface SandboxSpec {
   /**
@@ -595,6 +599,25 @@ export interface SandboxSpec {
    */
   persistent?: boolean;
   /**
+   * poolRef claims a ready member of a SandboxPool in this namespace instead
+   * of creating a Vercel sandbox: the member's sandbox becomes this
+   * object's (re-tagged, this spec's networkPolicy, ports and timeout
+   * applied) and the member object goes. When the pool is empty, missing,
+   * or cannot serve this spec (another source, className, resources, env,
+   * persistent or setup than its template), the Sandbox is created from
+   * spec.source as without poolRef; the Claimed condition says which
+   * happened and why. Immutable.
+   */
+  poolRef?: {
+    /**
+     * name of a SandboxPool in this namespace.
+     *
+     * minLength: 1
+     * maxLength: 253
+     */
+    name: string;
+  };
+  /**
    * ports to expose; each gets a public route in status.routes. At most 15,
    * unique, 1024–65535, and not 23456 (reserved by Vercel).
    *
@@ -942,6 +965,39 @@ export interface SandboxStatus {
      * maxLength: 253
      */
     snapshotName?: string;
+  };
+  /**
+   * claim records the pool member this Sandbox took (spec.poolRef).
+   */
+  claim?: {
+    /**
+     * claimedAt is when the member was taken.
+     *
+     * Format: RFC 3339 time, e.g. "2026-01-02T15:04:05Z".
+     */
+    claimedAt?: string;
+    /**
+     * member is the name of the member Sandbox that was taken (deleted once
+     * its Vercel sandbox is this object's).
+     *
+     * maxLength: 253
+     */
+    member: string;
+    /**
+     * memberUID is the member's UID. The Vercel sandbox's name derives from
+     * the member's namespace, name and UID, as every Vercel name derives
+     * from its object; it is used only while the Vercel sandbox carries this
+     * object's owner tags (docs/security.md).
+     *
+     * maxLength: 64
+     */
+    memberUID: string;
+    /**
+     * pool is the SandboxPool the member came from.
+     *
+     * maxLength: 253
+     */
+    pool: string;
   };
   /**
    * conditions: Ready (the session runs and setup succeeded), Synced (the

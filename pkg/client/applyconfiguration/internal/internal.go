@@ -59,6 +59,21 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: snapshotName
       type:
         scalar: string
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.ClaimStatus
+  map:
+    fields:
+    - name: claimedAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: member
+      type:
+        scalar: string
+    - name: memberUID
+      type:
+        scalar: string
+    - name: pool
+      type:
+        scalar: string
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.ClassSecretReference
   map:
     fields:
@@ -355,6 +370,38 @@ var schemaYAML = typed.YAMLObject(`types:
           elementRelationship: associative
           keys:
           - name
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.PoolIdle
+  map:
+    fields:
+    - name: action
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.PoolIdleAction
+      default: Delete
+    - name: afterSeconds
+      type:
+        scalar: numeric
+      default: 3600
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.PoolIdleAction
+  scalar: string
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.PoolPolicy
+  map:
+    fields:
+    - name: headroomPercent
+      type:
+        scalar: numeric
+      default: 50
+    - name: maxReady
+      type:
+        scalar: numeric
+    - name: minReady
+      type:
+        scalar: numeric
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.PoolRef
+  map:
+    fields:
+    - name: name
+      type:
+        scalar: string
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.ReadinessProbe
   map:
     fields:
@@ -673,6 +720,103 @@ var schemaYAML = typed.YAMLObject(`types:
         scalar: numeric
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxPhase
   scalar: string
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxPool
+  map:
+    fields:
+    - name: apiVersion
+      type:
+        scalar: string
+    - name: kind
+      type:
+        scalar: string
+    - name: metadata
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta
+    - name: spec
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxPoolSpec
+    - name: status
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxPoolStatus
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxPoolSpec
+  map:
+    fields:
+    - name: idle
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.PoolIdle
+    - name: memberState
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxState
+      default: Running
+    - name: policy
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.PoolPolicy
+    - name: replicas
+      type:
+        scalar: numeric
+      default: 1
+    - name: template
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxPoolTemplate
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxPoolStatus
+  map:
+    fields:
+    - name: claimsPerMinute
+      type:
+        scalar: string
+    - name: conditions
+      type:
+        list:
+          elementType:
+            namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Condition
+          elementRelationship: associative
+          keys:
+          - type
+    - name: hits
+      type:
+        scalar: numeric
+    - name: lastError
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.ErrorStatus
+    - name: lastHandledReconcileAt
+      type:
+        scalar: string
+    - name: misses
+      type:
+        scalar: numeric
+    - name: observedGeneration
+      type:
+        scalar: numeric
+    - name: readyReplicas
+      type:
+        scalar: numeric
+    - name: readyText
+      type:
+        scalar: string
+    - name: replenishSeconds
+      type:
+        scalar: numeric
+    - name: replicas
+      type:
+        scalar: numeric
+    - name: selector
+      type:
+        scalar: string
+    - name: snapshotID
+      type:
+        scalar: string
+    - name: targetReplicas
+      type:
+        scalar: numeric
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxPoolTemplate
+  map:
+    fields:
+    - name: metadata
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.ForkChildMetadata
+    - name: spec
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxSpec
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxQuota
   map:
     fields:
@@ -906,6 +1050,9 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         scalar: boolean
       default: true
+    - name: poolRef
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.PoolRef
     - name: ports
       type:
         list:
@@ -954,6 +1101,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: bootedFrom
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.BootedFrom
+    - name: claim
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.ClaimStatus
     - name: conditions
       type:
         list:

@@ -21,6 +21,15 @@ type SandboxSpecApplyConfiguration struct {
 	// source of the sandbox's filesystem: exactly one of runtime, git, tarball,
 	// snapshotRef, snapshotID or adopt (an existing Vercel sandbox). Immutable.
 	Source *SandboxSourceApplyConfiguration `json:"source,omitempty"`
+	// poolRef claims a ready member of a SandboxPool in this namespace instead
+	// of creating a Vercel sandbox: the member's sandbox becomes this
+	// object's (re-tagged, this spec's networkPolicy, ports and timeout
+	// applied) and the member object goes. When the pool is empty, missing,
+	// or cannot serve this spec (another source, className, resources, env,
+	// persistent or setup than its template), the Sandbox is created from
+	// spec.source as without poolRef; the Claimed condition says which
+	// happened and why. Immutable.
+	PoolRef *PoolRefApplyConfiguration `json:"poolRef,omitempty"`
 	// className is the SandboxClass whose Vercel credentials, project and
 	// defaults this object uses; the default class (annotation
 	// sandbox.sentry.io/is-default-class) when unset, else the manager's own
@@ -105,6 +114,14 @@ func SandboxSpec() *SandboxSpecApplyConfiguration {
 // If called multiple times, the Source field is set to the value of the last call.
 func (b *SandboxSpecApplyConfiguration) WithSource(value *SandboxSourceApplyConfiguration) *SandboxSpecApplyConfiguration {
 	b.Source = value
+	return b
+}
+
+// WithPoolRef sets the PoolRef field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the PoolRef field is set to the value of the last call.
+func (b *SandboxSpecApplyConfiguration) WithPoolRef(value *PoolRefApplyConfiguration) *SandboxSpecApplyConfiguration {
+	b.PoolRef = value
 	return b
 }
 

@@ -70,6 +70,8 @@ type SandboxStatusApplyConfiguration struct {
 	// Vercel name (status.vercelName) ends in -r<recreations>, so a crash
 	// never leaves two Vercel sandboxes for one object.
 	Recreations *int32 `json:"recreations,omitempty"`
+	// claim records the pool member this Sandbox took (spec.poolRef).
+	Claim *ClaimStatusApplyConfiguration `json:"claim,omitempty"`
 	// secrets records which values of the referenced Secrets Vercel holds,
 	// as digests (never the values), so that a rotated Secret is detected
 	// and applied without a spec change.
@@ -217,6 +219,14 @@ func (b *SandboxStatusApplyConfiguration) WithLastHandledReconcileAt(value strin
 // If called multiple times, the Recreations field is set to the value of the last call.
 func (b *SandboxStatusApplyConfiguration) WithRecreations(value int32) *SandboxStatusApplyConfiguration {
 	b.Recreations = &value
+	return b
+}
+
+// WithClaim sets the Claim field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Claim field is set to the value of the last call.
+func (b *SandboxStatusApplyConfiguration) WithClaim(value *ClaimStatusApplyConfiguration) *SandboxStatusApplyConfiguration {
+	b.Claim = value
 	return b
 }
 

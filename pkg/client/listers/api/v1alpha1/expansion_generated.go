@@ -28,6 +28,14 @@ type SandboxForkListerExpansion interface{}
 // SandboxForkNamespaceLister.
 type SandboxForkNamespaceListerExpansion interface{}
 
+// SandboxPoolListerExpansion allows custom methods to be added to
+// SandboxPoolLister.
+type SandboxPoolListerExpansion interface{}
+
+// SandboxPoolNamespaceListerExpansion allows custom methods to be added to
+// SandboxPoolNamespaceLister.
+type SandboxPoolNamespaceListerExpansion interface{}
+
 // SandboxQuotaListerExpansion allows custom methods to be added to
 // SandboxQuotaLister.
 type SandboxQuotaListerExpansion interface{}

@@ -20,6 +20,8 @@ type Interface interface {
 	SandboxClasses() TypedSandboxClassInformer
 	// SandboxForks returns a SandboxForkInformer.
 	SandboxForks() TypedSandboxForkInformer
+	// SandboxPools returns a SandboxPoolInformer.
+	SandboxPools() TypedSandboxPoolInformer
 	// SandboxQuotas returns a SandboxQuotaInformer.
 	SandboxQuotas() TypedSandboxQuotaInformer
 	// SandboxSnapshots returns a SandboxSnapshotInformer.
@@ -50,6 +52,11 @@ func (v *version) SandboxClasses() TypedSandboxClassInformer {
 // SandboxForks returns a TypedSandboxForkInformer.
 func (v *version) SandboxForks() TypedSandboxForkInformer {
 	return &sandboxForkInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
+}
+
+// SandboxPools returns a TypedSandboxPoolInformer.
+func (v *version) SandboxPools() TypedSandboxPoolInformer {
+	return &sandboxPoolInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
 }
 
 // SandboxQuotas returns a TypedSandboxQuotaInformer.

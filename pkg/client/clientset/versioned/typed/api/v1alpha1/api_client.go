@@ -21,6 +21,7 @@ type SandboxV1alpha1Interface interface {
 	SandboxesGetter
 	SandboxClassesGetter
 	SandboxForksGetter
+	SandboxPoolsGetter
 	SandboxQuotasGetter
 	SandboxSnapshotsGetter
 }
@@ -40,6 +41,10 @@ func (c *SandboxV1alpha1Client) SandboxClasses() SandboxClassInterface {
 
 func (c *SandboxV1alpha1Client) SandboxForks(namespace string) SandboxForkInterface {
 	return newSandboxForks(c, namespace)
+}
+
+func (c *SandboxV1alpha1Client) SandboxPools(namespace string) SandboxPoolInterface {
+	return newSandboxPools(c, namespace)
 }
 
 func (c *SandboxV1alpha1Client) SandboxQuotas(namespace string) SandboxQuotaInterface {

@@ -14,6 +14,8 @@ type SandboxClassExpansion interface{}
 
 type SandboxForkExpansion interface{}
 
+type SandboxPoolExpansion interface{}
+
 type SandboxQuotaExpansion interface{}
 
 type SandboxSnapshotExpansion interface{}
