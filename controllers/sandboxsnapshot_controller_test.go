@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -375,7 +374,7 @@ func gitHTTPRepo(files map[string]string, user, password string) string {
 		Expect(err).NotTo(HaveOccurred(), string(out))
 	}
 	fs := http.StripPrefix("/repo.git/", http.FileServer(http.Dir(bare)))
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return gitRepos.add(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u, p, ok := r.BasicAuth()
 		if !ok || u != user || p != password {
 			w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
@@ -383,9 +382,7 @@ func gitHTTPRepo(files map[string]string, user, password string) string {
 			return
 		}
 		fs.ServeHTTP(w, r)
-	}))
-	DeferCleanup(srv.Close)
-	return srv.URL + "/repo.git"
+	})) + "/repo.git"
 }
 
 func mustJSON(v any) string {

@@ -95,6 +95,9 @@ const referenceDeadline = 10 * time.Second
 // (maxAgeSeconds and expirationSeconds are at least that) without waiting.
 var snapshotClock = &offsetClock{}
 
+// gitRepos serves the specs' git repositories (githost_test.go).
+var gitRepos *gitHost
+
 type offsetClock struct{ offset atomic.Int64 }
 
 func (c *offsetClock) Now() time.Time { return time.Now().Add(time.Duration(c.offset.Load())) }
@@ -122,6 +125,9 @@ var _ = BeforeSuite(func() {
 	// installs them, kube-controller-manager beside the API server (garbage
 	// collection of fork children, namespace deletion) as on a cluster, and
 	// the emulator.
+	gitRepos, err = newGitHost()
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(gitRepos.close)
 	stack, err = localstack.Start(context.Background(), localstack.Options{
 		RepoRoot:          repoRoot,
 		AssetsDir:         assets,
@@ -131,7 +137,9 @@ var _ = BeforeSuite(func() {
 		Emulator: emulator.Options{DataDir: GinkgoT().TempDir(), ServeRoutes: true,
 			// Two tenants for the SandboxClass specs, each with its own
 			// token, team and project (classes_test.go).
-			Credentials: tenantCredentials},
+			Credentials: tenantCredentials,
+			// Recipe builders clone the specs' repositories by name.
+			Egress: emulator.EgressOptions{Hosts: map[string]string{gitHostName: gitRepos.ln.Addr().String()}}},
 	})
 	Expect(err).NotTo(HaveOccurred())
 	// Registered at once, so a failure later in this setup does not leave

@@ -89,6 +89,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 		egressMode   = fs.String("egress", "", "network policy enforcement: on, off, or empty for on where exec mode namespace can give each session its own network")
 		egressPriv   = fs.Bool("egress-allow-private", false, "let sandboxes reach loopback and private addresses through the egress proxy (default: refused, so host services stay out of reach)")
 		egressCA     = fs.String("egress-upstream-ca", "", "PEM file of CAs the egress proxy trusts for upstream TLS besides the system's")
+		latencyProf  = fs.String("latency-profile", "none", "delay the operations Vercel is slow at (create, resume, fork, snapshot, stop, first command) by draws from published measurements: none or vercel")
+		latencySeed  = fs.Uint64("latency-seed", 0, "seed of the latency profile's draws, for reproducible runs (0: from the time)")
 		egressHosts  = egressHostFlag{}
 	)
 	fs.Var(egressHosts, "egress-host", "`name=127.0.0.1:port`: the egress proxy connects to this address for the domain name instead of resolving it (repeatable; tests' upstreams under real-looking names)")
@@ -174,6 +176,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	if *fakeClock {
 		opts.Clock = emulator.NewFakeClock(time.Now())
 	}
+	if opts.LatencyProfile, err = emulator.LatencyProfileByName(*latencyProf); err != nil {
+		return fmt.Errorf("--latency-profile: %w", err)
+	}
+	opts.LatencyProfile.Seed = *latencySeed
 	if opts.Egress, err = egressOptions(*egressMode, egressHosts, *egressPriv, *egressCA); err != nil {
 		return err
 	}

@@ -192,6 +192,10 @@ type Options struct {
 	// MaxLiveCommands it bounds a session. Enforced where commands get a user
 	// namespace (exec mode namespace as root); ExecDescription says when not.
 	MaxProcessesPerCommand int
+
+	// LatencyProfile delays the operations Vercel is slow at (latency.go);
+	// the zero value (the default) delays nothing, so tests stay fast.
+	LatencyProfile LatencyProfile
 }
 
 // Defaults of the per-session bounds (Options).
@@ -308,7 +312,10 @@ type Emulator struct {
 	egress  egressState   // network policy enforcement (egress_session.go)
 	oidc    *oidcVerifier // nil: OIDC tokens are refused
 	faults  *Faults
-	handler http.Handler
+	latency atomic.Pointer[latencySampler] // nil: no latency profile
+	// latencyWaiting counts requests waiting for their profile delay.
+	latencyWaiting atomic.Int64
+	handler        http.Handler
 	// interactive holds the tokens of interactive sessions (interactive.go).
 	interactive interactiveGrants
 
@@ -456,6 +463,7 @@ func New(opts Options) (*Emulator, error) {
 		e.wg.Add(1)
 		go e.sweeper()
 	}
+	e.SetLatencyProfile(opts.LatencyProfile)
 	e.handler = e.newRouter()
 	return e, nil
 }

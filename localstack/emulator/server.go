@@ -201,6 +201,9 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if !e.profileDelay(rc) {
+		return
+	}
 	e.sweep()
 	if a.commit == nil {
 		rte.h(rc)

@@ -26,8 +26,12 @@ type gitServer struct {
 	refused int               // requests with wrong credentials
 }
 
-// startGitServer creates the repository under dir and serves it.
-func startGitServer(dir string) (*gitServer, error) {
+// gitHost is the name the repository is served under: the emulator's
+// egress proxy maps it to the server's loopback address.
+const gitHost = "git.chaos.test"
+
+// startGitServer creates the repository under dir and serves it on ln.
+func startGitServer(dir string, ln net.Listener) (*gitServer, error) {
 	src, bare := filepath.Join(dir, "src"), filepath.Join(dir, "repo.git")
 	if err := os.MkdirAll(src, 0o755); err != nil {
 		return nil, err
@@ -51,11 +55,7 @@ func startGitServer(dir string) (*gitServer, error) {
 			return nil, fmt.Errorf("git %v: %w: %s", c.args, err, out)
 		}
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	g := &gitServer{url: "http://" + ln.Addr().String() + "/repo.git", creds: map[string]string{}}
+	g := &gitServer{url: "http://" + gitHost + "/repo.git", creds: map[string]string{}}
 	files := http.FileServer(http.Dir(dir))
 	g.srv = &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		user, pass, ok := r.BasicAuth()

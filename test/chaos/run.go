@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -147,6 +148,10 @@ type harness struct {
 	replicas    []*replica
 	canaries    *canaries
 	git         *gitServer // the repository a recipe variant clones (nil: none)
+	// gitLn is the git server's listener, opened before the emulator so
+	// that its egress proxy maps gitHost to it: builders clone through the
+	// proxy, which refuses the host's loopback otherwise.
+	gitLn net.Listener
 
 	logMu   sync.Mutex
 	logFile *os.File
@@ -221,11 +226,12 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 	// Only commands of the namespace mode can clone: in host mode a
 	// recipe's absolute paths (/vercel/sandbox/…) are the host's.
 	if _, err := exec.LookPath("git"); err == nil && h.stack.Emulator.ExecMode() == "namespace" {
-		if h.git, err = startGitServer(filepath.Join(cfg.WorkDir, "git")); err != nil {
+		if h.git, err = startGitServer(filepath.Join(cfg.WorkDir, "git"), h.gitLn); err != nil {
 			return nil, err
 		}
 		defer h.git.close()
 	} else {
+		_ = h.gitLn.Close()
 		h.logf("no recipe clones a repository: it needs git and the emulator's exec mode namespace (root on Linux)")
 	}
 
@@ -349,16 +355,21 @@ func (h *harness) startStack(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if h.gitLn, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+		return err
+	}
 	h.stack, err = localstack.Start(ctx, localstack.Options{
 		RepoRoot:          h.cfg.RepoRoot,
 		AssetsDir:         h.cfg.AssetsDir,
 		ControllerManager: true,
 		ControlPlaneLog:   cpLog,
-		Emulator:          emulator.Options{DataDir: filepath.Join(h.cfg.WorkDir, "emulator"), Exec: h.cfg.Exec},
-		EmulatorAddr:      "-", // served below, behind the request log
+		Emulator: emulator.Options{DataDir: filepath.Join(h.cfg.WorkDir, "emulator"), Exec: h.cfg.Exec,
+			Egress: emulator.EgressOptions{Hosts: map[string]string{gitHost: h.gitLn.Addr().String()}}},
+		EmulatorAddr: "-", // served below, behind the request log
 	})
 	if err != nil {
 		_ = cpLog.Close()
+		_ = h.gitLn.Close()
 		return fmt.Errorf("start the local stack: %w", err)
 	}
 	if h.stack.EmulatorURL, err = h.serveEmulator(); err != nil {

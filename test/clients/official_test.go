@@ -23,13 +23,14 @@ import (
 	"github.com/getsentry/sandbox-controller/internal/pty"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 	"github.com/getsentry/sandbox-controller/localstack/emulator"
+	"github.com/getsentry/sandbox-controller/test/officialsdk"
 )
 
 // The versions of Vercel's official clients these tests drive (see
 // docs/dev/interactive-sessions.md for what was read from them).
 const (
-	officialCLI = "sandbox@4.5.0"
-	officialSDK = "@vercel/sandbox@3.5.0"
+	officialCLI = officialsdk.CLI
+	officialSDK = officialsdk.SDK
 	// conformanceTag is the tag key on every sandbox these tests create; its
 	// value is the run's id, so a sweep finds what a crashed run left.
 	conformanceTag = "sandbox-controller-conformance"
@@ -95,18 +96,31 @@ func newTarget(t *testing.T) *target {
 	t.Cleanup(tg.sweep(t))
 	tg.nodeModules = installOfficialClients(t)
 	tg.cliBin = filepath.Join(tg.nodeModules, ".bin", "sandbox")
-	home := t.TempDir()
-	tg.nodeEnv = []string{
-		"HOME=" + home, "XDG_CONFIG_HOME=" + home, "XDG_DATA_HOME=" + home, "XDG_CACHE_HOME=" + home,
-		"VERCEL_AUTH_TOKEN=" + tg.token,
-		"VERCEL_TELEMETRY_DISABLED=1", "SANDBOX_SKIP_VERSION_CHECK=1", "NO_COLOR=1", "FORCE_COLOR=0",
-		"OFFICIAL_NODE_MODULES=" + tg.nodeModules,
+	emulatorURL := tg.apiURL
+	if tg.real {
+		emulatorURL = ""
 	}
-	if !tg.real {
-		shim := filepath.Join(repoRoot, "test", "clients", "testdata", "vercel-to-emulator.mjs")
-		tg.nodeEnv = append(tg.nodeEnv, "SANDBOX_EMULATOR_URL="+tg.apiURL, "NODE_OPTIONS=--import="+shim)
-	}
+	tg.nodeEnv = officialNodeEnv(t, emulatorURL, tg.token, tg.nodeModules)
 	return tg
+}
+
+// officialNodeEnv is the environment the official CLI and SDK run with: a
+// home of their own, no telemetry or colour, the token, the installed
+// packages, and with emulatorURL set, the shim that sends their Vercel
+// requests there (they have no base-URL setting).
+func officialNodeEnv(t *testing.T, emulatorURL, token, nodeModules string) []string {
+	home := t.TempDir()
+	env := []string{
+		"HOME=" + home, "XDG_CONFIG_HOME=" + home, "XDG_DATA_HOME=" + home, "XDG_CACHE_HOME=" + home,
+		"VERCEL_AUTH_TOKEN=" + token,
+		"VERCEL_TELEMETRY_DISABLED=1", "SANDBOX_SKIP_VERSION_CHECK=1", "NO_COLOR=1", "FORCE_COLOR=0",
+		"OFFICIAL_NODE_MODULES=" + nodeModules,
+	}
+	if emulatorURL != "" {
+		shim := officialsdk.Shim(repoRoot)
+		env = append(env, "SANDBOX_EMULATOR_URL="+emulatorURL, "NODE_OPTIONS=--import="+shim)
+	}
+	return env
 }
 
 // requireAnswering stops the test with what to do when the emulator the
@@ -210,22 +224,10 @@ func (tg *target) sweep(t *testing.T) func() {
 // node_modules directory.
 func installOfficialClients(t *testing.T) string {
 	t.Helper()
-	for _, tool := range []string{"node", "npm"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s is not on PATH: the official clients need Node.js 20 or later and npm", tool)
-		}
-	}
-	dir := filepath.Join(repoRoot, "bin", "npm", "official-"+strings.NewReplacer("@", "", "/", "-").Replace(officialCLI+"-"+officialSDK))
-	modules := filepath.Join(dir, "node_modules")
-	if _, err := os.Stat(filepath.Join(modules, ".bin", "sandbox")); err == nil {
-		if _, err := os.Stat(filepath.Join(modules, "@vercel", "sandbox", "package.json")); err == nil {
-			return modules
-		}
-	}
-	must(t, os.MkdirAll(dir, 0o755))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	npm(ctx, t, dir, nil, "install", "--no-save", "--no-package-lock", "--no-audit", "--no-fund", officialCLI, officialSDK)
+	modules, err := officialsdk.Install(ctx, repoRoot, t.Logf)
+	must(t, err)
 	return modules
 }
 

@@ -104,6 +104,8 @@ func (h *harness) sampleVercel(stop <-chan struct{}) <-chan vercelSamples {
 		for {
 			select {
 			case <-stop:
+				// A last sample: the arm's total.
+				s.creates = append(s.creates, h.emu.RequestCount("createSandbox")-base)
 				out <- s
 				return
 			case <-f.C:

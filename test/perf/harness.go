@@ -115,6 +115,11 @@ type Config struct {
 	// during the first operator arm at the largest N is written (pprof).
 	APIServerProfile string
 
+	// TTFC, when set, adds the time-to-first-command phase (ttfc.go) after
+	// the kinds; TTFCOnly runs it alone (after the warm-up round).
+	TTFC     *TTFCConfig
+	TTFCOnly bool
+
 	// AssetsDir holds kube-apiserver and etcd (KUBEBUILDER_ASSETS).
 	AssetsDir string
 	// RepoRoot is where config/crd/bases is found; "" searches upwards from
@@ -244,6 +249,9 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 	if _, err := h.runGrid(ctx, 20, 0, 1); err != nil {
 		return rep, fmt.Errorf("warm-up: %w", err)
 	}
+	if cfg.TTFCOnly {
+		cfg.Sizes, cfg.Snapshots, cfg.ForkReplicas, cfg.IdleWindow, cfg.Outage = nil, 0, 0, 0, 0
+	}
 	for _, n := range cfg.Sizes {
 		for _, lat := range cfg.Latencies {
 			r, err := h.runGrid(ctx, n, lat, cfg.Rounds)
@@ -258,6 +266,13 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 		rep.Kinds = kinds
 		if err != nil {
 			return rep, fmt.Errorf("kinds: %w", err)
+		}
+	}
+	if cfg.TTFC != nil {
+		ttfc, err := h.runTTFC(ctx, *cfg.TTFC)
+		rep.TTFC = ttfc
+		if err != nil {
+			return rep, fmt.Errorf("time to first command: %w", err)
 		}
 	}
 	if cfg.IdleWindow > 0 || cfg.Outage > 0 {

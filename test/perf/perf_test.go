@@ -41,7 +41,10 @@ func TestShortBench(t *testing.T) {
 		Snapshots:       10,
 		ForkReplicas:    5,
 		Shards:          2,
-		Log:             &log,
+		// The time-to-first-command path, without the latency profile: a
+		// few conversations per arm (the figures are make bench's).
+		TTFC: &TTFCConfig{Profile: "none", Rates: []float64{10}, Conversations: 3, Burst: 5},
+		Log:  &log,
 	}
 	start := time.Now()
 	rep, err := Run(ctx, cfg)
@@ -84,7 +87,7 @@ func TestShortBench(t *testing.T) {
 		if op.SandboxWritesPerObject != 1 {
 			t.Errorf("operator: %.2f API-server writes per Sandbox from create to Ready, want 1", op.SandboxWritesPerObject)
 		}
-		if op.VercelRequestsPerObject != 1 {
+		if op.VercelRequestsPerObject != 1 || op.VercelCreatesPerObject != 1 {
 			t.Errorf("operator: %.2f Vercel requests per Sandbox from create to Ready, want 1 (the create)", op.VercelRequestsPerObject)
 		}
 		// The sharded arm: the same work, split between two managers, each
@@ -96,8 +99,15 @@ func TestShortBench(t *testing.T) {
 		if sh.ShardViolations != 0 || len(sh.ShardObjects) != 2 || sh.ShardObjects[0] == 0 || sh.ShardObjects[1] == 0 || sh.ShardObjects[0]+sh.ShardObjects[1] != 50 {
 			t.Errorf("sharded arm: objects per shard %v, %d called for by two shards or the wrong one: want both shards busy, 50 in all, 0", sh.ShardObjects, sh.ShardViolations)
 		}
-		if sh.SandboxWritesPerObject != 1 || sh.VercelRequestsPerObject != 1 {
-			t.Errorf("sharded arm: %.2f writes and %.2f Vercel requests per object, want 1 and 1", sh.SandboxWritesPerObject, sh.VercelRequestsPerObject)
+		// Exactly one create per object. A request beyond it is a read by the
+		// stale-cache guard (controllers/sandbox_controller.go: an event of a
+		// manager's own finalizer write handled before its status write
+		// reached the cache makes it look in Vercel rather than create
+		// blind); with two managers sharing the machine it fires under load
+		// (1.02 per object at load 5.7 on 2 cores, 1.56 at load 10), so it is
+		// bounded at one read per object instead of asserted away.
+		if sh.SandboxWritesPerObject != 1 || sh.VercelCreatesPerObject != 1 || sh.VercelRequestsPerObject > 2 {
+			t.Errorf("sharded arm: %.2f writes, %.2f creates and %.2f Vercel requests per object, want 1, 1 and at most 2", sh.SandboxWritesPerObject, sh.VercelCreatesPerObject, sh.VercelRequestsPerObject)
 		}
 		if f := g.Arms[ArmFloor]; f.SandboxWritesPerObject != 1 || f.VercelRequestsPerObject != 0 {
 			t.Errorf("floor: %.2f writes and %.2f Vercel requests per object, want 1 and 0", f.SandboxWritesPerObject, f.VercelRequestsPerObject)
@@ -108,6 +118,7 @@ func TestShortBench(t *testing.T) {
 	}
 
 	checkKinds(t, rep.Kinds, md.String())
+	checkTTFC(t, rep.TTFC, md.String())
 
 	idle := rep.Idle
 	if idle == nil {
@@ -216,6 +227,27 @@ func checkKinds(t *testing.T, k *KindsResult, md string) {
 		if !strings.Contains(md, row) {
 			t.Errorf("markdown lacks the row %q", row)
 		}
+	}
+}
+
+// checkTTFC checks the time-to-first-command phase of TestShortBench: both
+// arms ran every conversation of both schedules to its first command.
+func checkTTFC(t *testing.T, r *TTFCResult, md string) {
+	t.Helper()
+	if r == nil || len(r.Rows) != 4 {
+		t.Fatalf("time to first command: %+v, want 4 rows (2 arms × 10/s and a burst of 5)", r)
+	}
+	for _, row := range r.Rows {
+		want := map[string]int{"10/s": 3, "burst 5": 5}[row.Schedule]
+		if row.Conversations != want || row.Failed != 0 || row.P50Ms <= 0 || row.P99Ms < row.P50Ms {
+			t.Errorf("ttfc %s %s: %+v, want %d conversations, none failed", row.Schedule, row.Arm, row, want)
+		}
+	}
+	if v := r.RatioP50["10/s"][TTFCArmOperator]; v <= 0 {
+		t.Errorf("ttfc: no operator/sdk p50 ratio: %v", r.RatioP50)
+	}
+	if !strings.Contains(md, "| burst 5 | operator | 5 |") {
+		t.Errorf("markdown lacks the ttfc operator row")
 	}
 }
 

@@ -23,6 +23,7 @@ type Report struct {
 	Kinds  *KindsResult  `json:"kinds,omitempty"`
 	Idle   *IdleResult   `json:"idle,omitempty"`
 	Outage *OutageResult `json:"outage,omitempty"`
+	TTFC   *TTFCResult   `json:"ttfc,omitempty"`
 
 	// ManagerMetrics are selected series from the in-process manager's
 	// metrics endpoint at the end of the run.
@@ -105,6 +106,8 @@ type ArmResult struct {
 	SandboxWritesPerObject  float64 `json:"sandboxWritesPerObject"`
 	EventWritesPerObject    float64 `json:"eventWritesPerObject"`
 	VercelRequestsPerObject float64 `json:"vercelRequestsPerObject"`
+	// VercelCreatesPerObject counts createSandbox requests alone.
+	VercelCreatesPerObject float64 `json:"vercelCreatesPerObject"`
 	// MeanWriteMs is the mean round trip of the manager's Sandbox writes.
 	MeanWriteMs float64 `json:"meanSandboxWriteMs,omitempty"`
 	// CPUMsPerObject is CPU time per object, by process (harness: this
@@ -130,7 +133,7 @@ func summarizeGrid(n int, latency time.Duration, runs map[string][]*armRun) *Gri
 	for arm, rs := range runs {
 		a := &ArmResult{Rounds: len(rs)}
 		var all, drains []time.Duration
-		var sw, ew, vr, wn int64
+		var sw, ew, vr, wn, cr int64
 		var wt time.Duration
 		a.CPUMsPerObject = map[string]float64{}
 		for _, r := range rs {
@@ -144,6 +147,9 @@ func summarizeGrid(n int, latency time.Duration, runs map[string][]*armRun) *Gri
 			sw, ew, vr = sw+r.sandboxWrites, ew+r.eventWrites, vr+r.vercelRequests
 			a.Drains = append(a.Drains, ms(r.drain))
 			a.CreatesTimeline = r.creates
+			if len(r.creates) > 0 {
+				cr += r.creates[len(r.creates)-1]
+			}
 			a.VercelInFlightToP50 += r.inFlightToP50 / float64(len(rs))
 			a.ShardObjects = r.shardObjects
 			a.ShardViolations += r.shardViolations
@@ -160,6 +166,7 @@ func summarizeGrid(n int, latency time.Duration, runs map[string][]*armRun) *Gri
 		a.SandboxWritesPerObject = float64(sw) / total
 		a.EventWritesPerObject = float64(ew) / total
 		a.VercelRequestsPerObject = float64(vr) / total
+		a.VercelCreatesPerObject = float64(cr) / total
 		if wn > 0 {
 			a.MeanWriteMs = ms(wt) / float64(wn)
 		}
@@ -242,48 +249,14 @@ func (r *Report) WriteJSON(dir string) (string, error) {
 func (r *Report) Markdown(w io.Writer) {
 	fmt.Fprintf(w, "Host: %d CPUs, %s, load at start %s. Manager: --max-concurrent-reconciles=%d --vercel-max-in-flight=%d --vercel-requests-per-minute=%d --poll-interval=%s --backoff-cap=%s; %d rounds per point. The direct arm uses the same Vercel client settings and as many callers as reconciles.\n\n",
 		r.Host.CPUs, r.Host.GoVersion, r.Host.LoadAvg, r.Config.Concurrency, r.Config.VercelInFlight, r.Config.RequestsPerMinute, r.Config.PollInterval, r.Config.BackoffCap, r.Config.Rounds)
-	fmt.Fprintln(w, "Time to Ready is measured from the start of the burst (all N requested at once); drain is the median round.")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| N | latency | arm | p50 | p95 | p99 | drain | failed | k8s writes/obj | events/obj | Vercel req/obj |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
-	for _, g := range r.Runs {
-		for _, arm := range []string{ArmOperator, ArmDirect, ArmFloor, ArmSharded} {
-			a := g.Arms[arm]
-			if a == nil {
-				continue
-			}
-			fmt.Fprintf(w, "| %d | %gms | %s | %s | %s | %s | %s | %d | %.2f | %.2f | %.2f |\n", g.N, g.LatencyMs, arm,
-				secs(a.P50Ms), secs(a.P95Ms), secs(a.P99Ms), secs(a.DrainMs), a.Failed,
-				a.SandboxWritesPerObject, a.EventWritesPerObject, a.VercelRequestsPerObject)
-		}
-	}
-	fmt.Fprintln(w)
-	fmt.Fprintf(w, "CPU per object (ms) by process, the manager's mean Sandbox write round trip, and the mean number of Vercel requests in flight until the median object was Ready (of --vercel-max-in-flight=%d):\n", r.Config.VercelInFlight)
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| N | latency | arm | harness (manager+emulator+client) | kube-apiserver | etcd | mean write | Vercel in flight to p50 |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
-	for _, g := range r.Runs {
-		for _, arm := range []string{ArmOperator, ArmDirect, ArmFloor, ArmSharded} {
-			if a := g.Arms[arm]; a != nil {
-				fmt.Fprintf(w, "| %d | %gms | %s | %.2f | %.2f | %.2f | %.1fms | %.2f |\n", g.N, g.LatencyMs, arm,
-					a.CPUMsPerObject["harness"], a.CPUMsPerObject["kube-apiserver"], a.CPUMsPerObject["etcd"], a.MeanWriteMs, a.VercelInFlightToP50)
-			}
-		}
-	}
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| N | latency | a/b p50 | a/b drain | a/c p50 | a/c drain |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|")
-	for _, g := range r.Runs {
-		fmt.Fprintf(w, "| %d | %gms | %.3f | %.3f | %.2f | %.2f |\n", g.N, g.LatencyMs, g.RatioABP50, g.RatioABDrain, g.RatioACP50, g.RatioACDrain)
-	}
-	for _, g := range r.Runs {
-		if a := g.Arms[ArmSharded]; a != nil {
-			fmt.Fprintf(w, "\nSharded arm, N=%d, %gms: objects per shard (last round) %v, objects called for by two shards or the wrong one %d; sharded/operator drain %.3f (2 managers on the same cores: overhead, not speed-up)\n",
-				g.N, g.LatencyMs, a.ShardObjects, a.ShardViolations, ratio(a.DrainMs, g.Arms[ArmOperator].DrainMs))
-		}
+	if len(r.Runs) > 0 {
+		r.markdownGrid(w)
 	}
 	if r.Kinds != nil {
 		markdownKinds(w, r.Kinds)
+	}
+	if r.TTFC != nil {
+		markdownTTFC(w, r.TTFC)
 	}
 	if i := r.Idle; i != nil {
 		fmt.Fprintln(w)
@@ -344,4 +317,48 @@ func ratio(a, b float64) float64 {
 		return 0
 	}
 	return a / b
+}
+
+// markdownGrid prints the grid's tables.
+func (r *Report) markdownGrid(w io.Writer) {
+	fmt.Fprintln(w, "Time to Ready is measured from the start of the burst (all N requested at once); drain is the median round.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| N | latency | arm | p50 | p95 | p99 | drain | failed | k8s writes/obj | events/obj | Vercel req/obj |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, g := range r.Runs {
+		for _, arm := range []string{ArmOperator, ArmDirect, ArmFloor, ArmSharded} {
+			a := g.Arms[arm]
+			if a == nil {
+				continue
+			}
+			fmt.Fprintf(w, "| %d | %gms | %s | %s | %s | %s | %s | %d | %.2f | %.2f | %.2f |\n", g.N, g.LatencyMs, arm,
+				secs(a.P50Ms), secs(a.P95Ms), secs(a.P99Ms), secs(a.DrainMs), a.Failed,
+				a.SandboxWritesPerObject, a.EventWritesPerObject, a.VercelRequestsPerObject)
+		}
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "CPU per object (ms) by process, the manager's mean Sandbox write round trip, and the mean number of Vercel requests in flight until the median object was Ready (of --vercel-max-in-flight=%d):\n", r.Config.VercelInFlight)
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| N | latency | arm | harness (manager+emulator+client) | kube-apiserver | etcd | mean write | Vercel in flight to p50 |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
+	for _, g := range r.Runs {
+		for _, arm := range []string{ArmOperator, ArmDirect, ArmFloor, ArmSharded} {
+			if a := g.Arms[arm]; a != nil {
+				fmt.Fprintf(w, "| %d | %gms | %s | %.2f | %.2f | %.2f | %.1fms | %.2f |\n", g.N, g.LatencyMs, arm,
+					a.CPUMsPerObject["harness"], a.CPUMsPerObject["kube-apiserver"], a.CPUMsPerObject["etcd"], a.MeanWriteMs, a.VercelInFlightToP50)
+			}
+		}
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| N | latency | a/b p50 | a/b drain | a/c p50 | a/c drain |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+	for _, g := range r.Runs {
+		fmt.Fprintf(w, "| %d | %gms | %.3f | %.3f | %.2f | %.2f |\n", g.N, g.LatencyMs, g.RatioABP50, g.RatioABDrain, g.RatioACP50, g.RatioACDrain)
+	}
+	for _, g := range r.Runs {
+		if a := g.Arms[ArmSharded]; a != nil {
+			fmt.Fprintf(w, "\nSharded arm, N=%d, %gms: objects per shard (last round) %v, objects called for by two shards or the wrong one %d; sharded/operator drain %.3f (2 managers on the same cores: overhead, not speed-up)\n",
+				g.N, g.LatencyMs, a.ShardObjects, a.ShardViolations, ratio(a.DrainMs, g.Arms[ArmOperator].DrainMs))
+		}
+	}
 }

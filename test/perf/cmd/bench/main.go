@@ -54,6 +54,16 @@ func main() {
 	flag.StringVar(&cfg.APIServerProfile, "apiserver-profile", "", "Write a 10 s CPU profile of kube-apiserver, taken during the first operator arm at the largest -n, to this file.")
 	flag.StringVar(&memProfile, "memprofile", "", "Write a heap profile at the end of the run to this file.")
 	flag.IntVar(&cfg.Shards, "shards", d.Shards, "Managers the sharded arm splits the operator between (--shards); 0 or 1 leaves the arm out.")
+	ttfcOn, ttfc := true, perf.TTFCConfig{}
+	var ttfcRates, ttfcArms string
+	flag.BoolVar(&ttfcOn, "ttfc", true, "Run the time-to-first-command phase (after the kinds): new conversations get a sandbox and run a first command, per arm, under the emulator's latency profile.")
+	flag.BoolVar(&cfg.TTFCOnly, "ttfc-only", false, "Run only the time-to-first-command phase (no grid, kinds, idle or outage).")
+	flag.StringVar(&ttfcArms, "ttfc-arms", "sdk,operator", "Comma-separated arms of the time-to-first-command phase: "+strings.Join(perf.TTFCArmNames(), ", ")+".")
+	flag.StringVar(&ttfcRates, "ttfc-rates", "1,10", "Comma-separated steady rates of new conversations per second.")
+	flag.IntVar(&ttfc.Conversations, "ttfc-conversations", 30, "Conversations per steady rate.")
+	flag.IntVar(&ttfc.Burst, "ttfc-burst", 100, "Conversations started at once in the burst (negative skips it).")
+	flag.StringVar(&ttfc.Profile, "ttfc-profile", "vercel", "The emulator's latency profile during the phase: none or vercel.")
+	flag.Uint64Var(&ttfc.Seed, "ttfc-seed", 1, "Seed of the latency profile's draws.")
 	var large bool
 	flag.BoolVar(&large, "large", false, "The 10,000 grid: -n 100,1000,10000 (unless -n is given) and a -ready-timeout of at least 20m.")
 	flag.BoolVar(&verbose, "v", false, "Show the manager's logs.")
@@ -71,6 +81,13 @@ func main() {
 		fail(fmt.Errorf("-snapshots must be ≥ 0 and -fork-replicas between 0 and 100 (a SandboxFork's limit)"))
 	}
 	var err error
+	if ttfcOn || cfg.TTFCOnly {
+		if ttfc.Rates, err = parseRates(ttfcRates); err != nil {
+			fail(err)
+		}
+		ttfc.Arms = strings.Split(ttfcArms, ",")
+		cfg.TTFC = &ttfc
+	}
 	if cfg.Sizes, err = parseInts(sizes); err != nil {
 		fail(err)
 	}
@@ -127,6 +144,18 @@ func parseInts(s string) ([]int, error) {
 			return nil, fmt.Errorf("-n: %q is not a positive number", f)
 		}
 		out = append(out, n)
+	}
+	return out, nil
+}
+
+func parseRates(s string) ([]float64, error) {
+	var out []float64
+	for _, f := range strings.Split(s, ",") {
+		r, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || r <= 0 {
+			return nil, fmt.Errorf("-ttfc-rates: %q is not a positive rate", f)
+		}
+		out = append(out, r)
 	}
 	return out, nil
 }

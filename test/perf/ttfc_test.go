@@ -1,0 +1,68 @@
+package perf
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestTTFCSchedules(t *testing.T) {
+	s := ttfcSchedules(TTFCConfig{Rates: []float64{10, 0.5}, Conversations: 3, Burst: 4})
+	if len(s) != 3 {
+		t.Fatalf("%d schedules, want 3", len(s))
+	}
+	want := []time.Duration{0, 100 * time.Millisecond, 200 * time.Millisecond}
+	if s[0].name != "10/s" || s[0].key != "r10" || !slices.Equal(s[0].at, want) {
+		t.Errorf("10/s: %+v", s[0])
+	}
+	if s[1].key != "r0p5" || s[1].at[2] != 4*time.Second {
+		t.Errorf("0.5/s: %+v", s[1])
+	}
+	if s[2].name != "burst 4" || s[2].key != "b4" || !slices.Equal(s[2].at, make([]time.Duration, 4)) {
+		t.Errorf("burst: %+v", s[2])
+	}
+	if s := ttfcSchedules(TTFCConfig{Rates: []float64{1}, Conversations: 1, Burst: -1}); len(s) != 1 {
+		t.Errorf("a negative burst is skipped: %+v", s)
+	}
+}
+
+// TestRunSchedule: conversations start on schedule, each timed from its
+// scheduled start (a wait in the client counts), failures are reported
+// apart.
+func TestRunSchedule(t *testing.T) {
+	sched := ttfcSchedule{key: "r10", at: []time.Duration{0, 100 * time.Millisecond, 200 * time.Millisecond}}
+	var (
+		mu      sync.Mutex
+		started []time.Duration
+	)
+	t0 := time.Now()
+	times, errs, wall := runSchedule(context.Background(), sched, time.Second, func(ctx context.Context, id string) error {
+		mu.Lock()
+		started = append(started, time.Since(t0))
+		mu.Unlock()
+		time.Sleep(50 * time.Millisecond)
+		if strings.HasSuffix(id, "c0001") {
+			return errors.New("refused")
+		}
+		return nil
+	})
+	if len(times) != 2 || len(errs) != 1 || !strings.Contains(errs[0], "r10-c0001: refused") {
+		t.Fatalf("times %v errs %v", times, errs)
+	}
+	for _, d := range times {
+		if d < 50*time.Millisecond || d > 500*time.Millisecond {
+			t.Errorf("time %s, want about 50ms", d)
+		}
+	}
+	if wall < 250*time.Millisecond {
+		t.Errorf("wall %s: the last conversation starts at 200ms and takes 50ms", wall)
+	}
+	slices.Sort(started)
+	if len(started) != 3 || started[2] < 200*time.Millisecond {
+		t.Errorf("starts %v, want the last at ≥ 200ms", started)
+	}
+}
