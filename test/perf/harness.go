@@ -206,12 +206,14 @@ const (
 
 // harness is one run's environment.
 type harness struct {
-	cfg    Config
-	stack  *localstack.Stack
-	rest   *rest.Config
-	scheme *runtime.Scheme
-	kube   client.WithWatch
-	emu    *emulator.Emulator
+	cfg Config
+	// ttfcPoolSize is the pool arm's size for the running phase (ttfc_pool.go).
+	ttfcPoolSize int32
+	stack        *localstack.Stack
+	rest         *rest.Config
+	scheme       *runtime.Scheme
+	kube         client.WithWatch
+	emu          *emulator.Emulator
 	// vercelURL serves the emulator through rec.
 	vercelURL string
 	rec       *requestRecorder

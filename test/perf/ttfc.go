@@ -53,6 +53,8 @@ type TTFCConfig struct {
 	Seed    uint64
 	// Timeout bounds one conversation (default 2m).
 	Timeout time.Duration
+	// PoolSize is the pool arm's number of members (default 20).
+	PoolSize int32
 }
 
 func (c *TTFCConfig) defaults() {
@@ -76,6 +78,9 @@ func (c *TTFCConfig) defaults() {
 	}
 	if c.Timeout <= 0 {
 		c.Timeout = 2 * time.Minute
+	}
+	if c.PoolSize <= 0 {
+		c.PoolSize = 20
 	}
 }
 
@@ -156,6 +161,7 @@ func ttfcSchedules(c TTFCConfig) []ttfcSchedule {
 // then every schedule for every arm under the profile.
 func (h *harness) runTTFC(ctx context.Context, c TTFCConfig) (*TTFCResult, error) {
 	c.defaults()
+	h.ttfcPoolSize = c.PoolSize
 	prof, err := emulator.LatencyProfileByName(c.Profile)
 	if err != nil {
 		return nil, err

@@ -97,6 +97,24 @@ func firstCommand(ctx context.Context, vc *vercel.Client, sessionID string) erro
 // workspace SandboxSnapshot, waits (through one shared watch) until it is
 // Ready, and runs the first command in the session its status names.
 func (h *harness) prepareOperatorArm(ctx context.Context, src ttfcSource) (*ttfcArm, error) {
+	return h.sandboxArm(ctx, src, nil)
+}
+
+// ttfcSandboxSpec is the spec of a conversation's Sandbox (and of a pool's
+// members, which a claim must match).
+func ttfcSandboxSpec(src ttfcSource) sandboxv1.SandboxSpec {
+	return sandboxv1.SandboxSpec{
+		Source:         sandboxv1.SandboxSource{SnapshotRef: &sandboxv1.LocalObjectReference{Name: src.snapshotName}},
+		TimeoutSeconds: ptr.To[int64](sessionTimeoutSeconds),
+		// The phase's end deletes without Vercel calls (the plan's 20
+		// deletes per second would dominate it); deletes are not measured.
+		DeletionPolicy: sandboxv1.DeletionPolicyRetain,
+	}
+}
+
+// sandboxArm is an arm in which each conversation creates a Sandbox of
+// ttfcSandboxSpec, changed by edit (nil: none), and waits for it to be Ready.
+func (h *harness) sandboxArm(ctx context.Context, src ttfcSource, edit func(*sandboxv1.Sandbox)) (*ttfcArm, error) {
 	vc, err := h.appClient()
 	if err != nil {
 		return nil, err
@@ -107,13 +125,10 @@ func (h *harness) prepareOperatorArm(ctx context.Context, src ttfcSource) (*ttfc
 		ready := rw.expect(id)
 		sb := &sandboxv1.Sandbox{
 			ObjectMeta: metav1.ObjectMeta{Namespace: src.namespace, Name: id, Labels: map[string]string{armLabel: armTTFC}},
-			Spec: sandboxv1.SandboxSpec{
-				Source:         sandboxv1.SandboxSource{SnapshotRef: &sandboxv1.LocalObjectReference{Name: src.snapshotName}},
-				TimeoutSeconds: ptr.To[int64](sessionTimeoutSeconds),
-				// The phase's end deletes without Vercel calls (the plan's 20
-				// deletes per second would dominate it); deletes are not measured.
-				DeletionPolicy: sandboxv1.DeletionPolicyRetain,
-			},
+			Spec:       ttfcSandboxSpec(src),
+		}
+		if edit != nil {
+			edit(sb)
 		}
 		if err := h.kube.Create(ctx, sb); err != nil {
 			return fmt.Errorf("create Sandbox %s: %w", id, err)

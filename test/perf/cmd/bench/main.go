@@ -62,6 +62,7 @@ func main() {
 	flag.StringVar(&ttfcRates, "ttfc-rates", "1,10", "Comma-separated steady rates of new conversations per second.")
 	flag.IntVar(&ttfc.Conversations, "ttfc-conversations", 30, "Conversations per steady rate.")
 	flag.IntVar(&ttfc.Burst, "ttfc-burst", 100, "Conversations started at once in the burst (negative skips it).")
+	poolSize := flag.Int("ttfc-pool-size", 20, "Members of the pool arm's SandboxPool (the burst claims more than it holds: the rest are created cold).")
 	flag.StringVar(&ttfc.Profile, "ttfc-profile", "vercel", "The emulator's latency profile during the phase: none or vercel.")
 	flag.Uint64Var(&ttfc.Seed, "ttfc-seed", 1, "Seed of the latency profile's draws.")
 	var large bool
@@ -86,6 +87,7 @@ func main() {
 			fail(err)
 		}
 		ttfc.Arms = strings.Split(ttfcArms, ",")
+		ttfc.PoolSize = int32(*poolSize)
 		cfg.TTFC = &ttfc
 	}
 	if cfg.Sizes, err = parseInts(sizes); err != nil {
