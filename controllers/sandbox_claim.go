@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -50,6 +51,27 @@ const (
 // pool, or its Claimed condition records the outcome.
 func claimSettled(sbx *sandboxv1.Sandbox) bool {
 	return sbx.Spec.PoolRef == nil || meta.FindStatusCondition(sbx.Status.Conditions, sandboxv1.ConditionClaimed) != nil
+}
+
+// claimStep is the claim part of a Sandbox's reconcile: done says the
+// reconcile ends with res and err (a member a claimant is taking, or a claim
+// to look at again); otherwise the Sandbox goes on as an ordinary one,
+// claimed or cold.
+func (r *SandboxReconciler) claimStep(ctx context.Context, sbx *sandboxv1.Sandbox) (res ctrl.Result, done bool, err error) {
+	if claimedMember(sbx) {
+		// A claimant is taking its Vercel sandbox.
+		return ctrl.Result{}, true, nil
+	}
+	if claimSettled(sbx) {
+		return ctrl.Result{}, false, nil
+	}
+	switch out, err := r.claim(ctx, sbx); {
+	case err != nil:
+		return ctrl.Result{}, true, err
+	case out == claimRetry:
+		return ctrl.Result{RequeueAfter: claimCacheRetry}, true, nil
+	}
+	return ctrl.Result{}, false, nil
 }
 
 // claim takes a member for sbx, or decides it is created cold, or finishes
@@ -233,24 +255,8 @@ func (r *SandboxReconciler) handOver(ctx context.Context, sbx *sandboxv1.Sandbox
 	if err != nil {
 		return claimRetry, err
 	}
-	switch tags := resp.Sandbox.Tags; {
-	case ownerOf(tags, r.ClusterID, sbx.UID) == ownedBySelf:
-	case member != nil && ownerOf(tags, r.ClusterID, member.UID) == ownedBySelf:
-		want, err := adoptionTags(releasedTags(tags), r.ClusterID, sbx.UID)
-		if err != nil {
-			return claimRetry, err
-		}
-		// The PATCH answers without the session: the session read above
-		// is the one the claimant's spec is applied to (takeSession).
-		if _, err = r.api(ctx).UpdateSandbox(ctx, name, vercel.UpdateSandboxRequest{Tags: want}, false); err != nil {
-			return claimRetry, fmt.Errorf("tag sandbox %s of member %s as this object's: %w", name, c.Member, err)
-		}
-	case member == nil:
-		return r.claimLost(ctx, sbx, fmt.Sprintf("member %s is gone before its Vercel sandbox %s was handed over", c.Member, name))
-	default:
-		// Status names a sandbox that is neither this object's nor the
-		// marked member's: whoever wrote status cannot aim the claim at it.
-		return claimRetry, fmt.Errorf("the Vercel sandbox %s is %s, not member %s's: left alone", name, describeOwner(resp.Sandbox.Tags, r.ClusterID), c.Member)
+	if out, err := r.retag(ctx, sbx, member, name, resp.Sandbox.Tags); out != claimTaken || err != nil {
+		return out, err
 	}
 	if err := r.takeSession(ctx, sbx, member, name, resp); err != nil {
 		return claimRetry, err
@@ -262,6 +268,33 @@ func (r *SandboxReconciler) handOver(ctx context.Context, sbx *sandboxv1.Sandbox
 	}
 	r.claimed(ctx, sbx, member, name)
 	return claimTaken, nil
+}
+
+// retag makes the Vercel sandbox name (with tags) sbx's: already so, or
+// the marked member's and re-tagged now. claimTaken: go on with the hand-over.
+func (r *SandboxReconciler) retag(ctx context.Context, sbx, member *sandboxv1.Sandbox, name string, tags map[string]string) (claimOutcome, error) {
+	c := sbx.Status.Claim
+	switch {
+	case ownerOf(tags, r.ClusterID, sbx.UID) == ownedBySelf:
+		return claimTaken, nil
+	case member != nil && ownerOf(tags, r.ClusterID, member.UID) == ownedBySelf:
+		want, err := adoptionTags(releasedTags(tags), r.ClusterID, sbx.UID)
+		if err != nil {
+			return claimRetry, err
+		}
+		// The PATCH answers without the session: the session read before
+		// is the one the claimant's spec is applied to (takeSession).
+		if _, err = r.api(ctx).UpdateSandbox(ctx, name, vercel.UpdateSandboxRequest{Tags: want}, false); err != nil {
+			return claimRetry, fmt.Errorf("tag sandbox %s of member %s as this object's: %w", name, c.Member, err)
+		}
+		return claimTaken, nil
+	case member == nil:
+		return r.claimLost(ctx, sbx, fmt.Sprintf("member %s is gone before its Vercel sandbox %s was handed over", c.Member, name))
+	default:
+		// Status names a sandbox that is neither this object's nor the
+		// marked member's: whoever wrote status cannot aim the claim at it.
+		return claimRetry, fmt.Errorf("the Vercel sandbox %s is %s, not member %s's: left alone", name, describeOwner(tags, r.ClusterID), c.Member)
+	}
 }
 
 // recordedMember is the member status.claim names, when it still exists,

@@ -168,18 +168,8 @@ func (r *SandboxReconciler) clampHeartbeat(_ context.Context, sbx *sandboxv1.San
 // Vercel is due, else from Vercel — and acts on the decision it leads to.
 func (r *SandboxReconciler) reconcileSandbox(ctx context.Context, sbx *sandboxv1.Sandbox) (ctrl.Result, error) {
 	st := &sbx.Status
-	if claimedMember(sbx) {
-		// A claimant is taking its Vercel sandbox (sandbox_claim.go).
-		return ctrl.Result{}, nil
-	}
-	if !claimSettled(sbx) {
-		switch out, err := r.claim(ctx, sbx); {
-		case err != nil:
-			return ctrl.Result{}, err
-		case out == claimRetry:
-			return ctrl.Result{RequeueAfter: claimCacheRetry}, nil
-		}
-		// Taken or cold: from here on an ordinary Sandbox.
+	if res, done, err := r.claimStep(ctx, sbx); done {
+		return res, err
 	}
 	fresh := st.VercelName == ""
 	if fresh {
