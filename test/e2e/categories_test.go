@@ -42,8 +42,8 @@ func TestCategoriesStayInTheNamespace(t *testing.T) {
 			categories[c] = true
 		}
 	}
-	if kinds != 5 {
-		t.Fatalf("kubectl api-resources lists %d sandbox.sentry.io kinds, want 5:\n%s", kinds, out)
+	if kinds != 6 {
+		t.Fatalf("kubectl api-resources lists %d sandbox.sentry.io kinds, want 6:\n%s", kinds, out)
 	}
 	if !categories["sentry-sandboxes"] {
 		t.Fatalf("no kind is in the category sentry-sandboxes (README.md uses it):\n%s", out)

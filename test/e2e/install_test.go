@@ -45,7 +45,7 @@ func TestEveryCRDIsInstalled(t *testing.T) {
 	}
 	slices.Sort(generated)
 	kinds := []string{"sandboxclasses.sandbox.sentry.io", "sandboxes.sandbox.sentry.io", "sandboxforks.sandbox.sentry.io",
-		"sandboxquotas.sandbox.sentry.io", "sandboxsnapshots.sandbox.sentry.io"}
+		"sandboxpools.sandbox.sentry.io", "sandboxquotas.sandbox.sentry.io", "sandboxsnapshots.sandbox.sentry.io"}
 	if !slices.Equal(generated, kinds) {
 		t.Fatalf("config/crd/bases holds the CRDs %v, want the API's kinds %v", generated, kinds)
 	}

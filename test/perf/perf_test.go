@@ -87,8 +87,12 @@ func TestShortBench(t *testing.T) {
 		if op.SandboxWritesPerObject != 1 {
 			t.Errorf("operator: %.2f API-server writes per Sandbox from create to Ready, want 1", op.SandboxWritesPerObject)
 		}
-		if op.VercelRequestsPerObject != 1 || op.VercelCreatesPerObject != 1 {
-			t.Errorf("operator: %.2f Vercel requests per Sandbox from create to Ready, want 1 (the create)", op.VercelRequestsPerObject)
+		// Exactly one create; the stale-cache guard's reads (see the
+		// sharded arm below) appear under load: 1.02 and 1.04 per object
+		// inside a loaded make test, 1.00 alone. A read per object would be
+		// 2.00: bounded well below that.
+		if op.VercelRequestsPerObject > 1.25 || op.VercelCreatesPerObject != 1 {
+			t.Errorf("operator: %.2f Vercel requests and %.2f creates per Sandbox from create to Ready, want at most 1.25 and exactly 1", op.VercelRequestsPerObject, op.VercelCreatesPerObject)
 		}
 		// The sharded arm: the same work, split between two managers, each
 		// object's Vercel sandbox called for by its own shard only.
@@ -105,9 +109,9 @@ func TestShortBench(t *testing.T) {
 		// reached the cache makes it look in Vercel rather than create
 		// blind); with two managers sharing the machine it fires under load
 		// (1.02 per object at load 5.7 on 2 cores, 1.56 at load 10), so it is
-		// bounded at one read per object instead of asserted away.
-		if sh.SandboxWritesPerObject != 1 || sh.VercelCreatesPerObject != 1 || sh.VercelRequestsPerObject > 2 {
-			t.Errorf("sharded arm: %.2f writes, %.2f creates and %.2f Vercel requests per object, want 1, 1 and at most 2", sh.SandboxWritesPerObject, sh.VercelCreatesPerObject, sh.VercelRequestsPerObject)
+		// bounded below one read per object instead of asserted away.
+		if sh.SandboxWritesPerObject != 1 || sh.VercelCreatesPerObject != 1 || sh.VercelRequestsPerObject > 1.75 {
+			t.Errorf("sharded arm: %.2f writes, %.2f creates and %.2f Vercel requests per object, want 1, 1 and at most 1.75", sh.SandboxWritesPerObject, sh.VercelCreatesPerObject, sh.VercelRequestsPerObject)
 		}
 		if f := g.Arms[ArmFloor]; f.SandboxWritesPerObject != 1 || f.VercelRequestsPerObject != 0 {
 			t.Errorf("floor: %.2f writes and %.2f Vercel requests per object, want 1 and 0", f.SandboxWritesPerObject, f.VercelRequestsPerObject)
