@@ -26,11 +26,10 @@ import (
 	"github.com/getsentry/sandbox-controller/test/officialsdk"
 )
 
-// The versions of Vercel's official clients these tests drive (see
-// docs/dev/interactive-sessions.md for what was read from them).
+// The versions of Vercel's official clients these tests drive are
+// officialsdk.CLI and officialsdk.SDK (see docs/dev/interactive-sessions.md
+// for what was read from them).
 const (
-	officialCLI = officialsdk.CLI
-	officialSDK = officialsdk.SDK
 	// conformanceTag is the tag key on every sandbox these tests create; its
 	// value is the run's id, so a sweep finds what a crashed run left.
 	conformanceTag = "sandbox-controller-conformance"

@@ -137,7 +137,7 @@ func (h *harness) sandboxArm(ctx context.Context, src ttfcSource, edit func(*san
 		select {
 		case sid = <-ready:
 		case <-ctx.Done():
-			return fmt.Errorf("Sandbox %s not Ready: %w", id, ctx.Err())
+			return fmt.Errorf("the Sandbox %s is not Ready: %w", id, ctx.Err())
 		}
 		return firstCommand(ctx, vc, sid)
 	}
