@@ -49,6 +49,29 @@ func TestEveryCRDIsInstalled(t *testing.T) {
 	if !slices.Equal(generated, kinds) {
 		t.Fatalf("config/crd/bases holds the CRDs %v, want the API's kinds %v", generated, kinds)
 	}
+	// PROJECT (kubebuilder's record of the kinds) names the same kinds.
+	project, err := os.ReadFile(filepath.Join(repoRoot, "PROJECT"))
+	must(t, err)
+	var scaffold struct {
+		Resources []struct{ Kind string } `json:"resources"`
+	}
+	must(t, yaml.Unmarshal(project, &scaffold))
+	var recorded, crdKinds []string
+	for _, r := range scaffold.Resources {
+		recorded = append(recorded, r.Kind)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		must(t, err)
+		var crd apiextensionsv1.CustomResourceDefinition
+		must(t, yaml.Unmarshal(b, &crd))
+		crdKinds = append(crdKinds, crd.Spec.Names.Kind)
+	}
+	slices.Sort(recorded)
+	slices.Sort(crdKinds)
+	if !slices.Equal(recorded, crdKinds) {
+		t.Errorf("PROJECT records the kinds %v, config/crd/bases has CRDs for %v", recorded, crdKinds)
+	}
 	for _, dir := range []string{"config/crd", "config/default"} {
 		rendered, err := controlplane.Render(repoRoot, dir)
 		must(t, err)
