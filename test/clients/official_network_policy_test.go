@@ -20,6 +20,7 @@ import (
 
 	"github.com/getsentry/sandbox-controller/localstack/emulator"
 	"github.com/getsentry/sandbox-controller/localstack/emulator/sandboxruntime"
+	"github.com/getsentry/sandbox-controller/test/officialsdk"
 )
 
 // sdkPolicyEnforcement is what TestOfficialSDKNetworkPolicy runs the
@@ -133,7 +134,7 @@ func TestOfficialSDKNetworkPolicy(t *testing.T) {
 	brokerURL := "https://broker.example.com/egress/tok-" + hex.EncodeToString(randomBytes(t, 8))
 	name := "sdk-netpol-" + hex.EncodeToString(randomBytes(t, 4))
 	cmd := exec.CommandContext(ctx, "node", filepath.Join(repoRoot, "test", "clients", "testdata", "network-policy.mjs"))
-	cmd.Env = append(os.Environ(), officialNodeEnv(t, apiURL, e.Token(), modules)...)
+	cmd.Env = append(os.Environ(), officialsdk.NodeEnv(repoRoot, modules, apiURL, e.Token(), t.TempDir())...)
 	cmd.Env = append(cmd.Env, "VERCEL_TOKEN="+e.Token(), "VERCEL_TEAM_ID=team_emulator", "VERCEL_PROJECT_ID=prj_emulator",
 		"SANDBOX_NAME="+name, "CANARY="+canary, "BROKER_URL="+brokerURL)
 	cmd.Dir = filepath.Dir(modules)

@@ -99,27 +99,8 @@ func newTarget(t *testing.T) *target {
 	if tg.real {
 		emulatorURL = ""
 	}
-	tg.nodeEnv = officialNodeEnv(t, emulatorURL, tg.token, tg.nodeModules)
+	tg.nodeEnv = officialsdk.NodeEnv(repoRoot, tg.nodeModules, emulatorURL, tg.token, t.TempDir())
 	return tg
-}
-
-// officialNodeEnv is the environment the official CLI and SDK run with: a
-// home of their own, no telemetry or colour, the token, the installed
-// packages, and with emulatorURL set, the shim that sends their Vercel
-// requests there (they have no base-URL setting).
-func officialNodeEnv(t *testing.T, emulatorURL, token, nodeModules string) []string {
-	home := t.TempDir()
-	env := []string{
-		"HOME=" + home, "XDG_CONFIG_HOME=" + home, "XDG_DATA_HOME=" + home, "XDG_CACHE_HOME=" + home,
-		"VERCEL_AUTH_TOKEN=" + token,
-		"VERCEL_TELEMETRY_DISABLED=1", "SANDBOX_SKIP_VERSION_CHECK=1", "NO_COLOR=1", "FORCE_COLOR=0",
-		"OFFICIAL_NODE_MODULES=" + nodeModules,
-	}
-	if emulatorURL != "" {
-		shim := officialsdk.Shim(repoRoot)
-		env = append(env, "SANDBOX_EMULATOR_URL="+emulatorURL, "NODE_OPTIONS=--import="+shim)
-	}
-	return env
 }
 
 // requireAnswering stops the test with what to do when the emulator the

@@ -61,15 +61,20 @@ func Shim(repoRoot string) string {
 	return filepath.Join(repoRoot, "test", "clients", "testdata", "vercel-to-emulator.mjs")
 }
 
-// NodeEnv is the environment of a node program using the official SDK
-// against the emulator at apiURL with token: the packages in modules, the
-// shim loaded, telemetry and version checks off, and a home of its own.
+// NodeEnv is the environment of a node program using the official CLI or
+// SDK with token: the packages in modules, telemetry, version checks and
+// colour off, and a home of its own; with apiURL set, the shim that sends
+// their Vercel requests to the emulator there (they have no base-URL
+// setting). apiURL "" leaves them talking to Vercel.
 func NodeEnv(repoRoot, modules, apiURL, token, home string) []string {
-	return []string{
+	env := []string{
 		"HOME=" + home, "XDG_CONFIG_HOME=" + home, "XDG_DATA_HOME=" + home, "XDG_CACHE_HOME=" + home,
 		"VERCEL_AUTH_TOKEN=" + token,
 		"VERCEL_TELEMETRY_DISABLED=1", "SANDBOX_SKIP_VERSION_CHECK=1", "NO_COLOR=1", "FORCE_COLOR=0",
 		"OFFICIAL_NODE_MODULES=" + modules,
-		"SANDBOX_EMULATOR_URL=" + apiURL, "NODE_OPTIONS=--import=" + Shim(repoRoot),
 	}
+	if apiURL != "" {
+		env = append(env, "SANDBOX_EMULATOR_URL="+apiURL, "NODE_OPTIONS=--import="+Shim(repoRoot))
+	}
+	return env
 }
