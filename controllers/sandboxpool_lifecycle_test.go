@@ -89,7 +89,6 @@ var _ = Describe("SandboxPool members", func() {
 
 		var member sandboxv1.Sandbox
 		Eventually(func(g Gomega) {
-			g.Expect(getPool(key).Status.ReadyReplicas).To(Equal(int32(1)))
 			ms := poolMembers(key)
 			g.Expect(ms).To(HaveLen(1))
 			member = ms[0]
@@ -97,9 +96,13 @@ var _ = Describe("SandboxPool members", func() {
 			g.Expect(member.Status.Phase).To(Equal(sandboxv1.SandboxStopped))
 			g.Expect(member.Status.Setup).NotTo(BeNil())
 			g.Expect(member.Status.Setup.State).To(Equal(sandboxv1.SetupSucceeded), "paused only after its setup")
+			// Read after the member stopped: a pool status written while
+			// the member was still stopping counts it as not yet ready.
+			pool := getPool(key)
+			g.Expect(pool.Status.ReadyReplicas).To(Equal(int32(1)))
+			g.Expect(meta.IsStatusConditionTrue(pool.Status.Conditions, sandboxv1.ConditionReady)).To(BeTrue())
 		}, 60*time.Second).Should(Succeed())
 		Expect(vercelStatus(member.Status.VercelName)).To(Equal(vercel.SessionStopped), "nothing runs while it waits")
-		Expect(meta.IsStatusConditionTrue(getPool(key).Status.Conditions, sandboxv1.ConditionReady)).To(BeTrue())
 
 		c := claimant(ns, "conversation", "cold-storage", spec)
 		sbx := waitReady(c)
