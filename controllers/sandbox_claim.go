@@ -27,6 +27,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+	"github.com/getsentry/sandbox-controller/internal/httplimit"
 	"github.com/getsentry/sandbox-controller/internal/metrics"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 )
@@ -77,13 +78,20 @@ func (r *SandboxReconciler) claimStep(ctx context.Context, sbx *sandboxv1.Sandbo
 // claim takes a member for sbx, or decides it is created cold, or finishes
 // a claim a restart interrupted.
 func (r *SandboxReconciler) claim(ctx context.Context, sbx *sandboxv1.Sandbox) (claimOutcome, error) {
+	// What the claim metric measures from: this reconcile when it takes the
+	// member (creationTimestamp has a resolution of one second, coarser than
+	// a claim), else the recorded claim a restart finishes.
+	var since time.Time
 	if sbx.Status.Claim == nil {
+		since = r.now()
 		out, err := r.takeMember(ctx, sbx)
 		if out != claimTaken || err != nil {
 			return out, err
 		}
+	} else if at := sbx.Status.Claim.ClaimedAt; at != nil {
+		since = at.Time
 	}
-	return r.handOver(ctx, sbx)
+	return r.handOver(ctx, sbx, since)
 }
 
 // takeMember marks a member for sbx and records it in sbx's status, or
@@ -236,11 +244,18 @@ func (r *SandboxReconciler) goCold(ctx context.Context, sbx, base *sandboxv1.San
 // member object is marked for sbx), sbx's spec applied, a stopped session
 // resumed, and the member object deleted. Every step may run again after a
 // restart.
-func (r *SandboxReconciler) handOver(ctx context.Context, sbx *sandboxv1.Sandbox) (claimOutcome, error) {
+//
+// Its quick Vercel calls (the read, the re-tag, the spec's changes) may use
+// the reserved in-flight slots (httplimit.WithPriority): a user waits on a
+// claim, and under load every regular slot can be held by the slow creates
+// that refill the pool. Resuming a stopped member is a start and waits its
+// turn.
+func (r *SandboxReconciler) handOver(ctx context.Context, sbx *sandboxv1.Sandbox, since time.Time) (claimOutcome, error) {
 	c := sbx.Status.Claim
 	name := remoteName(sbx)
 	sbx.Status.VercelName = name
-	resp, err := r.api(ctx).GetSandbox(ctx, name, false)
+	quick := httplimit.WithPriority(ctx)
+	resp, err := r.api(ctx).GetSandbox(quick, name, false)
 	if vercel.IsNotFound(err) {
 		// The member is useless without its sandbox: it goes too.
 		if m, gerr := r.recordedMember(ctx, sbx); gerr == nil && m != nil {
@@ -255,7 +270,7 @@ func (r *SandboxReconciler) handOver(ctx context.Context, sbx *sandboxv1.Sandbox
 	if err != nil {
 		return claimRetry, err
 	}
-	if out, err := r.retag(ctx, sbx, member, name, resp.Sandbox.Tags); out != claimTaken || err != nil {
+	if out, err := r.retag(quick, sbx, member, name, resp.Sandbox.Tags); out != claimTaken || err != nil {
 		return out, err
 	}
 	if err := r.takeSession(ctx, sbx, member, name, resp); err != nil {
@@ -266,7 +281,7 @@ func (r *SandboxReconciler) handOver(ctx context.Context, sbx *sandboxv1.Sandbox
 			return claimRetry, fmt.Errorf("delete member %s: %w", c.Member, err)
 		}
 	}
-	r.claimed(ctx, sbx, member, name)
+	r.claimed(ctx, sbx, member, name, since)
 	return claimTaken, nil
 }
 
@@ -325,7 +340,7 @@ func (r *SandboxReconciler) takeSession(ctx context.Context, sbx, member *sandbo
 		id = resp.Session.ID
 	}
 	secrets := &secretReader{reader: r.APIReader, namespace: sbx.Namespace}
-	if err := r.apply(ctx, sbx, id, secrets); err != nil {
+	if err := r.apply(httplimit.WithPriority(ctx), sbx, id, secrets); err != nil {
 		return err
 	}
 	r.recordSecrets(sbx, secrets)
@@ -347,8 +362,8 @@ func (r *SandboxReconciler) takeSession(ctx context.Context, sbx, member *sandbo
 }
 
 // claimed records a finished hand-over: Claimed=True, an event and the
-// metrics.
-func (r *SandboxReconciler) claimed(ctx context.Context, sbx *sandboxv1.Sandbox, member *sandboxv1.Sandbox, name string) {
+// metrics (the claim's time from since; zero: unknown, not observed).
+func (r *SandboxReconciler) claimed(ctx context.Context, sbx *sandboxv1.Sandbox, member *sandboxv1.Sandbox, name string, since time.Time) {
 	c := sbx.Status.Claim
 	msg := fmt.Sprintf("Took member %s of SandboxPool %q: Vercel sandbox %s", c.Member, c.Pool, name)
 	setCondition(&sbx.Status.Conditions, sbx.Generation, sandboxv1.ConditionClaimed, metav1.ConditionTrue, sandboxv1.ReasonClaimed, msg)
@@ -360,7 +375,11 @@ func (r *SandboxReconciler) claimed(ctx context.Context, sbx *sandboxv1.Sandbox,
 			idle = r.now().Sub(rc.LastTransitionTime.Time).Seconds()
 		}
 	}
-	metrics.ObserveClaim(sbx.Namespace, c.Pool, "hit", r.now().Sub(sbx.CreationTimestamp.Time).Seconds(), idle)
+	seconds := -1.0
+	if !since.IsZero() {
+		seconds = r.now().Sub(since).Seconds()
+	}
+	metrics.ObserveClaim(sbx.Namespace, c.Pool, "hit", seconds, idle)
 }
 
 // claimLost gives up a recorded claim whose member or sandbox vanished

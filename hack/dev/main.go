@@ -73,8 +73,8 @@ func main() {
 	flag.DurationVar(&c.backoffCap, "backoff-cap", time.Minute, "Longest delay between retries after an error.")
 	flag.DurationVar(&c.maxSessionLength, "max-session-length", controllers.DefaultMaxSessionLength, "The Vercel plan's maximum session length: heartbeats never extend a session beyond it (the emulator's Pro plan allows 24h).")
 	flag.DurationVar(&c.shutdownWarning, "shutdown-warning", controllers.DefaultShutdownWarning, "How long before a Sandbox's spec.shutdownTime the ShutdownWarning event is emitted.")
-	flag.IntVar(&c.concurrency, "max-concurrent-reconciles", 16, "Reconciles of each kind that run in parallel.")
-	flag.IntVar(&c.vercelInFlight, "vercel-max-in-flight", 4, "Vercel requests in flight at once, shared by all kinds (0: no bound).")
+	flag.IntVar(&c.concurrency, "max-concurrent-reconciles", 32, "Reconciles of each kind that run in parallel.")
+	flag.IntVar(&c.vercelInFlight, "vercel-max-in-flight", 32, "Vercel requests in flight at once, shared by all kinds (0: no bound).")
 	flag.BoolVar(&c.deployed, "deployed", false, "Start no manager and install nothing: follow the README's \"Install on a cluster\" against this control plane (make deploy), whose Deployment's pods a local kubelet runs as processes.")
 	c.zap = zap.Options{Development: true}
 	c.zap.BindFlags(flag.CommandLine)

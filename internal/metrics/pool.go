@@ -22,12 +22,14 @@ var (
 		Help:      "Claims of Sandboxes naming a SandboxPool, by namespace, pool and outcome (hit, PoolEmpty, SpecMismatch, PoolNotFound).",
 	}, []string{"namespace", "pool", "outcome"})
 
-	// PoolClaimSeconds is how long a claim took, from the claimant's
-	// creation to its member's Vercel sandbox being its own.
+	// PoolClaimSeconds is how long a claim took, from the reconcile that
+	// took the member to its Vercel sandbox being the claimant's. Not from
+	// the claimant's creation: creationTimestamp has a resolution of one
+	// second, coarser than a claim.
 	PoolClaimSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: namespace,
 		Name:      "pool_claim_seconds",
-		Help:      "Seconds from a claiming Sandbox's creation until the member's Vercel sandbox was its own, by namespace and pool.",
+		Help:      "Seconds from the reconcile that took a pool member for a claiming Sandbox until the member's Vercel sandbox was its own, by namespace and pool.",
 		Buckets:   []float64{0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30},
 	}, []string{"namespace", "pool"})
 
@@ -48,14 +50,17 @@ func SetPoolSize(ns, pool string, unclaimed, ready, target int32) {
 	PoolMembers.WithLabelValues(ns, pool, "target").Set(float64(target))
 }
 
-// ObserveClaim records one claim's outcome, and for a hit its latency and
-// the member's idle time.
+// ObserveClaim records one claim's outcome, and for a hit its latency
+// (negative: not known, as for a claim a restart finished without its
+// recorded time) and the member's idle time.
 func ObserveClaim(ns, pool, outcome string, seconds, idleSeconds float64) {
 	PoolClaims.WithLabelValues(ns, pool, outcome).Inc()
 	if outcome != "hit" {
 		return
 	}
-	PoolClaimSeconds.WithLabelValues(ns, pool).Observe(seconds)
+	if seconds >= 0 {
+		PoolClaimSeconds.WithLabelValues(ns, pool).Observe(seconds)
+	}
 	PoolMemberIdleSeconds.WithLabelValues(ns, pool).Observe(idleSeconds)
 }
 

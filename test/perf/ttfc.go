@@ -133,6 +133,8 @@ type TTFCRow struct {
 	MaxMs         float64  `json:"maxMs"`
 	// WallMs is from the first scheduled start to the last answer.
 	WallMs float64 `json:"wallMs"`
+	// Pool is the pool arm's claims during the row (the manager's metrics).
+	Pool *TTFCPoolStats `json:"pool,omitempty"`
 }
 
 // ttfcSchedule is when each conversation of one run starts.
@@ -227,6 +229,7 @@ func (h *harness) runTTFCArm(ctx context.Context, c TTFCConfig, name string, src
 	if err != nil {
 		return nil, fmt.Errorf("ttfc arm %s: warm-up: %w", name, err)
 	}
+	before := h.scrapeManagerMetrics(ctx)
 	times, errs, wall := runSchedule(ctx, sched, c.Timeout, arm.conversation)
 	row := &TTFCRow{Arm: name, Schedule: sched.name, Conversations: len(sched.at), Failed: len(errs), WallMs: ms(wall)}
 	row.Errors = firstN(errs, 3)
@@ -234,6 +237,9 @@ func (h *harness) runTTFCArm(ctx context.Context, c TTFCConfig, name string, src
 	row.P50Ms, row.P95Ms, row.P99Ms = ms(pct(times, 50)), ms(pct(times, 95)), ms(pct(times, 99))
 	if len(times) > 0 {
 		row.MaxMs = ms(times[len(times)-1])
+	}
+	if name == TTFCArmPool {
+		row.Pool = poolStats(src.namespace, before, h.scrapeManagerMetrics(ctx))
 	}
 	return row, nil
 }
@@ -299,6 +305,12 @@ func markdownTTFC(w io.Writer, r *TTFCResult) {
 		}
 		fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %s | %s | %d | %s |\n", row.Schedule, row.Arm, row.Conversations,
 			secs(row.P50Ms), secs(row.P95Ms), secs(row.P99Ms), secs(row.MaxMs), row.Failed, ratio)
+	}
+	for _, row := range r.Rows {
+		if p := row.Pool; p != nil {
+			fmt.Fprintf(w, "* %s pool: %d claims took a member, %d were created cold %v; a claim took %.0f ms on average (creation to hand-over), its member had waited %.1f s ready\n",
+				row.Schedule, p.Hits, p.Cold(), p.Misses, p.ClaimMeanMs, p.IdleMeanSeconds)
+		}
 	}
 	for _, row := range r.Rows {
 		for _, e := range row.Errors {

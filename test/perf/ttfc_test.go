@@ -3,6 +3,7 @@ package perf
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -64,5 +65,24 @@ func TestRunSchedule(t *testing.T) {
 	slices.Sort(started)
 	if len(started) != 3 || started[2] < 200*time.Millisecond {
 		t.Errorf("starts %v, want the last at ≥ 200ms", started)
+	}
+}
+
+func TestPoolStatsFromMetricDeltas(t *testing.T) {
+	const ns = "bench-ttfc-1"
+	series := func(name, labels string) string { return name + "{namespace=" + ns + labels + ",pool=" + ttfcPoolName + "}" }
+	hit := series("sandbox_controller_pool_claims_total", ",outcome=hit")
+	empty := series("sandbox_controller_pool_claims_total", ",outcome=PoolEmpty")
+	claim := "sandbox_controller_pool_claim_seconds{namespace=" + ns + ",pool=" + ttfcPoolName + "}"
+	idle := "sandbox_controller_pool_member_idle_seconds{namespace=" + ns + ",pool=" + ttfcPoolName + "}"
+	other := "sandbox_controller_pool_claims_total{namespace=other,outcome=hit,pool=" + ttfcPoolName + "}"
+	before := map[string]float64{hit: 2, claim + "_sum": 1, claim + "_count": 2, idle + "_sum": 10, idle + "_count": 2, other: 5}
+	after := map[string]float64{hit: 5, empty: 1, claim + "_sum": 1.6, claim + "_count": 5, idle + "_sum": 40, idle + "_count": 5, other: 50}
+	got := poolStats(ns, before, after)
+	if got.Hits != 3 || got.Cold() != 1 || got.Misses["PoolEmpty"] != 1 {
+		t.Errorf("hits %d, misses %v; want 3 hits and 1 PoolEmpty", got.Hits, got.Misses)
+	}
+	if math.Abs(got.ClaimMeanMs-200) > 1e-6 || math.Abs(got.IdleMeanSeconds-10) > 1e-6 {
+		t.Errorf("claim mean %.3f ms, idle mean %.3f s; want 200 ms and 10 s", got.ClaimMeanMs, got.IdleMeanSeconds)
 	}
 }
