@@ -209,6 +209,7 @@ func TestPoolMismatch(t *testing.T) {
 			s.NetworkPolicy = &sandboxv1.NetworkPolicy{Mode: sandboxv1.NetworkDenyAll}
 		}, ""},
 		{"source", func(s *sandboxv1.SandboxSpec) { s.Source.Runtime = ptr.To(sandboxv1.Runtime("python3.13")) }, "spec.source"},
+		{"resources", func(s *sandboxv1.SandboxSpec) { s.Resources = &sandboxv1.SandboxResources{VCPUs: ptr.To[int32](2)} }, "spec.resources"},
 		{"an env var added", func(s *sandboxv1.SandboxSpec) { s.Env = []sandboxv1.EnvVar{{Name: "A", Value: ptr.To("1")}} }, "spec.env"},
 		{"persistent unset counts", func(s *sandboxv1.SandboxSpec) { s.Persistent = nil }, "spec.persistent"},
 		{"class and setup", func(s *sandboxv1.SandboxSpec) {
