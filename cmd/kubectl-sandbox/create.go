@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -8,8 +9,10 @@ import (
 
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+	"github.com/getsentry/sandbox-controller/pkg/sandboxclient"
 )
 
 // specFlags are the create/up flags, one per field of the Sandbox spec.
@@ -56,18 +59,72 @@ func (f *specFlags) add(cmd *cobra.Command) {
 // are written, so the API server's defaults apply to the rest.
 func (f *specFlags) sandbox(cmd *cobra.Command, namespace, name string) (*sandboxv1.Sandbox, error) {
 	sbx := &sandboxv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
-	spec := &sbx.Spec
-	changed := cmd.Flags().Changed
-
-	labels, err := keyValues("--label", f.labels)
-	if err != nil {
+	if err := f.overlay(cmd, sbx); err != nil {
 		return nil, err
 	}
-	if len(labels) > 0 {
-		sbx.Labels = labels
+	if src := &sbx.Spec.Source; src.Git == nil && src.Tarball == nil && src.SnapshotRef == nil && src.SnapshotID == nil && src.Runtime == nil {
+		rt := sandboxv1.Runtime("node24")
+		src.Runtime = &rt
 	}
+	return sbx, nil
+}
 
-	src := &spec.Source
+// overlay writes the flags that were set onto sbx, leaving the rest as it
+// is: onto an empty Sandbox for a plain create, onto a pool's template for
+// create --pool. A source flag replaces the whole source; --env and
+// --env-from-secret replace a variable of the same name or add one.
+func (f *specFlags) overlay(cmd *cobra.Command, sbx *sandboxv1.Sandbox) error {
+	spec := &sbx.Spec
+	labels, err := keyValues("--label", f.labels)
+	if err != nil {
+		return err
+	}
+	for k, v := range labels {
+		metav1.SetMetaDataLabel(&sbx.ObjectMeta, k, v)
+	}
+	if err := f.overlaySource(&spec.Source); err != nil {
+		return err
+	}
+	if err := f.overlayEnv(spec); err != nil {
+		return err
+	}
+	if f.vcpus > 0 {
+		spec.Resources = &sandboxv1.SandboxResources{VCPUs: &f.vcpus}
+	}
+	if len(f.ports) > 0 {
+		spec.Ports = f.ports
+	}
+	if f.timeoutSeconds > 0 {
+		spec.TimeoutSeconds = &f.timeoutSeconds
+	}
+	if f.network != "" || len(f.allowDomains) > 0 {
+		spec.NetworkPolicy = &sandboxv1.NetworkPolicy{Mode: sandboxv1.NetworkMode(f.network), AllowedDomains: f.allowDomains}
+		if f.network == "" {
+			spec.NetworkPolicy.Mode = sandboxv1.NetworkAllowlist
+		}
+	}
+	if cmd.Flags().Changed("persistent") {
+		spec.Persistent = &f.persistent
+	}
+	if len(f.setup) > 0 {
+		spec.Setup = nil
+		for i, line := range f.setup {
+			spec.Setup = append(spec.Setup, sandboxv1.SetupCommand{
+				Name: "setup-" + strconv.Itoa(i+1), Command: "sh", Args: []string{"-c", line}})
+		}
+	}
+	return f.overlayLifecycle(spec)
+}
+
+// overlaySource replaces the source when a source flag is set.
+func (f *specFlags) overlaySource(src *sandboxv1.SandboxSource) error {
+	if f.gitURL == "" && (f.gitRevision != "" || f.gitDepth > 0 || f.gitSecret != "") {
+		return fmt.Errorf("--git-revision, --git-depth and --git-secret need --git")
+	}
+	if f.runtime == "" && f.gitURL == "" && f.tarball == "" && f.snapshot == "" && f.snapshotID == "" {
+		return nil
+	}
+	*src = sandboxv1.SandboxSource{}
 	if f.runtime != "" {
 		rt := sandboxv1.Runtime(f.runtime)
 		src.Runtime = &rt
@@ -80,8 +137,6 @@ func (f *specFlags) sandbox(cmd *cobra.Command, namespace, name string) (*sandbo
 		if f.gitSecret != "" {
 			src.Git.Credentials = &sandboxv1.GitCredentials{SecretName: f.gitSecret}
 		}
-	} else if f.gitRevision != "" || f.gitDepth > 0 || f.gitSecret != "" {
-		return nil, fmt.Errorf("--git-revision, --git-depth and --git-secret need --git")
 	}
 	if f.tarball != "" {
 		src.Tarball = &sandboxv1.TarballSource{URL: f.tarball}
@@ -92,65 +147,63 @@ func (f *specFlags) sandbox(cmd *cobra.Command, namespace, name string) (*sandbo
 	if f.snapshotID != "" {
 		src.SnapshotID = &f.snapshotID
 	}
-	if src.Git == nil && src.Tarball == nil && src.SnapshotRef == nil && src.SnapshotID == nil && src.Runtime == nil {
-		rt := sandboxv1.Runtime("node24")
-		src.Runtime = &rt
-	}
 	// More than one source is left to the API server, whose CRD rule names them.
+	return nil
+}
 
-	if f.vcpus > 0 {
-		spec.Resources = &sandboxv1.SandboxResources{VCPUs: &f.vcpus}
-	}
-	spec.Ports = f.ports
-	if f.timeoutSeconds > 0 {
-		spec.TimeoutSeconds = &f.timeoutSeconds
+// overlayEnv sets --env and --env-from-secret variables, in order.
+func (f *specFlags) overlayEnv(spec *sandboxv1.SandboxSpec) error {
+	set := func(v sandboxv1.EnvVar) {
+		for i := range spec.Env {
+			if spec.Env[i].Name == v.Name {
+				spec.Env[i] = v
+				return
+			}
+		}
+		spec.Env = append(spec.Env, v)
 	}
 	env, err := keyValueList("--env", f.env)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for _, kv := range env {
 		v := kv[1]
-		spec.Env = append(spec.Env, sandboxv1.EnvVar{Name: kv[0], Value: &v})
+		set(sandboxv1.EnvVar{Name: kv[0], Value: &v})
 	}
 	fromSecret, err := keyValueList("--env-from-secret", f.envFromSecret)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for _, kv := range fromSecret {
 		secret, key, ok := strings.Cut(kv[1], ":")
 		if !ok || secret == "" || key == "" {
-			return nil, fmt.Errorf("--env-from-secret %s=%s: want KEY=SECRET:KEY", kv[0], kv[1])
+			return fmt.Errorf("--env-from-secret %s=%s: want KEY=SECRET:KEY", kv[0], kv[1])
 		}
-		spec.Env = append(spec.Env, sandboxv1.EnvVar{Name: kv[0], ValueFrom: &sandboxv1.EnvVarSource{
+		set(sandboxv1.EnvVar{Name: kv[0], ValueFrom: &sandboxv1.EnvVarSource{
 			SecretKeyRef: sandboxv1.SecretKeySelector{Name: secret, Key: key}}})
 	}
-	if f.network != "" || len(f.allowDomains) > 0 {
-		spec.NetworkPolicy = &sandboxv1.NetworkPolicy{Mode: sandboxv1.NetworkMode(f.network), AllowedDomains: f.allowDomains}
-		if f.network == "" {
-			spec.NetworkPolicy.Mode = sandboxv1.NetworkAllowlist
-		}
+	return nil
+}
+
+// overlayLifecycle sets state, deletion and shutdown.
+func (f *specFlags) overlayLifecycle(spec *sandboxv1.SandboxSpec) error {
+	if f.deletionPolicy != "" {
+		spec.DeletionPolicy = sandboxv1.DeletionPolicy(f.deletionPolicy)
 	}
-	if changed("persistent") {
-		spec.Persistent = &f.persistent
-	}
-	for i, line := range f.setup {
-		spec.Setup = append(spec.Setup, sandboxv1.SetupCommand{
-			Name: "setup-" + strconv.Itoa(i+1), Command: "sh", Args: []string{"-c", line}})
-	}
-	spec.DeletionPolicy = sandboxv1.DeletionPolicy(f.deletionPolicy)
 	if f.stopped {
 		spec.State = sandboxv1.SandboxStateStopped
 	}
 	if f.shutdownTime != "" {
 		t, err := parseTimeOrDuration(f.shutdownTime)
 		if err != nil {
-			return nil, fmt.Errorf("--shutdown-time: %w", err)
+			return fmt.Errorf("--shutdown-time: %w", err)
 		}
 		spec.ShutdownTime = &metav1.Time{Time: t}
 	}
-	spec.ShutdownPolicy = sandboxv1.ShutdownPolicy(f.shutdownPolicy)
-	return sbx, nil
+	if f.shutdownPolicy != "" {
+		spec.ShutdownPolicy = sandboxv1.ShutdownPolicy(f.shutdownPolicy)
+	}
+	return nil
 }
 
 func parseTimeOrDuration(s string) (time.Time, error) {
@@ -195,6 +248,7 @@ func keyValues(flag string, args []string) (map[string]string, error) {
 func newCreateCommand(o *options, up bool) *cobra.Command {
 	var (
 		spec   specFlags
+		pool   poolFlags
 		wait   bool
 		dryRun string
 	)
@@ -202,7 +256,8 @@ func newCreateCommand(o *options, up bool) *cobra.Command {
 		Use:   "create NAME [flags]",
 		Short: "Create a Sandbox (flags mirror its spec)",
 		Example: `  kubectl sandbox create dev --runtime node24 --port 3000 --setup 'npm ci' --wait
-  kubectl sandbox create dev --git https://github.com/acme/app --dry-run=client -o yaml`,
+  kubectl sandbox create dev --git https://github.com/acme/app --dry-run=client -o yaml
+  kubectl sandbox create conversation-1 --pool workspace-pool --network DenyAll --wait`,
 		Args: cobra.ExactArgs(1),
 	}
 	if up {
@@ -210,11 +265,16 @@ func newCreateCommand(o *options, up bool) *cobra.Command {
 		cmd.Short = "Create a Sandbox unless it exists, wake it, and wait until it is Ready"
 		cmd.Long = `up is what a session of work starts with: it creates the Sandbox unless one of that name
 exists (an existing one is used as it is; the spec flags apply only to a new one), records a
-heartbeat (which wakes an Idle Sandbox), and waits until it is Ready.`
+heartbeat (which wakes an Idle Sandbox), and waits until it is Ready.
+
+With --pool it claims a ready member of that SandboxPool: the new Sandbox's spec is the pool's
+template with spec.poolRef, and it prints whether a member was claimed or why it was created cold.`
 		cmd.Example = `  kubectl sandbox up dev --runtime node24 --port 3000
+  kubectl sandbox up conversation-1 --pool workspace-pool --timeout-seconds 600
   kubectl sandbox up dev -o jsonpath='{.status.routes[0].url}'`
 	}
 	spec.add(cmd)
+	pool.add(cmd)
 	pf := printFlags(cmd, "created")
 	timeout := timeoutFlag(cmd, 5*time.Minute)
 	if !up {
@@ -230,27 +290,23 @@ heartbeat (which wakes an Idle Sandbox), and waits until it is Ready.`
 		if err != nil {
 			return err
 		}
+		ctx, cancel := withTimeout(cmd.Context(), *timeout)
+		defer cancel()
+		if pool.name != "" {
+			return pool.run(ctx, cmd, o, c, &spec, poolRun{ns: ns, name: name, up: up, wait: wait, dryRun: dryRun, pf: pf})
+		}
+		if pool.allowCold {
+			return fmt.Errorf("--allow-cold applies with --pool only")
+		}
 		sbx, err := spec.sandbox(cmd, ns, name)
 		if err != nil {
 			return err
 		}
-		ctx, cancel := withTimeout(cmd.Context(), *timeout)
-		defer cancel()
 		if up {
 			pf.NamePrintFlags.Operation = "ready"
 			sbx, err = c.EnsureReady(ctx, sbx)
 		} else {
-			switch dryRun {
-			case "none":
-				sbx, err = c.Clientset().SandboxV1alpha1().Sandboxes(ns).Create(ctx, sbx, metav1.CreateOptions{})
-			case "client":
-				pf.NamePrintFlags.Operation = "created (dry run)"
-			case "server":
-				pf.NamePrintFlags.Operation = "created (server dry run)"
-				sbx, err = c.Clientset().SandboxV1alpha1().Sandboxes(ns).Create(ctx, sbx, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-			default:
-				return fmt.Errorf(`--dry-run %q: want "none", "client" or "server"`, dryRun)
-			}
+			sbx, err = createOrDryRun(ctx, c, sbx, dryRun, pf)
 			if err == nil && wait && dryRun == "none" {
 				sbx, err = c.WaitReady(ctx, ns, name)
 			}
@@ -258,4 +314,21 @@ heartbeat (which wakes an Idle Sandbox), and waits until it is Ready.`
 		return printResult(pf, sbx, err, o.Out)
 	}
 	return cmd
+}
+
+// createOrDryRun creates sbx, or with --dry-run client returns it as it is,
+// or with server has the API server validate it without persisting it.
+func createOrDryRun(ctx context.Context, c *sandboxclient.Client, sbx *sandboxv1.Sandbox, dryRun string, pf *genericclioptions.PrintFlags) (*sandboxv1.Sandbox, error) {
+	sandboxes := c.Clientset().SandboxV1alpha1().Sandboxes(sbx.Namespace)
+	switch dryRun {
+	case "none":
+		return sandboxes.Create(ctx, sbx, metav1.CreateOptions{})
+	case "client":
+		pf.NamePrintFlags.Operation = "created (dry run)"
+		return sbx, nil
+	case "server":
+		pf.NamePrintFlags.Operation = "created (server dry run)"
+		return sandboxes.Create(ctx, sbx, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	}
+	return nil, fmt.Errorf(`--dry-run %q: want "none", "client" or "server"`, dryRun)
 }

@@ -23,11 +23,12 @@ func newListCommand(o *options) *cobra.Command {
 		selector      string
 	)
 	cmd := &cobra.Command{
-		Use:     "ls [sandboxes|snapshots|forks]",
+		Use:     "ls [sandboxes|snapshots|forks|pools]",
 		Aliases: []string{"list"},
-		Short:   "List Sandboxes (or SandboxSnapshots, or SandboxForks)",
+		Short:   "List Sandboxes (or SandboxSnapshots, SandboxForks, SandboxPools)",
 		Example: `  kubectl sandbox ls
   kubectl sandbox ls snapshots -A
+  kubectl sandbox ls pools
   kubectl sandbox ls -o wide
   kubectl sandbox ls -l app=box -o name`,
 		Args: cobra.MaximumNArgs(1),
@@ -40,7 +41,7 @@ func newListCommand(o *options) *cobra.Command {
 		if len(args) == 1 {
 			k, _, err := parseRef(args[0] + "/x")
 			if err != nil {
-				return fmt.Errorf("ls %s: want sandboxes, snapshots or forks", args[0])
+				return fmt.Errorf("ls %s: want sandboxes, snapshots, forks or pools", args[0])
 			}
 			kind = k
 		}
@@ -62,6 +63,8 @@ func newListCommand(o *options) *cobra.Command {
 			list, err = v1.SandboxSnapshots(ns).List(ctx, opts)
 		case kindFork:
 			list, err = v1.SandboxForks(ns).List(ctx, opts)
+		case kindPool:
+			list, err = v1.SandboxPools(ns).List(ctx, opts)
 		}
 		if err != nil {
 			return err
@@ -70,7 +73,13 @@ func newListCommand(o *options) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		if format := outputFormat(pf); format == "wide" {
+		if format := outputFormat(pf); kind == kindPool && (format == "" || format == "wide") {
+			if len(items) == 0 {
+				fmt.Fprintln(o.ErrOut, "No resources found.")
+				return nil
+			}
+			return printPoolTable(o.Out, list.(*sandboxv1.SandboxPoolList).Items, listPrint{wide: format == "wide", allNamespaces: allNamespaces})
+		} else if format == "wide" {
 			return printTable(ctx, c, kind, ns, opts, listPrint{wide: true, allNamespaces: allNamespaces}, o)
 		} else if format != "" {
 			p, err := pf.ToPrinter()
@@ -102,8 +111,9 @@ func newListCommand(o *options) *cobra.Command {
 func newStatusCommand(o *options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status NAME|TYPE/NAME",
-		Short: "Show the state of a Sandbox (or sandboxsnapshot/NAME, sandboxfork/NAME)",
+		Short: "Show the state of a Sandbox (or sandboxsnapshot/NAME, sandboxfork/NAME, pool/NAME)",
 		Example: `  kubectl sandbox status dev
+  kubectl sandbox status pool/workspace-pool
   kubectl sandbox status sandboxsnapshot/dev-snap -o yaml`,
 		Args: cobra.ExactArgs(1),
 	}
@@ -226,6 +236,13 @@ current spec, a snapshot ready to use, a fork with all its children Ready.`,
 func waitFor(ctx context.Context, c *sandboxclient.Client, kind resourceKind, ns, name string, cond waitCondition) (runtime.Object, error) {
 	never := cond.what == "delete"
 	switch kind {
+	case kindPool:
+		if cond.what == "ready" {
+			return c.WaitPoolReady(ctx, ns, name)
+		}
+		return c.WaitPoolFor(ctx, ns, name, func(p *sandboxv1.SandboxPool) (bool, error) {
+			return !never && cond.check(p.Generation, "", p.Status.Conditions), nil
+		})
 	case kindSnapshot:
 		if cond.what == "ready" {
 			return c.WaitSnapshotReady(ctx, ns, name)
@@ -326,9 +343,11 @@ func newRmCommand(o *options) *cobra.Command {
 		Short:   "Delete Sandboxes (or snapshots, or forks) and wait until they are gone in Vercel too",
 		Long: `rm deletes each object and, unless --wait=false, waits until it is gone: its finalizer
 ran, i.e. the Vercel sandbox or snapshot is deleted (or retained, per spec.deletionPolicy).
-A fork takes its children and its own snapshot with it.`,
+A fork takes its children and its own snapshot with it; a pool its unclaimed members (Sandboxes
+that claimed one stay).`,
 		Example: `  kubectl sandbox rm dev
-  kubectl sandbox rm sandboxfork/tries sandboxsnapshot/dev-snap`,
+  kubectl sandbox rm sandboxfork/tries sandboxsnapshot/dev-snap
+  kubectl sandbox rm pool/workspace-pool`,
 		Args: cobra.MinimumNArgs(1),
 	}
 	var ignoreNotFound bool
@@ -380,6 +399,8 @@ func remove(ctx context.Context, c *sandboxclient.Client, kind resourceKind, ns,
 		err = v1.SandboxSnapshots(ns).Delete(ctx, name, metav1.DeleteOptions{})
 	case kindFork:
 		err = v1.SandboxForks(ns).Delete(ctx, name, metav1.DeleteOptions{})
+	case kindPool:
+		err = v1.SandboxPools(ns).Delete(ctx, name, metav1.DeleteOptions{})
 	default:
 		err = v1.Sandboxes(ns).Delete(ctx, name, metav1.DeleteOptions{})
 	}

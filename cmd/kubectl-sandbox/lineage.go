@@ -151,15 +151,19 @@ func newScaleCommand(o *options) *cobra.Command {
 		wait     bool
 	)
 	cmd := &cobra.Command{
-		Use:   "scale FORK --replicas N",
-		Short: "Set how many Sandboxes a SandboxFork runs (new ones start from the fork's snapshot)",
+		Use:   "scale FORK|pool/NAME --replicas N",
+		Short: "Set how many Sandboxes a SandboxFork runs, or how many members a SandboxPool keeps ready",
 		Long: `scale sets the fork's spec.replicas: the operator creates the missing children or deletes the
-highest-indexed ones. Unless --wait=false it waits until all of them are Ready.`,
-		Example: `  kubectl sandbox scale tries --replicas 5`,
-		Args:    cobra.ExactArgs(1),
+highest-indexed ones. Unless --wait=false it waits until all of them are Ready.
+
+For pool/NAME it sets the pool's spec.replicas through its scale subresource (as kubectl scale, an
+HPA or KEDA do) and, unless --wait=false, waits until the pool holds its target of ready members.`,
+		Example: `  kubectl sandbox scale tries --replicas 5
+  kubectl sandbox scale pool/workspace-pool --replicas 10`,
+		Args: cobra.ExactArgs(1),
 	}
-	cmd.Flags().Int32Var(&replicas, "replicas", -1, "How many Sandboxes the fork runs (required)")
-	cmd.Flags().BoolVar(&wait, "wait", true, "Wait until every child is Ready")
+	cmd.Flags().Int32Var(&replicas, "replicas", -1, "How many Sandboxes the fork runs, or members the pool keeps (required)")
+	cmd.Flags().BoolVar(&wait, "wait", true, "Wait until every child (a pool: its target of members) is Ready")
 	timeout := timeoutFlag(cmd, 10*time.Minute)
 	pf := printFlags(cmd, "scaled")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
@@ -170,8 +174,8 @@ highest-indexed ones. Unless --wait=false it waits until all of them are Ready.`
 		if err != nil {
 			return err
 		}
-		if strings.Contains(args[0], "/") && kind != kindFork {
-			return fmt.Errorf("scale %s: only a SandboxFork scales", args[0])
+		if strings.Contains(args[0], "/") && kind != kindFork && kind != kindPool {
+			return fmt.Errorf("scale %s: only a SandboxFork or a SandboxPool scales", args[0])
 		}
 		c, ns, err := o.client()
 		if err != nil {
@@ -179,6 +183,10 @@ highest-indexed ones. Unless --wait=false it waits until all of them are Ready.`
 		}
 		ctx, cancel := withTimeout(cmd.Context(), *timeout)
 		defer cancel()
+		if kind == kindPool {
+			pool, err := scalePool(ctx, c, ns, name, replicas, wait)
+			return printResult(pf, pool, err, o.Out)
+		}
 		fork, err := c.Scale(ctx, ns, name, replicas)
 		if err == nil && wait {
 			fork, err = c.WaitForkReady(ctx, ns, name)

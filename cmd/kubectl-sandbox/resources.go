@@ -25,6 +25,8 @@ func getObject(ctx context.Context, c *sandboxclient.Client, kind resourceKind, 
 		return v1.SandboxSnapshots(ns).Get(ctx, name, metav1.GetOptions{})
 	case kindFork:
 		return v1.SandboxForks(ns).Get(ctx, name, metav1.GetOptions{})
+	case kindPool:
+		return v1.SandboxPools(ns).Get(ctx, name, metav1.GetOptions{})
 	}
 	return v1.Sandboxes(ns).Get(ctx, name, metav1.GetOptions{})
 }
@@ -167,6 +169,8 @@ func describe(w io.Writer, obj runtime.Object) error {
 			line("Child", fmt.Sprintf("sandbox/%s %s ready=%v", ch.Name, orNone(string(ch.Phase)), ch.Ready))
 		}
 		conds, lastErr = o.Status.Conditions, o.Status.LastError
+	case *sandboxv1.SandboxPool:
+		conds, lastErr = describePool(line, o)
 	default:
 		return fmt.Errorf("cannot describe %T", obj)
 	}

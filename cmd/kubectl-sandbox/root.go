@@ -30,7 +30,7 @@ func newRootCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "kubectl-sandbox",
 		Short: "Create, run commands in, snapshot, fork and delete Vercel sandboxes declared as Sandbox resources",
-		Long: `kubectl sandbox drives Sandboxes, SandboxSnapshots and SandboxForks (sandbox.sentry.io).
+		Long: `kubectl sandbox drives Sandboxes, SandboxSnapshots, SandboxForks and SandboxPools (sandbox.sentry.io).
 
 The control verbs only write and watch these resources; the operator makes Vercel match them.
 exec, cp and shell run in the Sandbox's session through the Vercel Sandbox API, with the
@@ -134,19 +134,20 @@ func withTimeout(ctx context.Context, d time.Duration) (context.Context, context
 	return context.WithTimeout(ctx, d)
 }
 
-// resourceKind is one of the three kinds a verb's argument can name.
+// resourceKind is one of the kinds a verb's argument can name.
 type resourceKind string
 
 const (
 	kindSandbox  resourceKind = "Sandbox"
 	kindSnapshot resourceKind = "SandboxSnapshot"
 	kindFork     resourceKind = "SandboxFork"
+	kindPool     resourceKind = "SandboxPool"
 )
 
 // parseRef reads NAME (a Sandbox) or TYPE/NAME, where TYPE is any of the
 // names kubectl accepts for the kind (sandbox, sbx, sandboxsnapshot,
-// sbxsnap, snapshot, sandboxfork, sbxfork, fork, plural or with the group,
-// as -o name prints them).
+// sbxsnap, snapshot, sandboxfork, sbxfork, fork, sandboxpool, sbxpool, pool,
+// plural or with the group, as -o name prints them).
 func parseRef(arg string) (resourceKind, string, error) {
 	typ, name, found := strings.Cut(arg, "/")
 	if !found {
@@ -163,8 +164,10 @@ func parseRef(arg string) (resourceKind, string, error) {
 		return kindSnapshot, name, nil
 	case "sandboxfork", "sandboxforks", "sbxfork", "fork", "forks":
 		return kindFork, name, nil
+	case "sandboxpool", "sandboxpools", "sbxpool", "pool", "pools":
+		return kindPool, name, nil
 	}
-	return "", "", fmt.Errorf("%q: unknown type %q (want sandbox, sandboxsnapshot or sandboxfork)", arg, typ)
+	return "", "", fmt.Errorf("%q: unknown type %q (want sandbox, sandboxsnapshot, sandboxfork or sandboxpool)", arg, typ)
 }
 
 // sandboxName accepts NAME or sandbox/NAME for verbs that act on a Sandbox.

@@ -130,3 +130,55 @@ func ExampleClient_Fork() {
 		panic(err)
 	}
 }
+
+// A conversation takes a warm Sandbox from its workspace's pool: the spec is
+// the pool's template, with the conversation's own network policy; the
+// result says whether a member was claimed or why it was created cold.
+func ExampleClient_Claim() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
+	if err != nil {
+		panic(err)
+	}
+	c, err := sandboxclient.NewForConfig(cfg)
+	if err != nil {
+		panic(err)
+	}
+	// The pool an operator of the platform declares once per workspace snapshot.
+	runtime, replicas := sandboxv1.Runtime("node24"), int32(1)
+	if _, err := c.Clientset().SandboxV1alpha1().SandboxPools("default").Create(ctx, &sandboxv1.SandboxPool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "workspace-pool"},
+		Spec: sandboxv1.SandboxPoolSpec{
+			Replicas: &replicas,
+			Template: sandboxv1.SandboxPoolTemplate{Spec: sandboxv1.SandboxSpec{Source: sandboxv1.SandboxSource{Runtime: &runtime}}},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		panic(err)
+	}
+	if _, err := c.WaitPoolReady(ctx, "default", "workspace-pool"); err != nil {
+		panic(err)
+	}
+
+	sbx, claim, err := c.Claim(ctx, "default", "conversation-7", "workspace-pool", sandboxclient.ClaimOptions{
+		Customize: func(s *sandboxv1.Sandbox) error {
+			s.Spec.NetworkPolicy = &sandboxv1.NetworkPolicy{Mode: sandboxv1.NetworkDenyAll}
+			return nil
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("phase:", sbx.Status.Phase)
+	fmt.Println("claimed:", claim.Claimed, claim.Reason)
+
+	if err := c.Delete(ctx, "default", "conversation-7"); err != nil {
+		panic(err)
+	}
+	if err := c.DeletePool(ctx, "default", "workspace-pool"); err != nil {
+		panic(err)
+	}
+	// Output:
+	// phase: Running
+	// claimed: true Claimed
+}

@@ -59,7 +59,12 @@ func current(obj metav1.Object, conds []metav1.Condition) bool {
 
 // summary describes an object's state for an error: phase and conditions.
 func summary(phase string, conds []metav1.Condition) string {
-	parts := []string{"phase " + valueOr(phase, "unset")}
+	return strings.Join(append([]string{"phase " + valueOr(phase, "unset")}, conditionTexts(conds)...), "; ")
+}
+
+// conditionTexts are the conditions as `Type=Status Reason: message`.
+func conditionTexts(conds []metav1.Condition) []string {
+	var parts []string
 	for _, c := range conds {
 		s := fmt.Sprintf("%s=%s", c.Type, c.Status)
 		if c.Reason != "" {
@@ -70,7 +75,7 @@ func summary(phase string, conds []metav1.Condition) string {
 		}
 		parts = append(parts, s)
 	}
-	return strings.Join(parts, "; ")
+	return parts
 }
 
 func valueOr(s, def string) string {
@@ -86,7 +91,7 @@ type object interface {
 	metav1.Object
 }
 
-// kind describes one of the three kinds for watchUntil.
+// kind describes one of the kinds for watchUntil.
 type kind[T object] struct {
 	name     string // Sandbox, SandboxSnapshot, SandboxFork
 	resource string // sandboxes, ...
@@ -139,6 +144,23 @@ func (c *Client) forkKind() kind[*sandboxv1.SandboxFork] {
 		summary: func(f *sandboxv1.SandboxFork) string {
 			return fmt.Sprintf("%s; %d/%d children ready", summary(string(f.Status.Phase), f.Status.Conditions),
 				f.Status.ReadyReplicas, f.Status.Replicas)
+		},
+	}
+}
+
+func (c *Client) poolKind() kind[*sandboxv1.SandboxPool] {
+	return kind[*sandboxv1.SandboxPool]{
+		empty: &sandboxv1.SandboxPool{},
+		name:  "SandboxPool", resource: "sandboxpools",
+		list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
+			return c.pools(ns).List(ctx, o)
+		},
+		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
+			return c.pools(ns).Watch(ctx, o)
+		},
+		summary: func(p *sandboxv1.SandboxPool) string {
+			return strings.Join(append([]string{fmt.Sprintf("%d/%d members ready", p.Status.ReadyReplicas, p.Status.TargetReplicas)},
+				conditionTexts(p.Status.Conditions)...), "; ")
 		},
 	}
 }

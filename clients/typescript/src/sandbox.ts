@@ -126,7 +126,7 @@ export async function createSandbox(kc: KubeConfig, sandbox: SandboxInput, names
     metadata: { ...sandbox.metadata, namespace: ns },
     spec: sandbox.spec,
   };
-  return call(`create Sandbox ${ns}/${sandbox.metadata.name}`, () =>
+  return apiCall(`create Sandbox ${ns}/${sandbox.metadata.name}`, () =>
     api(kc).createNamespacedCustomObject({ ...coordinates(ns), body }),
   );
 }
@@ -151,7 +151,7 @@ export async function getOrCreateSandbox(
 
 /** Reads a Sandbox; rejects with a KubernetesApiError of code 404 when there is none. */
 export async function getSandbox(kc: KubeConfig, namespace: string, name: string): Promise<Sandbox> {
-  return call(`get Sandbox ${namespace}/${name}`, () =>
+  return apiCall(`get Sandbox ${namespace}/${name}`, () =>
     api(kc).getNamespacedCustomObject({ ...coordinates(namespace), name }),
   );
 }
@@ -166,7 +166,7 @@ export async function getSandbox(kc: KubeConfig, namespace: string, name: string
  */
 export async function heartbeat(kc: KubeConfig, namespace: string, name: string, at: Date = new Date()): Promise<Sandbox> {
   const body = { metadata: { annotations: { [LAST_ACTIVITY_ANNOTATION]: activityTimestamp(at) } } };
-  return call(`heartbeat Sandbox ${namespace}/${name}`, () =>
+  return apiCall(`heartbeat Sandbox ${namespace}/${name}`, () =>
     api(kc).patchNamespacedCustomObject(
       { ...coordinates(namespace), name, body },
       setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
@@ -211,7 +211,7 @@ export async function deleteSandbox(
   opts: WaitOptions & { wait?: boolean } = {},
 ): Promise<void> {
   try {
-    await call(`delete Sandbox ${namespace}/${name}`, () =>
+    await apiCall(`delete Sandbox ${namespace}/${name}`, () =>
       api(kc).deleteNamespacedCustomObject({ ...coordinates(namespace), name }),
     );
   } catch (err) {
@@ -283,7 +283,7 @@ function watchSandbox<T>(
     const loop = async () => {
       while (!finished) {
         try {
-          const list = await call(`list Sandbox ${namespace}/${name}`, () =>
+          const list = await apiCall(`list Sandbox ${namespace}/${name}`, () =>
             api(kc).listNamespacedCustomObject({ ...coordinates(namespace), fieldSelector }),
           );
           if (finished) return;
@@ -350,10 +350,13 @@ function defaultNamespace(kc: KubeConfig): string {
   return ctx?.namespace || 'default';
 }
 
-// call runs one API request and turns client-node's ApiException (whose
-// message is the raw response with its headers) into a KubernetesApiError
-// carrying the API server's own message.
-async function call<T>(what: string, request: () => Promise<T>): Promise<T> {
+/**
+ * Runs one request of @kubernetes/client-node and turns its ApiException
+ * (whose message is the raw response with its headers) into a
+ * KubernetesApiError carrying the API server's own message, prefixed with
+ * `what` (e.g. "get SandboxPool junior/workspace").
+ */
+export async function apiCall<T>(what: string, request: () => Promise<T>): Promise<T> {
   try {
     return await request();
   } catch (err) {
