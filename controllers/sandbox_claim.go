@@ -172,7 +172,7 @@ func (r *SandboxReconciler) markMember(ctx context.Context, sbx *sandboxv1.Sandb
 	case !pool.DeletionTimestamp.IsZero():
 		return nil, sandboxv1.ReasonPoolNotFound, fmt.Sprintf("Created cold: SandboxPool %q is being deleted", name), nil
 	}
-	if fields := specMismatch(&pool.Spec.Template.Spec, &sbx.Spec); len(fields) > 0 {
+	if fields := sandboxv1.ClaimMismatch(&pool.Spec.Template.Spec, &sbx.Spec); len(fields) > 0 {
 		return nil, sandboxv1.ReasonSpecMismatch, describeMismatch(name, fields), nil
 	}
 	list := &sandboxv1.SandboxList{}

@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"time"
 
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
@@ -177,34 +176,6 @@ func replenishSeconds(members []sandboxv1.Sandbox, previous int32) int32 {
 	}
 	slices.Sort(took)
 	return int32(math.Ceil(max(took[len(took)/2], 0)))
-}
-
-// specMismatch names the fields of a claimant's spec that a member of a pool
-// with template t cannot take: a running session has its source, class,
-// resources, environment, persistence and setup. Empty when it can serve it.
-func specMismatch(t, want *sandboxv1.SandboxSpec) []string {
-	var fields []string
-	// Both ways: DeepDerivative alone lets an unset field match anything.
-	eq := func(a, b any) bool {
-		return apiequality.Semantic.DeepDerivative(a, b) && apiequality.Semantic.DeepDerivative(b, a)
-	}
-	checks := []struct {
-		name string
-		a, b any
-	}{
-		{"source", t.Source, want.Source},
-		{"className", t.ClassName, want.ClassName},
-		{"resources", t.Resources, want.Resources},
-		{"env", t.Env, want.Env},
-		{"persistent", t.Persistent, want.Persistent},
-		{"setup", t.Setup, want.Setup},
-	}
-	for _, c := range checks {
-		if !eq(c.a, c.b) {
-			fields = append(fields, "spec."+c.name)
-		}
-	}
-	return fields
 }
 
 // describeMismatch is the Claimed=False message of a spec mismatch.

@@ -203,15 +203,15 @@ func TestSpecMismatch(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := specMismatch(template(), tt.want); !reflect.DeepEqual(got, tt.diff) {
-				t.Errorf("specMismatch = %v, want %v", got, tt.diff)
+			if got := sandboxv1.ClaimMismatch(template(), tt.want); !reflect.DeepEqual(got, tt.diff) {
+				t.Errorf("ClaimMismatch = %v, want %v", got, tt.diff)
 			}
 		})
 	}
 	// Both ways: a template without env does not serve a claimant with env,
 	// and one with a class does not serve a claimant without.
 	bare := &sandboxv1.SandboxSpec{Source: rt("node24")}
-	if got := specMismatch(bare, template()); !reflect.DeepEqual(got, []string{"spec.className", "spec.resources", "spec.env", "spec.persistent", "spec.setup"}) {
+	if got := sandboxv1.ClaimMismatch(bare, template()); !reflect.DeepEqual(got, []string{"spec.className", "spec.resources", "spec.env", "spec.persistent", "spec.setup"}) {
 		t.Errorf("bare template against a full claimant: %v", got)
 	}
 }

@@ -77,7 +77,7 @@ func (p *poolFlags) run(ctx context.Context, cmd *cobra.Command, o *options, c *
 		if err := spec.overlay(cmd, sbx); err != nil {
 			return err
 		}
-		fields := sandboxclient.PoolMismatch(tmpl, &sbx.Spec)
+		fields := sandboxv1.ClaimMismatch(tmpl, &sbx.Spec)
 		switch {
 		case len(fields) == 0:
 			return nil

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -92,35 +91,6 @@ func (e *ColdSpecError) Error() string {
 		e.Pool, strings.Join(e.Fields, ", "))
 }
 
-// PoolMismatch names the fields of spec that a member of a pool with
-// template cannot take (a running session has its source, class,
-// resources, environment, persistence and setup), as the operator judges a
-// claim; empty when a member can serve it.
-func PoolMismatch(template, spec *sandboxv1.SandboxSpec) []string {
-	// Both ways: DeepDerivative alone lets an unset field match anything.
-	eq := func(a, b any) bool {
-		return apiequality.Semantic.DeepDerivative(a, b) && apiequality.Semantic.DeepDerivative(b, a)
-	}
-	checks := []struct {
-		name string
-		a, b any
-	}{
-		{"source", template.Source, spec.Source},
-		{"className", template.ClassName, spec.ClassName},
-		{"resources", template.Resources, spec.Resources},
-		{"env", template.Env, spec.Env},
-		{"persistent", template.Persistent, spec.Persistent},
-		{"setup", template.Setup, spec.Setup},
-	}
-	var fields []string
-	for _, c := range checks {
-		if !eq(c.a, c.b) {
-			fields = append(fields, "spec."+c.name)
-		}
-	}
-	return fields
-}
-
 // SandboxFromPool builds the Sandbox that claims a member of pool: the
 // template's spec (so that a member can serve it) with spec.poolRef, then
 // opts.Customize. It returns the fields Customize changed that a member
@@ -137,7 +107,7 @@ func SandboxFromPool(pool *sandboxv1.SandboxPool, name string, opts ClaimOptions
 			return nil, nil, err
 		}
 	}
-	fields := PoolMismatch(tmpl, &sbx.Spec)
+	fields := sandboxv1.ClaimMismatch(tmpl, &sbx.Spec)
 	if len(fields) > 0 && !opts.AllowCold {
 		return nil, fields, &ColdSpecError{Pool: pool.Name, Fields: fields}
 	}

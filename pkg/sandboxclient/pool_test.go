@@ -196,7 +196,7 @@ func TestScalePoolUsesTheScaleSubresource(t *testing.T) {
 	}
 }
 
-func TestPoolMismatch(t *testing.T) {
+func TestClaimMismatch(t *testing.T) {
 	rt := sandboxv1.Runtime("node24")
 	tmpl := sandboxv1.SandboxSpec{Source: sandboxv1.SandboxSource{Runtime: &rt}, Persistent: ptr.To(true)}
 	for _, tc := range []struct {
@@ -220,8 +220,8 @@ func TestPoolMismatch(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := *tmpl.DeepCopy()
 			tc.change(&spec)
-			if got := strings.Join(sandboxclient.PoolMismatch(&tmpl, &spec), ","); got != tc.want {
-				t.Errorf("PoolMismatch = %q, want %q", got, tc.want)
+			if got := strings.Join(sandboxv1.ClaimMismatch(&tmpl, &spec), ","); got != tc.want {
+				t.Errorf("ClaimMismatch = %q, want %q", got, tc.want)
 			}
 		})
 	}

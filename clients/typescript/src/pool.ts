@@ -71,7 +71,11 @@ export class ColdSpecError extends Error {
   }
 }
 
-/** The fields the operator compares between a claimant and the pool's template. */
+/**
+ * The fields the operator compares between a claimant and the pool's template:
+ * keep in step with ClaimMismatch in api/v1alpha1/sandboxpool_claim.go, the
+ * rule the operator and the Go clients share.
+ */
 const servedFields = ['source', 'className', 'resources', 'env', 'persistent', 'setup'] as const;
 
 /**
