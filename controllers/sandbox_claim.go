@@ -15,6 +15,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -97,22 +98,32 @@ func (r *SandboxReconciler) claim(ctx context.Context, sbx *sandboxv1.Sandbox) (
 // takeMember marks a member for sbx and records it in sbx's status, or
 // records that sbx is created cold.
 func (r *SandboxReconciler) takeMember(ctx context.Context, sbx *sandboxv1.Sandbox) (claimOutcome, error) {
-	// Uncached: a cache behind an earlier claim of this object must not
-	// make it claim a second member.
-	fresh := &sandboxv1.Sandbox{}
-	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(sbx), fresh); err != nil {
-		return claimRetry, client.IgnoreNotFound(err)
-	}
-	if fresh.ResourceVersion != sbx.ResourceVersion {
-		return claimRetry, nil
-	}
-	member, err := r.markedMember(ctx, sbx)
-	if err != nil {
-		return claimRetry, err
+	var member *sandboxv1.Sandbox
+	// When this reconcile added the finalizer, sbx is what its update
+	// wrote and no earlier reconcile got past prepare, so none claimed
+	// (only someone removing the finalizer from a live object could make
+	// that untrue). Otherwise an earlier claim may have been interrupted,
+	// and its traces are looked for uncached.
+	if !finalizerAdded(ctx) {
+		// A cache behind an earlier claim of this object must not make it
+		// claim a second member.
+		fresh := &sandboxv1.Sandbox{}
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(sbx), fresh); err != nil {
+			return claimRetry, client.IgnoreNotFound(err)
+		}
+		if fresh.ResourceVersion != sbx.ResourceVersion {
+			return claimRetry, nil
+		}
+		m, err := r.markedMember(ctx, sbx)
+		if err != nil {
+			return claimRetry, err
+		}
+		member = m
 	}
 	pool := sbx.Spec.PoolRef.Name
 	if member == nil {
 		var reason, msg string
+		var err error
 		member, reason, msg, err = r.markMember(ctx, sbx)
 		if err != nil {
 			return claimRetry, err
@@ -182,7 +193,7 @@ func (r *SandboxReconciler) markMember(ctx context.Context, sbx *sandboxv1.Sandb
 	state := memberStateOf(pool)
 	for i := range list.Items {
 		m := &list.Items[i]
-		if !isPoolMember(m, name) || m.Labels[sandboxv1.LabelClass] != sbx.Labels[sandboxv1.LabelClass] {
+		if !isPoolMember(m, name) || m.Labels[sandboxv1.LabelClass] != sbx.Labels[sandboxv1.LabelClass] || r.marked.has(m.UID, r.now()) {
 			continue
 		}
 		won, err := r.tryMark(ctx, sbx, m, pool.Status.SnapshotID, state)
@@ -201,7 +212,10 @@ func (r *SandboxReconciler) markMember(ctx context.Context, sbx *sandboxv1.Sandb
 // write (a status update of m): it reports whether sbx got it.
 func (r *SandboxReconciler) tryMark(ctx context.Context, sbx, m *sandboxv1.Sandbox, snapshotID string, state sandboxv1.SandboxState) (bool, error) {
 	for attempt := 0; attempt < 2; attempt++ {
-		if classifyMember(m, snapshotID, state) != memberClaimable {
+		if kind := classifyMember(m, snapshotID, state); kind != memberClaimable {
+			if kind == memberClaimed {
+				r.marked.add(m.UID, r.now())
+			}
 			return false, nil
 		}
 		m.Labels[sandboxv1.LabelClaimedBy] = string(sbx.UID)
@@ -212,6 +226,7 @@ func (r *SandboxReconciler) tryMark(ctx context.Context, sbx, m *sandboxv1.Sandb
 		err := r.Update(ctx, m)
 		switch {
 		case err == nil:
+			r.marked.add(m.UID, r.now())
 			return true, nil
 		case apierrors.IsNotFound(err):
 			return false, nil
@@ -445,4 +460,43 @@ func (r *SandboxReconciler) claimedStale(sbx, member *sandboxv1.Sandbox, session
 		}
 	}
 	return false
+}
+
+// markedMemory is how long markedMembers remembers a mark: far longer than
+// the informer cache takes to show it.
+const markedMemory = time.Minute
+
+// markedMembers remembers the pool members this manager saw marked for a
+// claimant (its own marks, and conflicts that turned out to be another
+// claimant's) for markedMemory. The informer cache shows a mark a moment
+// after it is written; in a burst every claimant would otherwise try every
+// member the cache still shows unmarked, an update and an uncached read
+// each, and the claimants that find none go cold only after trying all.
+// It decides nothing about who gets a member (the update at the member's
+// resourceVersion does): a member skipped because of it stays in the pool
+// for the next claim.
+type markedMembers struct {
+	mu sync.Mutex
+	at map[types.UID]time.Time
+}
+
+func (m *markedMembers) add(uid types.UID, now time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.at == nil {
+		m.at = map[types.UID]time.Time{}
+	}
+	for u, t := range m.at {
+		if now.Sub(t) > markedMemory {
+			delete(m.at, u)
+		}
+	}
+	m.at[uid] = now
+}
+
+func (m *markedMembers) has(uid types.UID, now time.Time) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t, ok := m.at[uid]
+	return ok && now.Sub(t) <= markedMemory
 }

@@ -118,6 +118,9 @@ type SandboxReconciler struct {
 	probes sync.Map // types.NamespacedName -> probeState
 	// probeSlots counts each namespace's running exec probe commands.
 	probeSlots probeSlots
+	// marked remembers pool members seen marked for a claimant, until the
+	// cache shows it (sandbox_claim.go).
+	marked markedMembers
 }
 
 // +kubebuilder:rbac:groups=sandbox.sentry.io,resources=sandboxes,verbs=get;list;watch;update;patch;delete

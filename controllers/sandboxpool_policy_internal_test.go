@@ -215,3 +215,22 @@ func TestSpecMismatch(t *testing.T) {
 		t.Errorf("bare template against a full claimant: %v", got)
 	}
 }
+
+func TestMarkedMembersForgetAfterAMinute(t *testing.T) {
+	var m markedMembers
+	t0 := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	if m.has("a", t0) {
+		t.Fatal("an empty memory has a member")
+	}
+	m.add("a", t0)
+	if !m.has("a", t0.Add(markedMemory)) || m.has("b", t0) {
+		t.Error("a mark is remembered for markedMemory, and only the marked member")
+	}
+	if m.has("a", t0.Add(markedMemory+time.Second)) {
+		t.Error("a mark older than markedMemory is still remembered")
+	}
+	m.add("b", t0.Add(2*markedMemory))
+	if len(m.at) != 1 {
+		t.Errorf("adding keeps %d marks, want the old one dropped: %v", len(m.at), m.at)
+	}
+}
