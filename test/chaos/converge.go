@@ -38,8 +38,8 @@ func (h *harness) converge(ctx context.Context, w *workload) (*verdict, time.Dur
 			h.logf("not converged within %s: %d/%d objects converged", h.cfg.Converge, v.converged, v.objects)
 			return v, waited, nil
 		}
-		h.logf("converging: %d/%d objects, %d unowned Vercel sandboxes, %d unowned snapshots, %d duplicated, %d terminating",
-			v.converged, v.objects, len(v.unownedSandboxes), len(v.unownedSnapshots), len(v.duplicates), len(v.terminating))
+		h.logf("converging: %d/%d objects, %d unowned Vercel sandboxes, %d unowned snapshots, %d duplicated, %d terminating, %d held by two",
+			v.converged, v.objects, len(v.unownedSandboxes), len(v.unownedSnapshots), len(v.duplicates), len(v.terminating), len(v.shared))
 		select {
 		case <-ctx.Done():
 			return nil, 0, ctx.Err()

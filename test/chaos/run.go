@@ -161,6 +161,8 @@ type harness struct {
 	eventsMu   sync.Mutex
 	eventsLog  *os.File        // logs/events.log: every event seen, once per version
 	seenEvents map[string]bool // uid/resourceVersion
+
+	ledger poolLedger // pool members and claims seen (check_pool.go)
 }
 
 func (h *harness) logf(format string, args ...any) {

@@ -49,6 +49,7 @@ func (h *harness) scanCluster(ctx context.Context) {
 	}
 	sbxs := &sandboxv1.SandboxList{}
 	if err := c.List(ctx, sbxs); err == nil {
+		h.ledger.record(sbxs.Items)
 		for _, s := range sbxs.Items {
 			b, _ := json.Marshal(s.Status)
 			h.canaries.scan("status", "Sandbox "+s.Namespace+"/"+s.Name, b)
@@ -68,6 +69,13 @@ func (h *harness) scanCluster(ctx context.Context) {
 			h.canaries.scan("status", "SandboxFork "+f.Namespace+"/"+f.Name, b)
 		}
 	}
+	pools := &sandboxv1.SandboxPoolList{}
+	if err := c.List(ctx, pools); err == nil {
+		for _, p := range pools.Items {
+			b, _ := json.Marshal(p.Status)
+			h.canaries.scan("status", "SandboxPool "+p.Namespace+"/"+p.Name, b)
+		}
+	}
 }
 
 // dump writes every object and the emulator's sandboxes and snapshots to
@@ -77,7 +85,7 @@ func (h *harness) dump(ctx context.Context) {
 	_ = os.MkdirAll(dir, 0o755)
 	for name, l := range map[string]client.ObjectList{
 		"sandboxes": &sandboxv1.SandboxList{}, "sandboxsnapshots": &sandboxv1.SandboxSnapshotList{},
-		"sandboxforks": &sandboxv1.SandboxForkList{}, "namespaces": &corev1.NamespaceList{}, "events": &eventsv1.EventList{},
+		"sandboxforks": &sandboxv1.SandboxForkList{}, "sandboxpools": &sandboxv1.SandboxPoolList{}, "namespaces": &corev1.NamespaceList{}, "events": &eventsv1.EventList{},
 	} {
 		if err := h.stack.Client.List(ctx, l); err == nil {
 			b, _ := yaml.Marshal(l)

@@ -56,19 +56,26 @@ type nsState struct {
 	sandboxes map[string]bool
 	snapshots map[string]bool
 	forks     map[string]bool
+	pools     map[string]bool
 	secrets   []string // each holds canary values under the keys below
 }
 
 // Keys of every workload Secret.
 var secretKeys = []string{"token", "username", "password", "api-key"}
 
-func (n *nsState) live() int { return len(n.sandboxes) + len(n.snapshots) + len(n.forks) }
+func (n *nsState) live() int {
+	return len(n.sandboxes) + len(n.snapshots) + len(n.forks) + len(n.pools)
+}
 
 // workload drives the seeded random workload.
 type workload struct {
 	h   *harness
 	c   client.Client
 	rng *rand.Rand
+	// poolOps and poolPicks are the pool operations' own streams
+	// (workload_pool.go): poolOps decides at each step whether and which
+	// pool operation runs, poolPicks makes that operation's choices.
+	poolOps, poolPicks *rand.Rand
 
 	nss     []*nsState
 	nsSeq   int
@@ -80,7 +87,9 @@ type workload struct {
 }
 
 func newWorkload(h *harness, rng *rand.Rand) *workload {
-	return &workload{h: h, c: h.stack.Client, rng: rng, ops: map[string]int{}}
+	seed := uint64(h.cfg.Seed)
+	return &workload{h: h, c: h.stack.Client, rng: rng, ops: map[string]int{},
+		poolOps: rand.New(rand.NewPCG(seed, 4)), poolPicks: rand.New(rand.NewPCG(seed, 5))}
 }
 
 func (w *workload) count(op string) {
@@ -140,6 +149,9 @@ func (w *workload) run(ctx, chaos context.Context) {
 
 // step performs one random operation.
 func (w *workload) step(ctx context.Context) error {
+	if op := poolOp(w.poolOps.IntN(1000)); op != "" {
+		return w.poolStep(ctx, op)
+	}
 	ns := w.nss[w.rng.IntN(len(w.nss))]
 	full := w.liveObjects() >= w.h.cfg.Objects
 	if w.rng.IntN(1000) < 3 {
@@ -212,7 +224,7 @@ func (w *workload) name(prefix string) string {
 // createNamespace creates a namespace with three Secrets of canary values.
 func (w *workload) createNamespace(ctx context.Context) error {
 	w.nsSeq++
-	ns := &nsState{name: fmt.Sprintf("chaos-%d", w.nsSeq), sandboxes: map[string]bool{}, snapshots: map[string]bool{}, forks: map[string]bool{}}
+	ns := &nsState{name: fmt.Sprintf("chaos-%d", w.nsSeq), sandboxes: map[string]bool{}, snapshots: map[string]bool{}, forks: map[string]bool{}, pools: map[string]bool{}}
 	if err := w.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns.name}}); err != nil {
 		return fmt.Errorf("create namespace %s: %w", ns.name, err)
 	}

@@ -84,6 +84,17 @@ func (w *workload) snapshotInUse(ctx context.Context, ns, name string) (bool, er
 			return true, nil
 		}
 	}
+	// A pool whose template boots from it waits for it forever once it is
+	// gone (WaitingForSnapshot).
+	pools := &sandboxv1.SandboxPoolList{}
+	if err := w.c.List(ctx, pools, client.InNamespace(ns)); err != nil {
+		return false, err
+	}
+	for _, p := range pools.Items {
+		if ref := p.Spec.Template.Spec.Source.SnapshotRef; ref != nil && ref.Name == name {
+			return true, nil
+		}
+	}
 	return false, nil
 }
 
@@ -92,6 +103,11 @@ func recordOf(obj client.Object) deletedObject {
 	switch o := obj.(type) {
 	case *sandboxv1.Sandbox:
 		d.kind, d.vercelName = "Sandbox", o.Status.VercelName
+		if poolOf(o) != "" {
+			d.kind = kindMember
+		}
+	case *sandboxv1.SandboxPool:
+		d.kind = "SandboxPool"
 	case *sandboxv1.SandboxSnapshot:
 		d.kind, d.snapshotID = "SandboxSnapshot", o.Status.SnapshotID
 	case *sandboxv1.SandboxFork:
@@ -113,7 +129,8 @@ func (w *workload) replaceNamespace(ctx context.Context, ns *nsState) error {
 	sbxs := &sandboxv1.SandboxList{}
 	snaps := &sandboxv1.SandboxSnapshotList{}
 	forks := &sandboxv1.SandboxForkList{}
-	for _, l := range []client.ObjectList{sbxs, snaps, forks} {
+	pools := &sandboxv1.SandboxPoolList{}
+	for _, l := range []client.ObjectList{sbxs, snaps, forks, pools} {
 		if err := w.c.List(ctx, l, client.InNamespace(ns.name)); err != nil {
 			return err
 		}
@@ -126,6 +143,9 @@ func (w *workload) replaceNamespace(ctx context.Context, ns *nsState) error {
 	}
 	for i := range forks.Items {
 		recs = append(recs, recordOf(&forks.Items[i]))
+	}
+	for i := range pools.Items {
+		recs = append(recs, recordOf(&pools.Items[i]))
 	}
 	nsObj := &corev1.Namespace{}
 	if err := w.c.Get(ctx, types.NamespacedName{Name: ns.name}, nsObj); err != nil {
