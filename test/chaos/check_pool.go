@@ -165,6 +165,12 @@ func poolProblem(cl *cluster, p *sandboxv1.SandboxPool) string {
 			return fmt.Sprintf("status.snapshotID %q, but SandboxSnapshot %s is %q", st.SnapshotID, ref.Name, snapshotID)
 		}
 	}
+	return poolMembersProblem(cl, p, want, snapshotID)
+}
+
+// poolMembersProblem: the pool's live members are want unclaimed ones, none
+// marked by a claimant, each booted from snapshotID (when not "").
+func poolMembersProblem(cl *cluster, p *sandboxv1.SandboxPool, want int32, snapshotID string) string {
 	unclaimed := 0
 	for i := range cl.sandboxes {
 		m := &cl.sandboxes[i]
