@@ -140,15 +140,7 @@ func evaluate(cl *cluster, deleted []deletedObject, maxSession int64) *verdict {
 		if !isChaosNS(s.Namespace) {
 			continue
 		}
-		kind, poolIssue := "Sandbox", ""
-		switch {
-		case s.Labels[sandboxv1.LabelFork] != "":
-			kind = "Sandbox (fork child)"
-		case poolOf(s) != "":
-			kind, poolIssue = kindMember, memberProblem(cl, s)
-		case s.Spec.PoolRef != nil:
-			kind, poolIssue = kindClaim, claimProblem(cl, s)
-		}
+		kind, poolIssue := sandboxKind(cl, s)
 		v.add(kind, s.Namespace+"/"+s.Name, firstProblem(poolIssue, sandboxProblem(cl, s, maxSession), syncedProblem(s.Status.Conditions)))
 	}
 	for i := range cl.snapshots {
@@ -399,13 +391,8 @@ func deletedProblem(cl *cluster, d deletedObject) string {
 	if n := len(cl.byUID[d.uid]); n > 0 {
 		return fmt.Sprintf("%d Vercel sandboxes still carry its UID (%s)", n, cl.byUID[d.uid][0].Name)
 	}
-	if d.vercelName != "" && handedOver(cl, d.uid, d.vercelName) == "" {
-		// A pool member's sandbox lives on as its claimant's.
-		for _, vs := range cl.vercel {
-			if vs.Name == d.vercelName {
-				return "its Vercel sandbox " + d.vercelName + " still exists"
-			}
-		}
+	if p := vercelNameLeft(cl, d); p != "" {
+		return p
 	}
 	if d.kind == "SandboxPool" {
 		return poolLeftovers(cl, d)

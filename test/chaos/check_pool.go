@@ -26,6 +26,20 @@ const (
 	kindClaim  = "Sandbox (claim)"
 )
 
+// sandboxKind is a Sandbox's row in the table, with what the pool checks
+// find wrong with a member or a claim.
+func sandboxKind(cl *cluster, s *sandboxv1.Sandbox) (kind, problem string) {
+	switch {
+	case s.Labels[sandboxv1.LabelFork] != "":
+		return "Sandbox (fork child)", ""
+	case poolOf(s) != "":
+		return kindMember, memberProblem(cl, s)
+	case s.Spec.PoolRef != nil:
+		return kindClaim, claimProblem(cl, s)
+	}
+	return "Sandbox", ""
+}
+
 // poolOf is the name of the SandboxPool that controls s ("" for none).
 func poolOf(s *sandboxv1.Sandbox) string {
 	if ref := metav1.GetControllerOf(s); ref != nil && ref.Kind == "SandboxPool" {
@@ -137,13 +151,7 @@ func evaluatePools(cl *cluster, v *verdict, deleted []deletedObject) {
 // with QuotaExceeded (a SandboxQuota caps it, docs/sandboxpool.md).
 func poolProblem(cl *cluster, p *sandboxv1.SandboxPool) string {
 	st := &p.Status
-	want := int32(1)
-	if p.Spec.Replicas != nil {
-		want = *p.Spec.Replicas
-	}
-	if p.Spec.Policy != nil {
-		want = st.TargetReplicas
-	}
+	want := poolWant(p)
 	ready := meta.FindStatusCondition(st.Conditions, sandboxv1.ConditionReady)
 	if st.ReadyReplicas != want || st.Replicas != want || ready == nil || ready.Status != metav1.ConditionTrue {
 		if ready != nil && ready.Status == metav1.ConditionFalse && ready.Reason == sandboxv1.ReasonQuotaExceeded {
@@ -154,18 +162,38 @@ func poolProblem(cl *cluster, p *sandboxv1.SandboxPool) string {
 	if st.ObservedGeneration != p.Generation {
 		return fmt.Sprintf("ready, but observedGeneration %d of generation %d", st.ObservedGeneration, p.Generation)
 	}
-	snapshotID := ""
-	if ref := p.Spec.Template.Spec.Source.SnapshotRef; ref != nil {
-		for _, s := range cl.snapshots {
-			if s.Namespace == p.Namespace && s.Name == ref.Name {
-				snapshotID = s.Status.SnapshotID
-			}
-		}
-		if st.SnapshotID != snapshotID {
-			return fmt.Sprintf("status.snapshotID %q, but SandboxSnapshot %s is %q", st.SnapshotID, ref.Name, snapshotID)
-		}
+	snapshotID := templateSnapshotID(cl, p)
+	if ref := p.Spec.Template.Spec.Source.SnapshotRef; ref != nil && st.SnapshotID != snapshotID {
+		return fmt.Sprintf("status.snapshotID %q, but SandboxSnapshot %s is %q", st.SnapshotID, ref.Name, snapshotID)
 	}
 	return poolMembersProblem(cl, p, want, snapshotID)
+}
+
+// poolWant is the number of members a pool keeps: spec.replicas (default
+// 1), or the policy's target when it has one.
+func poolWant(p *sandboxv1.SandboxPool) int32 {
+	switch {
+	case p.Spec.Policy != nil:
+		return p.Status.TargetReplicas
+	case p.Spec.Replicas != nil:
+		return *p.Spec.Replicas
+	}
+	return 1
+}
+
+// templateSnapshotID is the current Vercel id of the SandboxSnapshot the
+// pool's template boots from ("" for another source or none).
+func templateSnapshotID(cl *cluster, p *sandboxv1.SandboxPool) string {
+	ref := p.Spec.Template.Spec.Source.SnapshotRef
+	if ref == nil {
+		return ""
+	}
+	for _, s := range cl.snapshots {
+		if s.Namespace == p.Namespace && s.Name == ref.Name {
+			return s.Status.SnapshotID
+		}
+	}
+	return ""
 }
 
 // poolMembersProblem: the pool's live members are want unclaimed ones, none
@@ -281,6 +309,20 @@ func handedOver(cl *cluster, uid types.UID, name string) string {
 			if c := s.Status.Claim; c != nil && types.UID(c.MemberUID) == uid && string(s.UID) == vs.Tags[tagOwnerUID] {
 				return s.Namespace + "/" + s.Name
 			}
+		}
+	}
+	return ""
+}
+
+// vercelNameLeft: no live Vercel sandbox has the name a deleted Sandbox
+// had, unless a pool member's was handed over to a live claimant.
+func vercelNameLeft(cl *cluster, d deletedObject) string {
+	if d.vercelName == "" || handedOver(cl, d.uid, d.vercelName) != "" {
+		return ""
+	}
+	for _, vs := range cl.vercel {
+		if vs.Name == d.vercelName {
+			return "its Vercel sandbox " + d.vercelName + " still exists"
 		}
 	}
 	return ""

@@ -47,6 +47,13 @@ func (h *harness) scanCluster(ctx context.Context) {
 		}
 		h.eventsMu.Unlock()
 	}
+	h.scanStatuses(ctx)
+}
+
+// scanStatuses looks for canaries in every object's status, and notes the
+// pool members and claims it sees (poolLedger).
+func (h *harness) scanStatuses(ctx context.Context) {
+	c := h.stack.Client
 	sbxs := &sandboxv1.SandboxList{}
 	if err := c.List(ctx, sbxs); err == nil {
 		h.ledger.record(sbxs.Items)

@@ -136,10 +136,14 @@ func (w *workload) run(ctx, chaos context.Context) {
 				w.h.logf("workload: %v", err)
 			}
 		}
-		if err := w.step(ctx); err != nil && ctx.Err() == nil {
+		step, rng := w.step, w.rng
+		if op := poolOp(w.poolOps.IntN(1000)); op != "" {
+			step, rng = func(ctx context.Context) error { return w.poolStep(ctx, op) }, w.poolPicks
+		}
+		if err := step(ctx); err != nil && ctx.Err() == nil {
 			w.h.logf("workload: %v", err)
 		}
-		d := w.h.cfg.OpInterval/2 + time.Duration(w.rng.Int64N(int64(w.h.cfg.OpInterval)+1))
+		d := w.h.cfg.OpInterval/2 + time.Duration(rng.Int64N(int64(w.h.cfg.OpInterval)+1))
 		select {
 		case <-chaos.Done():
 		case <-time.After(d):
@@ -149,9 +153,6 @@ func (w *workload) run(ctx, chaos context.Context) {
 
 // step performs one random operation.
 func (w *workload) step(ctx context.Context) error {
-	if op := poolOp(w.poolOps.IntN(1000)); op != "" {
-		return w.poolStep(ctx, op)
-	}
 	ns := w.nss[w.rng.IntN(len(w.nss))]
 	full := w.liveObjects() >= w.h.cfg.Objects
 	if w.rng.IntN(1000) < 3 {

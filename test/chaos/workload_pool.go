@@ -7,9 +7,10 @@ package chaos
 //
 // Pool operations draw from two streams of their own: poolOps decides, with
 // one draw per step, whether the step is a pool operation and which one, so
-// the sequence of pool operations of a seed depends on nothing else; and
-// every other step draws from the workload's stream exactly as before pools
-// existed, so an old seed still makes the same other operations.
+// the sequence of pool operations of a seed depends on nothing else; a pool
+// step's choices (and the pause after it) come from poolPicks, so the other
+// steps roll the same dice as before pools existed (what they find differs:
+// pools count as objects, claims are among the Sandboxes).
 
 import (
 	"context"
