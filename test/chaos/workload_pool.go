@@ -133,14 +133,11 @@ func (w *workload) createPool(ctx context.Context, ns *nsState) error {
 // timeout, network policy and ports. One in eight asks for other env: the
 // pool cannot serve it and it is created cold (SpecMismatch).
 func (w *workload) claim(ctx context.Context, ns *nsState) error {
-	name := pick(w.rng, ns.pools)
-	if name == "" {
-		return w.createPool(ctx, ns)
+	pool, err := w.claimablePool(ctx, ns)
+	if err != nil || pool == nil {
+		return err
 	}
-	pool := &sandboxv1.SandboxPool{}
-	if err := w.c.Get(ctx, types.NamespacedName{Namespace: ns.name, Name: name}, pool); err != nil {
-		return w.refusal(opClaim, name, err)
-	}
+	name := pool.Name
 	sbx := &sandboxv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: ns.name, Name: w.name("claim")}}
 	sbx.Spec = *pool.Spec.Template.Spec.DeepCopy()
 	sbx.Spec.PoolRef = &sandboxv1.PoolRef{Name: name}
@@ -160,6 +157,37 @@ func (w *workload) claim(ctx context.Context, ns *nsState) error {
 	ns.sandboxes[sbx.Name] = true
 	w.did(opClaim, ns.name+"/"+sbx.Name+" "+what)
 	return nil
+}
+
+// claimablePool picks the pool of ns a claim names: three times in four one
+// that reports a ready member, if any (a hit takes the hand-over path, the
+// one the pool checks are about), otherwise any pool of ns.
+func (w *workload) claimablePool(ctx context.Context, ns *nsState) (*sandboxv1.SandboxPool, error) {
+	list := &sandboxv1.SandboxPoolList{}
+	if err := w.c.List(ctx, list, client.InNamespace(ns.name)); err != nil {
+		return nil, err
+	}
+	ready, all := map[string]bool{}, map[string]bool{}
+	byName := map[string]*sandboxv1.SandboxPool{}
+	for i := range list.Items {
+		p := &list.Items[i]
+		if !ns.pools[p.Name] || !p.DeletionTimestamp.IsZero() {
+			continue
+		}
+		byName[p.Name], all[p.Name] = p, true
+		if p.Status.ReadyReplicas > 0 {
+			ready[p.Name] = true
+		}
+	}
+	name := pick(w.rng, all)
+	if w.rng.IntN(4) != 0 && len(ready) > 0 {
+		name = pick(w.rng, ready)
+	}
+	if name == "" {
+		w.count(opSkipped)
+		return nil, nil
+	}
+	return byName[name], nil
 }
 
 // scalePool sets a pool's spec.replicas to 0–3.
