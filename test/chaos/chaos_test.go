@@ -77,7 +77,8 @@ func TestChaosShort(t *testing.T) {
 	for _, o := range rep.Ops {
 		done[o.name] = o.n
 	}
-	for _, op := range []string{opCreateSandbox, opChangeSpec, opPause, opResume, opHeartbeat, opCapture, opRecipe, opFork, opScale, opDelete, opDeleteNamespace} {
+	for _, op := range []string{opCreateSandbox, opChangeSpec, opPause, opResume, opHeartbeat, opCapture, opRecipe, opFork, opScale, opDelete, opDeleteNamespace,
+		opCreatePool, opClaim, opScalePool, opDeletePool} {
 		if done[op] == 0 {
 			t.Errorf("the workload did no %q", op)
 		}

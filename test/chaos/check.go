@@ -31,12 +31,13 @@ type verdict struct {
 	unownedSnapshots   []string
 	duplicates         []string // objects with more than one Vercel sandbox
 	terminating        []string
+	shared             []string          // pool members or Vercel sandboxes held by two Sandboxes (check_pool.go)
 	perKind            map[string][2]int // converged, total
 }
 
 func (v *verdict) ok() bool {
 	return v.converged == v.objects && len(v.unownedSandboxes) == 0 && len(v.unownedSnapshots) == 0 &&
-		len(v.duplicates) == 0 && len(v.terminating) == 0
+		len(v.duplicates) == 0 && len(v.terminating) == 0 && len(v.shared) == 0
 }
 
 func (v *verdict) add(kind, key string, why string) {
@@ -57,7 +58,12 @@ type cluster struct {
 	sandboxes  []sandboxv1.Sandbox
 	snapshots  []sandboxv1.SandboxSnapshot
 	forks      []sandboxv1.SandboxFork
+	pools      []sandboxv1.SandboxPool
 	namespaces []corev1.Namespace
+	// What the harness saw of pools during the run (poolLedger): every
+	// member, and claims of one member by two Sandboxes.
+	seenMembers    []deletedObject
+	claimConflicts []string
 
 	vercel    []vercel.Sandbox
 	sessions  map[string]vercel.Session // by id, of live Vercel sandboxes
@@ -73,13 +79,16 @@ func observe(ctx context.Context, c client.Client, h *harness) (*cluster, error)
 	sbxs := &sandboxv1.SandboxList{}
 	snaps := &sandboxv1.SandboxSnapshotList{}
 	forks := &sandboxv1.SandboxForkList{}
+	pools := &sandboxv1.SandboxPoolList{}
 	nss := &corev1.NamespaceList{}
-	for _, l := range []client.ObjectList{sbxs, snaps, forks, nss} {
+	for _, l := range []client.ObjectList{sbxs, snaps, forks, pools, nss} {
 		if err := c.List(ctx, l); err != nil {
 			return nil, err
 		}
 	}
-	cl.sandboxes, cl.snapshots, cl.forks, cl.namespaces = sbxs.Items, snaps.Items, forks.Items, nss.Items
+	cl.sandboxes, cl.snapshots, cl.forks, cl.pools, cl.namespaces = sbxs.Items, snaps.Items, forks.Items, pools.Items, nss.Items
+	h.ledger.record(cl.sandboxes)
+	cl.seenMembers, cl.claimConflicts = h.ledger.snapshot()
 	for _, s := range cl.sandboxes {
 		cl.uids[s.UID] = "Sandbox " + s.Namespace + "/" + s.Name
 	}
@@ -88,6 +97,9 @@ func observe(ctx context.Context, c client.Client, h *harness) (*cluster, error)
 	}
 	for _, f := range cl.forks {
 		cl.uids[f.UID] = "SandboxFork " + f.Namespace + "/" + f.Name
+	}
+	for _, p := range cl.pools {
+		cl.uids[p.UID] = "SandboxPool " + p.Namespace + "/" + p.Name
 	}
 	emu := h.stack.Emulator
 	cl.vercel = emu.LiveSandboxes()
@@ -128,11 +140,8 @@ func evaluate(cl *cluster, deleted []deletedObject, maxSession int64) *verdict {
 		if !isChaosNS(s.Namespace) {
 			continue
 		}
-		kind := "Sandbox"
-		if s.Labels[sandboxv1.LabelFork] != "" {
-			kind = "Sandbox (fork child)"
-		}
-		v.add(kind, s.Namespace+"/"+s.Name, firstProblem(sandboxProblem(cl, s, maxSession), syncedProblem(s.Status.Conditions)))
+		kind, poolIssue := sandboxKind(cl, s)
+		v.add(kind, s.Namespace+"/"+s.Name, firstProblem(poolIssue, sandboxProblem(cl, s, maxSession), syncedProblem(s.Status.Conditions)))
 	}
 	for i := range cl.snapshots {
 		s := &cl.snapshots[i]
@@ -160,6 +169,8 @@ func evaluate(cl *cluster, deleted []deletedObject, maxSession int64) *verdict {
 		}
 		v.add("SandboxFork", f.Namespace+"/"+f.Name, firstProblem(forkProblem(cl, f), syncedProblem(f.Status.Conditions)))
 	}
+
+	evaluatePools(cl, v, deleted)
 
 	// Deleted objects: gone from Kubernetes and from Vercel.
 	for _, d := range deleted {
@@ -362,7 +373,8 @@ func forkProblem(cl *cluster, f *sandboxv1.SandboxFork) string {
 
 // deletedProblem: a deleted object is gone from Kubernetes (no object with
 // its UID), no live Vercel sandbox carries its UID (nor, for a Sandbox, the
-// name it had), and, for a SandboxSnapshot, its Vercel snapshot is deleted
+// name it had, unless it was a pool member's handed over to a live claimant),
+// a deleted SandboxPool leaves no member, and, for a SandboxSnapshot, its Vercel snapshot is deleted
 // unless an existing SandboxSnapshot still records it (shared recipe builds).
 func deletedProblem(cl *cluster, d deletedObject) string {
 	if d.kind == "Namespace" {
@@ -379,12 +391,11 @@ func deletedProblem(cl *cluster, d deletedObject) string {
 	if n := len(cl.byUID[d.uid]); n > 0 {
 		return fmt.Sprintf("%d Vercel sandboxes still carry its UID (%s)", n, cl.byUID[d.uid][0].Name)
 	}
-	if d.vercelName != "" {
-		for _, vs := range cl.vercel {
-			if vs.Name == d.vercelName {
-				return "its Vercel sandbox " + d.vercelName + " still exists"
-			}
-		}
+	if p := vercelNameLeft(cl, d); p != "" {
+		return p
+	}
+	if d.kind == "SandboxPool" {
+		return poolLeftovers(cl, d)
 	}
 	if d.snapshotID != "" {
 		if sn, ok := cl.vsnapByID[d.snapshotID]; ok && sn.Status == vercel.SnapshotCreated {

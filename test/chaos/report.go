@@ -56,6 +56,9 @@ func (r *Report) Missed() []string {
 	if n := len(v.terminating); n > 0 {
 		out = append(out, fmt.Sprintf("%d objects are stuck Terminating", n))
 	}
+	if n := len(v.shared); n > 0 {
+		out = append(out, fmt.Sprintf("%d pool members or Vercel sandboxes are held by two Sandboxes", n))
+	}
 	if n := len(r.Leaks); n > 0 {
 		out = append(out, fmt.Sprintf("canary values found %d times in manager logs, events or status", n))
 	}
@@ -101,6 +104,7 @@ func (r *Report) Table() string {
 	row("Vercel snapshots with no owner object", fmt.Sprint(len(v.unownedSnapshots)), "0", len(v.unownedSnapshots) == 0)
 	row("Objects with more than one Vercel sandbox", fmt.Sprint(len(v.duplicates)), "0", len(v.duplicates) == 0)
 	row("Objects stuck Terminating", fmt.Sprint(len(v.terminating)), "0", len(v.terminating) == 0)
+	row("Pool members or Vercel sandboxes held by two Sandboxes", fmt.Sprint(len(v.shared)), "0", len(v.shared) == 0)
 	row(fmt.Sprintf("Canary values found in manager logs, events, status (%d issued)", r.Canaries), fmt.Sprint(len(r.Leaks)), "0", len(r.Leaks) == 0)
 	row("Workload declarations refused by the API server", fmt.Sprint(len(r.Refused)), "0", len(r.Refused) == 0)
 	total := r.Requests["total"]
@@ -141,6 +145,7 @@ func (r *Report) Details() string {
 	section("Vercel snapshots with no owner object", v.unownedSnapshots, 30)
 	section("Objects with more than one Vercel sandbox", v.duplicates, 30)
 	section("Stuck Terminating", v.terminating, 30)
+	section("Held by two Sandboxes", v.shared, 30)
 	var leaks []string
 	for _, l := range r.Leaks {
 		leaks = append(leaks, fmt.Sprintf("%s: %s: %s", l.place, l.where, l.value))

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,14 +19,11 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 	"github.com/getsentry/sandbox-controller/controllers"
 	"github.com/getsentry/sandbox-controller/localstack"
 	"github.com/getsentry/sandbox-controller/localstack/controlplane"
@@ -165,6 +161,8 @@ type harness struct {
 	eventsMu   sync.Mutex
 	eventsLog  *os.File        // logs/events.log: every event seen, once per version
 	seenEvents map[string]bool // uid/resourceVersion
+
+	ledger poolLedger // pool members and claims seen (check_pool.go)
 }
 
 func (h *harness) logf(format string, args ...any) {
@@ -523,138 +521,6 @@ func (h *harness) waitLeader(ctx context.Context, timeout time.Duration) error {
 		}
 	}
 	return fmt.Errorf("no manager held Lease %s/%s within %s", systemNamespace, leaseName, timeout)
-}
-
-// converge waits until every target holds or Converge has passed. Clients
-// keep using their running Sandboxes meanwhile: every Sandbox declared
-// Running gets a heartbeat at once and then every 20 s, which also wakes
-// those that idled or were stopped by a capture during the chaos.
-func (h *harness) converge(ctx context.Context, w *workload) (*verdict, time.Duration, error) {
-	start := time.Now()
-	deadline := start.Add(h.cfg.Converge)
-	var lastBeat time.Time
-	var v *verdict
-	for {
-		if time.Since(lastBeat) >= 20*time.Second {
-			h.heartbeatAll(ctx)
-			lastBeat = time.Now()
-		}
-		cl, err := observe(ctx, h.stack.Client, h)
-		if err != nil {
-			return nil, 0, err
-		}
-		v = evaluate(cl, w.deleted, maxSessionMs(h.managerArgs))
-		waited := time.Since(start)
-		if v.ok() {
-			h.logf("converged after %s: %d/%d objects", waited.Round(time.Second), v.converged, v.objects)
-			return v, waited, nil
-		}
-		if time.Now().After(deadline) {
-			h.logf("not converged within %s: %d/%d objects converged", h.cfg.Converge, v.converged, v.objects)
-			return v, waited, nil
-		}
-		h.logf("converging: %d/%d objects, %d unowned Vercel sandboxes, %d unowned snapshots, %d duplicated, %d terminating",
-			v.converged, v.objects, len(v.unownedSandboxes), len(v.unownedSnapshots), len(v.duplicates), len(v.terminating))
-		select {
-		case <-ctx.Done():
-			return nil, 0, ctx.Err()
-		case <-time.After(5 * time.Second):
-		}
-	}
-}
-
-// heartbeatAll records client activity on every Sandbox declared Running.
-func (h *harness) heartbeatAll(ctx context.Context) {
-	list := &sandboxv1.SandboxList{}
-	if err := h.stack.Client.List(ctx, list); err != nil {
-		h.logf("heartbeats: %v", err)
-		return
-	}
-	n := 0
-	for i := range list.Items {
-		s := &list.Items[i]
-		if !isChaosNS(s.Namespace) || !s.DeletionTimestamp.IsZero() || s.Spec.State == sandboxv1.SandboxStateStopped {
-			continue
-		}
-		if err := heartbeatSandbox(ctx, h.stack.Client, s); err == nil {
-			n++
-		}
-	}
-	h.logf("heartbeat on %d Sandboxes declared Running", n)
-}
-
-// scanCluster looks for canaries in every event and every object's status.
-func (h *harness) scanCluster(ctx context.Context) {
-	c := h.stack.Client
-	evs := &eventsv1.EventList{}
-	if err := c.List(ctx, evs); err == nil {
-		h.eventsMu.Lock()
-		if h.eventsLog == nil {
-			h.eventsLog, _ = os.Create(filepath.Join(h.cfg.WorkDir, "logs", "events.log"))
-			h.seenEvents = map[string]bool{}
-		}
-		for i := range evs.Items {
-			e := &evs.Items[i]
-			b, _ := json.Marshal(e)
-			h.canaries.scan("events", fmt.Sprintf("event %s/%s (%s %s)", e.Namespace, e.Name, e.Regarding.Kind, e.Regarding.Name), b)
-			// Kept for the post-mortem: a deleted namespace takes its events along.
-			if key := string(e.UID) + "/" + e.ResourceVersion; !h.seenEvents[key] && h.eventsLog != nil {
-				h.seenEvents[key] = true
-				at := e.EventTime.Time
-				if e.Series != nil {
-					at = e.Series.LastObservedTime.Time
-				} else if at.IsZero() {
-					at = e.CreationTimestamp.Time
-				}
-				fmt.Fprintf(h.eventsLog, "%s %s %s/%s %s %s: %s\n", at.UTC().Format("15:04:05"), e.Type, e.Regarding.Namespace,
-					e.Regarding.Name, e.Regarding.Kind, e.Reason, e.Note)
-			}
-		}
-		h.eventsMu.Unlock()
-	}
-	sbxs := &sandboxv1.SandboxList{}
-	if err := c.List(ctx, sbxs); err == nil {
-		for _, s := range sbxs.Items {
-			b, _ := json.Marshal(s.Status)
-			h.canaries.scan("status", "Sandbox "+s.Namespace+"/"+s.Name, b)
-		}
-	}
-	snaps := &sandboxv1.SandboxSnapshotList{}
-	if err := c.List(ctx, snaps); err == nil {
-		for _, s := range snaps.Items {
-			b, _ := json.Marshal(s.Status)
-			h.canaries.scan("status", "SandboxSnapshot "+s.Namespace+"/"+s.Name, b)
-		}
-	}
-	forks := &sandboxv1.SandboxForkList{}
-	if err := c.List(ctx, forks); err == nil {
-		for _, f := range forks.Items {
-			b, _ := json.Marshal(f.Status)
-			h.canaries.scan("status", "SandboxFork "+f.Namespace+"/"+f.Name, b)
-		}
-	}
-}
-
-// dump writes every object and the emulator's sandboxes and snapshots to
-// WorkDir/state/ for the post-mortem of a missed target.
-func (h *harness) dump(ctx context.Context) {
-	dir := filepath.Join(h.cfg.WorkDir, "state")
-	_ = os.MkdirAll(dir, 0o755)
-	for name, l := range map[string]client.ObjectList{
-		"sandboxes": &sandboxv1.SandboxList{}, "sandboxsnapshots": &sandboxv1.SandboxSnapshotList{},
-		"sandboxforks": &sandboxv1.SandboxForkList{}, "namespaces": &corev1.NamespaceList{}, "events": &eventsv1.EventList{},
-	} {
-		if err := h.stack.Client.List(ctx, l); err == nil {
-			b, _ := yaml.Marshal(l)
-			_ = os.WriteFile(filepath.Join(dir, name+".yaml"), b, 0o644)
-		}
-	}
-	emu := h.stack.Emulator
-	for name, v := range map[string]any{"vercel-sandboxes": emu.LiveSandboxes(), "vercel-sessions": emu.Sessions(), "vercel-snapshots": emu.Snapshots()} {
-		b, _ := json.MarshalIndent(v, "", "  ")
-		_ = os.WriteFile(filepath.Join(dir, name+".json"), b, 0o644)
-	}
-	h.logf("state dumped to %s", dir)
 }
 
 // maxSessionMs is the longest session timeout the controller asks for

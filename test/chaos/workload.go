@@ -56,19 +56,26 @@ type nsState struct {
 	sandboxes map[string]bool
 	snapshots map[string]bool
 	forks     map[string]bool
+	pools     map[string]bool
 	secrets   []string // each holds canary values under the keys below
 }
 
 // Keys of every workload Secret.
 var secretKeys = []string{"token", "username", "password", "api-key"}
 
-func (n *nsState) live() int { return len(n.sandboxes) + len(n.snapshots) + len(n.forks) }
+func (n *nsState) live() int {
+	return len(n.sandboxes) + len(n.snapshots) + len(n.forks) + len(n.pools)
+}
 
 // workload drives the seeded random workload.
 type workload struct {
 	h   *harness
 	c   client.Client
 	rng *rand.Rand
+	// poolOps and poolPicks are the pool operations' own streams
+	// (workload_pool.go): poolOps decides at each step whether and which
+	// pool operation runs, poolPicks makes that operation's choices.
+	poolOps, poolPicks *rand.Rand
 
 	nss     []*nsState
 	nsSeq   int
@@ -80,7 +87,9 @@ type workload struct {
 }
 
 func newWorkload(h *harness, rng *rand.Rand) *workload {
-	return &workload{h: h, c: h.stack.Client, rng: rng, ops: map[string]int{}}
+	seed := uint64(h.cfg.Seed)
+	return &workload{h: h, c: h.stack.Client, rng: rng, ops: map[string]int{},
+		poolOps: rand.New(rand.NewPCG(seed, 4)), poolPicks: rand.New(rand.NewPCG(seed, 5))}
 }
 
 func (w *workload) count(op string) {
@@ -127,10 +136,14 @@ func (w *workload) run(ctx, chaos context.Context) {
 				w.h.logf("workload: %v", err)
 			}
 		}
-		if err := w.step(ctx); err != nil && ctx.Err() == nil {
+		step, rng := w.step, w.rng
+		if op := poolOp(w.poolOps.IntN(1000)); op != "" {
+			step, rng = func(ctx context.Context) error { return w.poolStep(ctx, op) }, w.poolPicks
+		}
+		if err := step(ctx); err != nil && ctx.Err() == nil {
 			w.h.logf("workload: %v", err)
 		}
-		d := w.h.cfg.OpInterval/2 + time.Duration(w.rng.Int64N(int64(w.h.cfg.OpInterval)+1))
+		d := w.h.cfg.OpInterval/2 + time.Duration(rng.Int64N(int64(w.h.cfg.OpInterval)+1))
 		select {
 		case <-chaos.Done():
 		case <-time.After(d):
@@ -212,7 +225,7 @@ func (w *workload) name(prefix string) string {
 // createNamespace creates a namespace with three Secrets of canary values.
 func (w *workload) createNamespace(ctx context.Context) error {
 	w.nsSeq++
-	ns := &nsState{name: fmt.Sprintf("chaos-%d", w.nsSeq), sandboxes: map[string]bool{}, snapshots: map[string]bool{}, forks: map[string]bool{}}
+	ns := &nsState{name: fmt.Sprintf("chaos-%d", w.nsSeq), sandboxes: map[string]bool{}, snapshots: map[string]bool{}, forks: map[string]bool{}, pools: map[string]bool{}}
 	if err := w.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns.name}}); err != nil {
 		return fmt.Errorf("create namespace %s: %w", ns.name, err)
 	}
@@ -526,209 +539,6 @@ func (w *workload) recipe(ctx context.Context, ns *nsState) error {
 	ns.snapshots[snap.Name] = true
 	w.did(opRecipe, fmt.Sprintf("%s/%s variant %d", ns.name, snap.Name, v))
 	return nil
-}
-
-// forkDeadline is the forks' failureDeadlineSeconds: the rest of the chaos
-// and the whole convergence window. Under the soak's faults a source can stay
-// unready for longer than the default 10 minutes (a build starved of creates
-// by 429s for 15 minutes, a capture waiting for a heartbeat to resume its
-// source), and a fork failed by its deadline stays Failed by design, which is
-// not the declaration the workload means to make: that its source converges.
-// Never below the default (600 s, the short run's is shorter) nor above the
-// API's maximum (604800 s).
-func (w *workload) forkDeadline() int64 {
-	return min(max(int64((w.h.cfg.Duration+w.h.cfg.Converge).Seconds()), 600), 604800)
-}
-
-// fork forks a snapshot, or a Sandbox (resumed first if paused, as for a
-// capture).
-func (w *workload) fork(ctx context.Context, ns *nsState) error {
-	f := &sandboxv1.SandboxFork{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns.name, Name: w.name("fork")},
-		Spec: sandboxv1.SandboxForkSpec{Replicas: ptr.To(int32(1 + w.rng.IntN(3))),
-			FailureDeadlineSeconds: ptr.To(w.forkDeadline())},
-	}
-	if w.rng.IntN(3) == 0 {
-		f.Spec.Template.Spec.TimeoutSeconds = w.timeout()
-	}
-	if w.rng.IntN(3) == 0 {
-		f.Spec.Template.Spec.Env = w.env(ns)
-	}
-	snap := pick(w.rng, ns.snapshots)
-	if snap != "" && w.rng.IntN(5) < 3 {
-		f.Spec.Source.SnapshotRef = &sandboxv1.LocalObjectReference{Name: snap}
-	} else {
-		src := pick(w.rng, ns.sandboxes)
-		if src == "" {
-			return w.createSandbox(ctx, ns, nil)
-		}
-		f.Spec.Source.SandboxRef = &sandboxv1.LocalObjectReference{Name: src}
-		f.Spec.KeepSourceRunning = w.rng.IntN(2) == 0
-		ok, err := w.updateSandbox(ctx, ns.name, src, func(s *sandboxv1.Sandbox) bool {
-			if s.Spec.State != sandboxv1.SandboxStateStopped {
-				return false
-			}
-			s.Spec.State = sandboxv1.SandboxStateRunning
-			return true
-		})
-		if err != nil {
-			return w.refusal(opFork, f.Name, err)
-		}
-		if ok {
-			w.did(opResume, ns.name+"/"+src)
-		}
-	}
-	if err := w.c.Create(ctx, f); err != nil {
-		return w.refusal(opFork, f.Name, err)
-	}
-	ns.forks[f.Name] = true
-	w.did(opFork, ns.name+"/"+f.Name)
-	return nil
-}
-
-func (w *workload) scale(ctx context.Context, ns *nsState) error {
-	name := pick(w.rng, ns.forks)
-	if name == "" {
-		return nil
-	}
-	replicas := int32(w.rng.IntN(4))
-	patch := fmt.Sprintf(`{"spec":{"replicas":%d}}`, replicas)
-	f := &sandboxv1.SandboxFork{ObjectMeta: metav1.ObjectMeta{Namespace: ns.name, Name: name}}
-	if err := w.c.Patch(ctx, f, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
-		return w.refusal(opScale, name, err)
-	}
-	w.did(opScale, fmt.Sprintf("%s/%s to %d", ns.name, name, replicas))
-	return nil
-}
-
-// deleteObject deletes a random workload object of ns, within the
-// constraints of docs/dev/chaos.md: no SandboxSnapshot that a Sandbox or
-// SandboxFork boots from, no Sandbox with a capture still to be taken.
-func (w *workload) deleteObject(ctx context.Context, ns *nsState) error {
-	var obj client.Object
-	var set map[string]bool
-	switch k := w.rng.IntN(10); {
-	case k < 5:
-		set, obj = ns.sandboxes, &sandboxv1.Sandbox{}
-	case k < 8:
-		set, obj = ns.snapshots, &sandboxv1.SandboxSnapshot{}
-	default:
-		set, obj = ns.forks, &sandboxv1.SandboxFork{}
-	}
-	name := pick(w.rng, set)
-	if name == "" {
-		w.count(opSkipped)
-		return nil
-	}
-	if err := w.c.Get(ctx, types.NamespacedName{Namespace: ns.name, Name: name}, obj); err != nil {
-		if apierrors.IsNotFound(err) {
-			delete(set, name)
-		}
-		return err
-	}
-	switch o := obj.(type) {
-	case *sandboxv1.Sandbox:
-		if busy, err := w.captureNeeds(ctx, ns.name, name); err != nil || busy {
-			w.count(opSkipped)
-			return err
-		}
-	case *sandboxv1.SandboxSnapshot:
-		if used, err := w.snapshotInUse(ctx, ns.name, o.Name); err != nil || used {
-			w.count(opSkipped)
-			return err
-		}
-	}
-	d := recordOf(obj)
-	if err := w.c.Delete(ctx, obj, client.Preconditions{UID: ptr.To(obj.GetUID())}); err != nil {
-		return w.refusal(opDelete, name, err)
-	}
-	delete(set, name)
-	w.deleted = append(w.deleted, d)
-	w.did(opDelete, d.key())
-	return nil
-}
-
-// snapshotInUse reports whether a Sandbox or SandboxFork of ns names the
-// SandboxSnapshot in spec.source.snapshotRef.
-func (w *workload) snapshotInUse(ctx context.Context, ns, name string) (bool, error) {
-	sbxs := &sandboxv1.SandboxList{}
-	if err := w.c.List(ctx, sbxs, client.InNamespace(ns)); err != nil {
-		return false, err
-	}
-	for _, s := range sbxs.Items {
-		if ref := s.Spec.Source.SnapshotRef; ref != nil && ref.Name == name {
-			return true, nil
-		}
-	}
-	forks := &sandboxv1.SandboxForkList{}
-	if err := w.c.List(ctx, forks, client.InNamespace(ns)); err != nil {
-		return false, err
-	}
-	for _, f := range forks.Items {
-		if ref := f.Spec.Source.SnapshotRef; ref != nil && ref.Name == name {
-			return true, nil
-		}
-	}
-	return false, nil
-}
-
-func recordOf(obj client.Object) deletedObject {
-	d := deletedObject{namespace: obj.GetNamespace(), name: obj.GetName(), uid: obj.GetUID()}
-	switch o := obj.(type) {
-	case *sandboxv1.Sandbox:
-		d.kind, d.vercelName = "Sandbox", o.Status.VercelName
-	case *sandboxv1.SandboxSnapshot:
-		d.kind, d.snapshotID = "SandboxSnapshot", o.Status.SnapshotID
-	case *sandboxv1.SandboxFork:
-		d.kind = "SandboxFork"
-	case *corev1.Namespace:
-		d.kind = "Namespace"
-	}
-	return d
-}
-
-// replaceNamespace deletes a namespace with everything in it (the
-// namespace controller deletes the objects, the finalizers run) and creates
-// a fresh one, keeping the number of namespaces.
-func (w *workload) replaceNamespace(ctx context.Context, ns *nsState) error {
-	// What the namespace holds now, fork children and captures included,
-	// and whatever leaked into its events and status so far.
-	w.h.scanCluster(ctx)
-	var recs []deletedObject
-	sbxs := &sandboxv1.SandboxList{}
-	snaps := &sandboxv1.SandboxSnapshotList{}
-	forks := &sandboxv1.SandboxForkList{}
-	for _, l := range []client.ObjectList{sbxs, snaps, forks} {
-		if err := w.c.List(ctx, l, client.InNamespace(ns.name)); err != nil {
-			return err
-		}
-	}
-	for i := range sbxs.Items {
-		recs = append(recs, recordOf(&sbxs.Items[i]))
-	}
-	for i := range snaps.Items {
-		recs = append(recs, recordOf(&snaps.Items[i]))
-	}
-	for i := range forks.Items {
-		recs = append(recs, recordOf(&forks.Items[i]))
-	}
-	nsObj := &corev1.Namespace{}
-	if err := w.c.Get(ctx, types.NamespacedName{Name: ns.name}, nsObj); err != nil {
-		return err
-	}
-	recs = append(recs, recordOf(nsObj))
-	if err := w.c.Delete(ctx, nsObj); err != nil {
-		return w.refusal(opDeleteNamespace, ns.name, err)
-	}
-	w.deleted = append(w.deleted, recs...)
-	for i, n := range w.nss {
-		if n == ns {
-			w.nss = append(w.nss[:i], w.nss[i+1:]...)
-			break
-		}
-	}
-	w.did(opDeleteNamespace, fmt.Sprintf("%s (%d objects)", ns.name, len(recs)-1))
-	return w.createNamespace(ctx)
 }
 
 // summary lists the operations done by kind.
