@@ -301,6 +301,37 @@ var _ = Describe("SandboxPool", func() {
 		Expect(getSandbox(c).Status.BootedFrom.SnapshotID).To(Equal(rebuilt))
 	})
 
+	It("takes the member an interrupted earlier claim of the same Sandbox marked, not another", func() {
+		key := newPool(ns, "warm", 2, poolTemplate())
+		members := waitPoolReady(key, 2)
+		// The claimant's finalizer is on before the pause stops it (prepare
+		// runs first), so the reconcile after the pause is not the one that
+		// added it and must look for a mark left by an earlier attempt.
+		spec := poolTemplate()
+		spec.PoolRef = &sandboxv1.PoolRef{Name: "warm"}
+		sbx := &sandboxv1.Sandbox{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "resumed-claim", Annotations: map[string]string{sandboxv1.AnnotationPaused: "true"}},
+			Spec:       spec,
+		}
+		Expect(k8sClient.Create(context.Background(), sbx)).To(Succeed())
+		Eventually(func() []string { return getSandbox(client.ObjectKeyFromObject(sbx)).Finalizers }).Should(ContainElement(sandboxv1.SandboxFinalizer))
+		// The earlier attempt marked the second member, then was interrupted
+		// before recording it.
+		marked := members[1].DeepCopy()
+		won, err := controllers.MarkMember(k8sClient, sbx.Name, sbx.UID, marked, "")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(won).To(BeTrue())
+		Expect(k8sClient.Get(context.Background(), client.ObjectKeyFromObject(sbx), sbx)).To(Succeed())
+		delete(sbx.Annotations, sandboxv1.AnnotationPaused)
+		Expect(k8sClient.Update(context.Background(), sbx)).To(Succeed())
+
+		got := waitReady(client.ObjectKeyFromObject(sbx))
+		Expect(got.Status.Claim).NotTo(BeNil())
+		Expect(got.Status.Claim.Member).To(Equal(members[1].Name), "the member its earlier attempt marked")
+		Expect(got.Status.VercelName).To(Equal(members[1].Status.VercelName))
+		Expect(getSandbox(client.ObjectKeyFromObject(&members[0])).Labels).NotTo(HaveKey(sandboxv1.LabelClaimedBy), "no second member is marked")
+	})
+
 	It("lets exactly one of two claimants holding the same view of a member mark it", func() {
 		key := newPool(ns, "warm", 1, poolTemplate())
 		member := waitPoolReady(key, 1)[0]
