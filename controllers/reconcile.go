@@ -87,12 +87,8 @@ func (s skeleton[O]) run(ctx context.Context, key types.NamespacedName, o O) (ct
 	if !b.resolved {
 		return ctrl.Result{}, b.refused
 	}
-	first, err := s.prepare(ctx, o, b)
-	if err != nil {
+	if err := s.prepare(ctx, o, b); err != nil {
 		return ctrl.Result{}, err
-	}
-	if first {
-		ctx = withFinalizerAdded(ctx)
 	}
 	if s.pausable && o.GetAnnotations()[sandboxv1.AnnotationPaused] == "true" {
 		return ctrl.Result{}, s.reportPaused(ctx, o)
@@ -138,12 +134,9 @@ func (s skeleton[O]) onDeletion(ctx context.Context, key types.NamespacedName, o
 
 // prepare puts on the object what the controller keeps there before it
 // reconciles: the finalizer, the class label b pins, and the kind's labels;
-// one update when any of them changed. It reports whether it added the
-// finalizer: then no reconcile before this one got past prepare, so none
-// did anything the kind must look for (withFinalizerAdded).
-func (s skeleton[O]) prepare(ctx context.Context, o O, b binding) (bool, error) {
-	added := controllerutil.AddFinalizer(o, s.finalizer)
-	changed := added
+// one update when any of them changed.
+func (s skeleton[O]) prepare(ctx context.Context, o O, b binding) error {
+	changed := controllerutil.AddFinalizer(o, s.finalizer)
 	if b.pin && s.classes.pin(ctx, o, b.name) {
 		changed = true
 	}
@@ -151,30 +144,9 @@ func (s skeleton[O]) prepare(ctx context.Context, o O, b binding) (bool, error) 
 		changed = true
 	}
 	if !changed {
-		return false, nil
+		return nil
 	}
-	if err := s.client.Update(ctx, o); err != nil {
-		return false, err
-	}
-	return added, nil
-}
-
-type finalizerAddedKey struct{}
-
-// withFinalizerAdded marks ctx as the reconcile whose update put the
-// finalizer on the object. The update succeeded at the resourceVersion this
-// reconcile read, on an object without the finalizer, so no earlier
-// reconcile wrote anything after prepare: a kind may skip looking for the
-// traces of an interrupted earlier attempt (a claim's marked member).
-func withFinalizerAdded(ctx context.Context) context.Context {
-	return context.WithValue(ctx, finalizerAddedKey{}, true)
-}
-
-// finalizerAdded reports whether ctx is the reconcile that added the
-// object's finalizer (withFinalizerAdded).
-func finalizerAdded(ctx context.Context) bool {
-	v, _ := ctx.Value(finalizerAddedKey{}).(bool)
-	return v
+	return s.client.Update(ctx, o)
 }
 
 // delete runs the kind's cleanup and removes the finalizer once it is done.

@@ -98,32 +98,22 @@ func (r *SandboxReconciler) claim(ctx context.Context, sbx *sandboxv1.Sandbox) (
 // takeMember marks a member for sbx and records it in sbx's status, or
 // records that sbx is created cold.
 func (r *SandboxReconciler) takeMember(ctx context.Context, sbx *sandboxv1.Sandbox) (claimOutcome, error) {
-	var member *sandboxv1.Sandbox
-	// When this reconcile added the finalizer, sbx is what its update
-	// wrote and no earlier reconcile got past prepare, so none claimed
-	// (only someone removing the finalizer from a live object could make
-	// that untrue). Otherwise an earlier claim may have been interrupted,
-	// and its traces are looked for uncached.
-	if !finalizerAdded(ctx) {
-		// A cache behind an earlier claim of this object must not make it
-		// claim a second member.
-		fresh := &sandboxv1.Sandbox{}
-		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(sbx), fresh); err != nil {
-			return claimRetry, client.IgnoreNotFound(err)
-		}
-		if fresh.ResourceVersion != sbx.ResourceVersion {
-			return claimRetry, nil
-		}
-		m, err := r.markedMember(ctx, sbx)
-		if err != nil {
-			return claimRetry, err
-		}
-		member = m
+	// Uncached: a cache behind an earlier claim of this object must not
+	// make it claim a second member.
+	fresh := &sandboxv1.Sandbox{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(sbx), fresh); err != nil {
+		return claimRetry, client.IgnoreNotFound(err)
+	}
+	if fresh.ResourceVersion != sbx.ResourceVersion {
+		return claimRetry, nil
+	}
+	member, err := r.markedMember(ctx, sbx)
+	if err != nil {
+		return claimRetry, err
 	}
 	pool := sbx.Spec.PoolRef.Name
 	if member == nil {
 		var reason, msg string
-		var err error
 		member, reason, msg, err = r.markMember(ctx, sbx)
 		if err != nil {
 			return claimRetry, err
