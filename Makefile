@@ -33,12 +33,16 @@ GO_TEST_FLAGS ?= -race -timeout 30m
 # race detector has nothing of ours to watch, and it makes them ~4× as costly
 # (hack/image: 62 → 16 CPU-seconds). Their coverage mode matches the others'.
 GO_TEST_NORACE_PKGS ?= ./hack/image/
+# test/e2e's tests run one after another (each starts a control plane and the
+# manager binary) for about four minutes: make test starts them first, beside
+# the other packages, instead of as the last package of one go test.
+GO_TEST_E2E_PKG ?= ./test/e2e/
 MODULE := $(shell go list -m)
 GO_TEST_NORACE_FLAGS ?= -covermode=atomic -timeout 30m
-# make test runs its three parts at once (packages with -race, the packages
-# above, the controllers suite): alone each leaves one of the two cores idle
+# make test runs its four parts at once (test/e2e, the other packages with
+# -race, the packages above, the controllers suite): alone each leaves one of the two cores idle
 # much of the time, waiting on control planes and processes it started.
-TEST_JOBS ?= 3
+TEST_JOBS ?= 4
 # The controllers suite (TestControllers) runs in TEST_PROCS Ginkgo processes,
 # each with a local stack of its own, through the Ginkgo CLI of go.mod's Ginkgo
 # version (docs/dev/testing.md). GINKGO_ARGS adds flags: --focus, -v, ...
@@ -115,19 +119,25 @@ lint: staticcheck ## Run staticcheck (CI runs it too) on everything but the gene
 	$(STATICCHECK) $$(go list ./... | grep -v '/pkg/client/')
 
 .PHONY: test
-test: manifests generate fmt vet envtest kustomize helm promtool ginkgo ## Run all tests against envtest and the emulator: every package with go test (with -race but GO_TEST_NORACE_PKGS) and the controllers suite in parallel (test-controllers), all at once; coverage of all in cover.out.
+test: manifests generate fmt vet envtest kustomize helm promtool ginkgo ## Run all tests against envtest and the emulator: every package with go test (with -race but GO_TEST_NORACE_PKGS; test/e2e on its own) and the controllers suite in parallel (test-controllers), all at once; coverage of all in cover.out.
 	@mkdir -p $(LOCALBIN)/test
-	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=line test-packages test-packages-norace test-controllers \
+	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=line test-e2e test-packages test-packages-norace test-controllers \
 		GINKGO_ARGS="--cover --coverprofile=controllers.cover.out --output-dir=$(LOCALBIN)/test $(GINKGO_ARGS)"
 	cat $(LOCALBIN)/test/packages.cover.out > cover.out
+	tail -n +2 $(LOCALBIN)/test/e2e.cover.out >> cover.out
 	tail -n +2 $(LOCALBIN)/test/norace.cover.out >> cover.out
 	tail -n +2 $(LOCALBIN)/test/controllers.cover.out >> cover.out
 
 .PHONY: test-packages
-test-packages: envtest kustomize helm promtool ## Only the packages' go test, with -race, but the controllers suite and GO_TEST_NORACE_PKGS (part of make test).
+test-packages: envtest kustomize helm promtool ## Only the packages' go test, with -race, but the controllers suite, test/e2e and GO_TEST_NORACE_PKGS (part of make test).
 	@mkdir -p $(LOCALBIN)/test
-	KUBEBUILDER_ASSETS="$$(./hack/envtest.sh)" go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v -x -F $(foreach p,$(GO_TEST_NORACE_PKGS),-e $(MODULE)/$(patsubst ./%/,%,$(p)))) \
+	KUBEBUILDER_ASSETS="$$(./hack/envtest.sh)" go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v -x -F $(foreach p,$(GO_TEST_NORACE_PKGS) $(GO_TEST_E2E_PKG),-e $(MODULE)/$(patsubst ./%/,%,$(p)))) \
 		-skip '^TestControllers$$' -coverprofile $(LOCALBIN)/test/packages.cover.out
+
+.PHONY: test-e2e
+test-e2e: envtest kustomize helm ## Only test/e2e's go test, with -race (part of make test).
+	@mkdir -p $(LOCALBIN)/test
+	KUBEBUILDER_ASSETS="$$(./hack/envtest.sh)" go test $(GO_TEST_FLAGS) $(GO_TEST_E2E_PKG) -coverprofile $(LOCALBIN)/test/e2e.cover.out
 
 .PHONY: test-packages-norace
 test-packages-norace: ## Only GO_TEST_NORACE_PKGS' go test (part of make test).
