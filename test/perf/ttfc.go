@@ -100,6 +100,40 @@ type ttfcSource struct {
 type ttfcArm struct {
 	conversation func(ctx context.Context, id string) error
 	close        func()
+	// sessions, when set, holds each conversation's time from its scheduled
+	// start (scheduledStart of its context) until its sandbox was ready for
+	// the first command: the operator's part of the time, without the
+	// command's own.
+	sessions *durations
+}
+
+// durations collects durations from concurrent conversations.
+type durations struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (d *durations) add(v time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.d = append(d.d, v)
+}
+
+func (d *durations) sorted() []time.Duration {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := slices.Clone(d.d)
+	slices.Sort(out)
+	return out
+}
+
+type scheduledKey struct{}
+
+// scheduledStart is when the conversation of ctx was scheduled to start
+// (runSchedule); the zero time outside one.
+func scheduledStart(ctx context.Context) time.Time {
+	t, _ := ctx.Value(scheduledKey{}).(time.Time)
+	return t
 }
 
 // ttfcArms prepares each arm. A new arm (the pool's claim) is one more
@@ -133,6 +167,10 @@ type TTFCRow struct {
 	MaxMs         float64  `json:"maxMs"`
 	// WallMs is from the first scheduled start to the last answer.
 	WallMs float64 `json:"wallMs"`
+	// SessionP50Ms and SessionP95Ms are the time until the sandbox was
+	// ready for the first command (arms that wait on a Sandbox's status).
+	SessionP50Ms float64 `json:"sessionP50Ms,omitempty"`
+	SessionP95Ms float64 `json:"sessionP95Ms,omitempty"`
 	// Pool is the pool arm's claims during the row (the manager's metrics).
 	Pool *TTFCPoolStats `json:"pool,omitempty"`
 }
@@ -238,6 +276,10 @@ func (h *harness) runTTFCArm(ctx context.Context, c TTFCConfig, name string, src
 	if len(times) > 0 {
 		row.MaxMs = ms(times[len(times)-1])
 	}
+	if arm.sessions != nil {
+		d := arm.sessions.sorted()
+		row.SessionP50Ms, row.SessionP95Ms = ms(pct(d, 50)), ms(pct(d, 95))
+	}
 	if name == TTFCArmPool {
 		row.Pool = poolStats(src.namespace, before, h.scrapeManagerMetrics(ctx))
 	}
@@ -265,7 +307,7 @@ func runSchedule(ctx context.Context, sched ttfcSchedule, timeout time.Duration,
 		wg.Add(1)
 		go func(id string, scheduled time.Time) {
 			defer wg.Done()
-			cctx, cancel := context.WithTimeout(ctx, timeout)
+			cctx, cancel := context.WithTimeout(context.WithValue(ctx, scheduledKey{}, scheduled), timeout)
 			defer cancel()
 			err := conversation(cctx, id)
 			took := time.Since(scheduled)
@@ -296,15 +338,19 @@ func TTFCArmNames() []string {
 // markdownTTFC renders the phase.
 func markdownTTFC(w io.Writer, r *TTFCResult) {
 	fmt.Fprintf(w, "\nTime to first command (latency profile %s, seed %d): from a conversation's scheduled start to its first command's output; steady rates start conversations on a fixed schedule, the burst all at once.\n\n", r.Profile, r.Seed)
-	fmt.Fprintln(w, "| schedule | arm | conversations | p50 | p95 | p99 | max | failed | p50 / sdk |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| schedule | arm | conversations | p50 | p95 | p99 | max | failed | p50 / sdk | session ready p50 / p95 |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
 	for _, row := range r.Rows {
 		ratio := "—"
 		if v, ok := r.RatioP50[row.Schedule][row.Arm]; ok {
 			ratio = fmt.Sprintf("%.3f", v)
 		}
-		fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %s | %s | %d | %s |\n", row.Schedule, row.Arm, row.Conversations,
-			secs(row.P50Ms), secs(row.P95Ms), secs(row.P99Ms), secs(row.MaxMs), row.Failed, ratio)
+		session := "—"
+		if row.SessionP50Ms > 0 {
+			session = secs(row.SessionP50Ms) + " / " + secs(row.SessionP95Ms)
+		}
+		fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %s | %s | %d | %s | %s |\n", row.Schedule, row.Arm, row.Conversations,
+			secs(row.P50Ms), secs(row.P95Ms), secs(row.P99Ms), secs(row.MaxMs), row.Failed, ratio, session)
 	}
 	for _, row := range r.Rows {
 		if p := row.Pool; p != nil {

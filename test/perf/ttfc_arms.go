@@ -121,6 +121,7 @@ func (h *harness) sandboxArm(ctx context.Context, src ttfcSource, edit func(*san
 	}
 	wctx, stop := context.WithCancel(ctx)
 	rw := h.watchReadySessions(wctx, src.namespace)
+	sessions := &durations{}
 	conversation := func(ctx context.Context, id string) error {
 		ready := rw.expect(id)
 		sb := &sandboxv1.Sandbox{
@@ -139,9 +140,12 @@ func (h *harness) sandboxArm(ctx context.Context, src ttfcSource, edit func(*san
 		case <-ctx.Done():
 			return fmt.Errorf("the Sandbox %s is not Ready: %w", id, ctx.Err())
 		}
+		if at := scheduledStart(ctx); !at.IsZero() {
+			sessions.add(time.Since(at))
+		}
 		return firstCommand(ctx, vc, sid)
 	}
-	return &ttfcArm{conversation: conversation, close: func() {
+	return &ttfcArm{conversation: conversation, sessions: sessions, close: func() {
 		stop()
 		rw.wg.Wait()
 		if err := h.deleteLabelled(ctx, src.namespace); err != nil {

@@ -45,6 +45,9 @@ func TestRunSchedule(t *testing.T) {
 		mu.Lock()
 		started = append(started, time.Since(t0))
 		mu.Unlock()
+		if at := scheduledStart(ctx); at.IsZero() || time.Since(at) > 100*time.Millisecond {
+			t.Errorf("%s: scheduled start %v, want the moment it was started", id, at)
+		}
 		time.Sleep(50 * time.Millisecond)
 		if strings.HasSuffix(id, "c0001") {
 			return errors.New("refused")
