@@ -249,10 +249,54 @@ func testCategories(t *testing.T, e *env) {
 	}
 }
 
+// aPoolAndItsClaim is a SandboxPool of one member and a Sandbox that claims
+// it (applied once the pool is Ready).
+func aPoolAndItsClaim(ns string) (pool, claim string) {
+	return fmt.Sprintf(`apiVersion: sandbox.sentry.io/v1alpha1
+kind: SandboxPool
+metadata:
+  name: warm
+  namespace: %[1]s
+spec:
+  replicas: 1
+  template:
+    spec:
+      source:
+        runtime: node24
+`, ns), fmt.Sprintf(`apiVersion: sandbox.sentry.io/v1alpha1
+kind: Sandbox
+metadata:
+  name: conversation
+  namespace: %[1]s
+spec:
+  poolRef:
+    name: warm
+  source:
+    runtime: node24
+`, ns)
+}
+
 func testNamespaceDeletion(t *testing.T, e *env) {
 	const ns = "doomed"
 	e.apply(objectsOfEveryKind(ns))
 	e.waitReady(t, ns)
+	// A pool's members and a claimant's taken member go with the
+	// namespace too: the claim leaves the pool to refill, so the pool holds
+	// one member and the claimant another Vercel sandbox.
+	pool, claim := aPoolAndItsClaim(ns)
+	e.apply(pool)
+	if _, err := e.kubectl("wait", "-n", ns, "--for=condition=Ready", "sandboxpool/warm", "--timeout=90s"); err != nil {
+		t.Fatal(err)
+	}
+	e.apply(claim)
+	if _, err := e.kubectl("wait", "-n", ns, "--for=condition=Claimed", "sandbox/conversation", "--timeout=90s"); err != nil {
+		t.Fatal(err)
+	}
+	for _, what := range []string{"sandbox/conversation", "sandboxpool/warm"} {
+		if _, err := e.kubectl("wait", "-n", ns, "--for=condition=Ready", what, "--timeout=90s"); err != nil {
+			t.Fatal(err)
+		}
+	}
 	owned := func() (sandboxes, snapshots int) {
 		for _, s := range e.emu.LiveSandboxes() {
 			if strings.HasPrefix(s.Name, ns+"-") {
@@ -271,8 +315,8 @@ func testNamespaceDeletion(t *testing.T, e *env) {
 		}
 		return sandboxes, snapshots
 	}
-	if sb, sn := owned(); sb != 3 || sn != 1 {
-		t.Fatalf("before the delete the emulator holds %d sandboxes and %d snapshots of %s, want 3 and 1", sb, sn, ns)
+	if sb, sn := owned(); sb != 5 || sn != 1 {
+		t.Fatalf("before the delete the emulator holds %d sandboxes and %d snapshots of %s, want 5 (box, 2 fork children, the claimant, the pool's member) and 1", sb, sn, ns)
 	}
 	snapIDs, err := e.kubectl("get", "sandboxsnapshot", "-n", ns, "-o", "jsonpath={.items[*].status.snapshotID}")
 	must(t, err)
@@ -281,7 +325,7 @@ func testNamespaceDeletion(t *testing.T, e *env) {
 	if _, err := e.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=120s"); err != nil {
 		t.Fatalf("namespace deletion did not finish: %v", err)
 	}
-	t.Logf("namespace %s with 3 Sandboxes, 1 SandboxSnapshot and 1 SandboxFork deleted in %s", ns, time.Since(start).Round(100*time.Millisecond))
+	t.Logf("namespace %s with 5 Sandboxes, 1 SandboxSnapshot, 1 SandboxFork and 1 SandboxPool deleted in %s", ns, time.Since(start).Round(100*time.Millisecond))
 	for _, s := range e.emu.LiveSandboxes() {
 		if strings.HasPrefix(s.Name, ns+"-") {
 			t.Errorf("Vercel sandbox %s outlived its namespace", s.Name)
