@@ -73,7 +73,9 @@ func TestRunSchedule(t *testing.T) {
 
 func TestPoolStatsFromMetricDeltas(t *testing.T) {
 	const ns = "bench-ttfc-1"
-	series := func(name, labels string) string { return name + "{namespace=" + ns + labels + ",pool=" + ttfcPoolName + "}" }
+	series := func(name, labels string) string {
+		return name + "{namespace=" + ns + labels + ",pool=" + ttfcPoolName + "}"
+	}
 	hit := series("sandbox_controller_pool_claims_total", ",outcome=hit")
 	empty := series("sandbox_controller_pool_claims_total", ",outcome=PoolEmpty")
 	claim := "sandbox_controller_pool_claim_seconds{namespace=" + ns + ",pool=" + ttfcPoolName + "}"
