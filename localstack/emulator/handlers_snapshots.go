@@ -77,62 +77,123 @@ type treeEntry struct {
 	Count    string            `json:"count"`
 }
 
-// handleSnapshotTree answers the SDK-only snapshot tree endpoint. Its exact
-// semantics are undocumented; the emulator serves the lineage of the anchor
-// snapshot (`snapshotId`): the anchor and its ancestors via parentId, each
-// with its siblings (snapshots sharing its parent) and, in `count`, its
-// number of children. Without snapshotId the roots of the project are listed.
+// Defaults and bounds of the tree's limit (the CLI asks for 1–10, default
+// 10; the SDK passes the caller's value through).
+const (
+	treeDefaultLimit = 10
+	treeMaxLimit     = 50
+)
+
+// handleSnapshotTree answers the SDK-only snapshot tree endpoint, as the SDK
+// 3.5 and the CLI 4.5 read it (Snapshot.tree, `sandbox snapshots tree`):
+// snapshotId is the anchor, returned in `anchor`; sortOrder "desc" (the
+// default) walks its ancestors (parent first, towards the root), "asc" its
+// descendants (the newest child at each level). `snapshots` holds the page
+// without the anchor, each node with its siblings (the other snapshots of
+// its parent) and, in count, how many snapshots that level holds with it.
+// pagination.next is the last node's id when the walk goes on: the SDK's
+// paginator asks for the next page by passing it as snapshotId, and the CLI
+// shows it as the cursor of `--cursor`. Deleted snapshots are not nodes.
+// Without snapshotId the roots of the project are listed, as before.
 func (e *Emulator) handleSnapshotTree(rc *reqCtx) {
 	anchorID := rc.query("snapshotId")
-	e.serveList(rc, []string{"createdAt"}, false, func(sc scope, q listQuery) (any, *apiError) {
+	order := rc.query("sortOrder")
+	if order == "" {
+		order = "desc"
+	}
+	if order != "asc" && order != "desc" {
+		rc.fail(badRequest("Invalid request: `sortOrder` should be one of asc, desc."))
+		return
+	}
+	limit := treeDefaultLimit
+	if v := rc.query("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > treeMaxLimit {
+			rc.fail(badRequest("Invalid request: `limit` should be an integer from 1 to %d.", treeMaxLimit))
+			return
+		}
+		limit = n
+	}
+	sc, aerr := rc.queryProject("project")
+	if aerr != nil {
+		rc.fail(aerr)
+		return
+	}
+	e.answerLocked(rc, func() (any, *apiError) {
 		children := map[string][]*snapshotRec{}
-		var all []*snapshotRec
+		var roots []*snapshotRec
 		for _, sn := range e.st.snapshots {
 			if sn.scope != sc || sn.status == vercel.SnapshotDeleted {
 				continue
 			}
-			all = append(all, sn)
 			children[sn.parentID] = append(children[sn.parentID], sn)
 		}
 		for _, c := range children {
 			sort.Slice(c, func(i, j int) bool { return c[i].seq < c[j].seq })
 		}
+		live := func(id string) *snapshotRec {
+			if sn := e.st.snapshots[id]; sn != nil && sn.scope == sc && sn.status != vercel.SnapshotDeleted {
+				return sn
+			}
+			return nil
+		}
 		entry := func(sn *snapshotRec) treeEntry {
-			te := treeEntry{Snapshot: renderSnapshot(sn), Siblings: []vercel.Snapshot{}, Count: strconv.Itoa(len(children[sn.id]))}
-			for _, sib := range children[sn.parentID] {
+			level := children[sn.parentID]
+			te := treeEntry{Snapshot: renderSnapshot(sn), Siblings: []vercel.Snapshot{}, Count: strconv.Itoa(max(len(level), 1))}
+			for _, sib := range level {
 				if sib != sn {
 					te.Siblings = append(te.Siblings, renderSnapshot(sib))
 				}
 			}
 			return te
 		}
-		var chain []*snapshotRec
-		var anchor *treeEntry
-		if anchorID != "" {
-			sn := e.st.snapshots[anchorID]
-			if sn == nil || sn.scope != sc {
-				return nil, notFound("Snapshot %s not found.", anchorID)
-			}
-			a := entry(sn)
-			anchor = &a
-			seen := map[string]bool{}
-			for cur := sn; cur != nil && !seen[cur.id]; cur = e.st.snapshots[cur.parentID] {
-				seen[cur.id] = true
-				chain = append(chain, cur)
-			}
-		} else {
-			for _, sn := range all {
-				if p := e.st.snapshots[sn.parentID]; p == nil || p.scope != sc || p.status == vercel.SnapshotDeleted {
-					chain = append(chain, sn)
-				}
-			}
-		}
 		out := struct {
 			Snapshots  []treeEntry       `json:"snapshots"`
 			Anchor     *treeEntry        `json:"anchor,omitempty"`
 			Pagination vercel.Pagination `json:"pagination"`
-		}{Anchor: anchor}
-		out.Snapshots, out.Pagination = listPage(q, chain, snapshotKey, entry)
+		}{Snapshots: []treeEntry{}}
+		if anchorID == "" {
+			for _, list := range children {
+				for _, sn := range list {
+					if live(sn.parentID) == nil {
+						roots = append(roots, sn)
+					}
+				}
+			}
+			sort.Slice(roots, func(i, j int) bool { return roots[i].seq < roots[j].seq })
+			for _, sn := range roots {
+				out.Snapshots = append(out.Snapshots, entry(sn))
+			}
+			out.Pagination.Count = int64(len(out.Snapshots))
+			return out, nil
+		}
+		anchor := live(anchorID)
+		if anchor == nil {
+			return nil, notFound("Snapshot %s not found.", anchorID)
+		}
+		a := entry(anchor)
+		out.Anchor = &a
+		next := func(cur *snapshotRec) *snapshotRec {
+			if order == "desc" {
+				return live(cur.parentID)
+			}
+			if c := children[cur.id]; len(c) > 0 {
+				return c[len(c)-1] // the newest child carries the line on
+			}
+			return nil
+		}
+		seen := map[string]bool{anchor.id: true}
+		cur := next(anchor)
+		for cur != nil && !seen[cur.id] && len(out.Snapshots) < limit {
+			seen[cur.id] = true
+			out.Snapshots = append(out.Snapshots, entry(cur))
+			cur = next(cur)
+		}
+		out.Pagination.Count = int64(len(out.Snapshots))
+		if cur != nil && !seen[cur.id] && len(out.Snapshots) > 0 {
+			last := out.Snapshots[len(out.Snapshots)-1].Snapshot.ID
+			out.Pagination.Next = &last
+		}
 		return out, nil
 	})
 }

@@ -157,13 +157,14 @@ func TestPaginationSessionsAndSnapshots(t *testing.T) {
 	if len(out.Snapshots) != 2 {
 		t.Fatalf("after delete: %d", len(out.Snapshots))
 	}
-	// Tree: the lineage of the newest snapshot.
+	// Tree: the ancestors of the newest snapshot; a deleted one ends the
+	// line (snapshot_tree_test.go has the rest).
 	var tree struct {
 		Snapshots []treeEntry `json:"snapshots"`
 		Anchor    *treeEntry  `json:"anchor"`
 	}
 	te.must(200, "GET", "/v2/sandboxes/snapshots/tree?project=prj_emulator&snapshotId="+snaps[2], nil, &tree)
-	if tree.Anchor == nil || tree.Anchor.Snapshot.ID != snaps[2] || len(tree.Snapshots) != 3 || tree.Snapshots[0].Count == "" {
+	if tree.Anchor == nil || tree.Anchor.Snapshot.ID != snaps[2] || len(tree.Snapshots) != 1 || tree.Snapshots[0].Snapshot.ID != snaps[1] || tree.Snapshots[0].Count != "1" {
 		t.Fatalf("tree: %+v", tree)
 	}
 }
