@@ -32,7 +32,6 @@ func (te *tenv) tree(anchor, order string, limit int) treePage {
 	return out
 }
 
-
 // walk follows pagination.next as the SDK's paginator does (the next page's
 // snapshotId is the previous page's next) and returns the ids in order.
 func (te *tenv) walk(anchor, order string, limit int) []string {
