@@ -13,6 +13,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -446,6 +447,15 @@ func applyClassDefaults(sbx *sandboxv1.Sandbox, d *sandboxv1.SandboxClassDefault
 	}
 	if d.NetworkPolicy != nil && sbx.Spec.NetworkPolicy == nil {
 		sbx.Spec.NetworkPolicy = d.NetworkPolicy.DeepCopy()
+	}
+	// Region and failover go together: the class's list is valid for the
+	// class's region, not necessarily for the Sandbox's own.
+	if sbx.Spec.Region == "" && len(sbx.Spec.FailoverRegions) == 0 {
+		sbx.Spec.Region = d.Region
+		sbx.Spec.FailoverRegions = slices.Clone(d.FailoverRegions)
+	}
+	if d.SnapshotRetention != nil && sbx.Spec.SnapshotRetention == nil && (sbx.Spec.Persistent == nil || *sbx.Spec.Persistent) {
+		sbx.Spec.SnapshotRetention = d.SnapshotRetention.DeepCopy()
 	}
 }
 

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -135,5 +136,41 @@ func TestFreshClass(t *testing.T) {
 	sbx.Status.Conditions = []metav1.Condition{{Type: sandboxv1.ConditionPaused, Status: metav1.ConditionTrue}}
 	if got := freshClass(sbx.CreationTimestamp, def); got != "default" {
 		t.Errorf("an object with conditions created after the default class: %q", got)
+	}
+}
+
+func TestApplyClassPlacementAndRetentionDefaults(t *testing.T) {
+	d := &sandboxv1.SandboxClassDefaults{
+		Region:            "fra1",
+		FailoverRegions:   []sandboxv1.VercelRegion{"cdg1", "iad1"},
+		SnapshotRetention: &sandboxv1.SnapshotRetention{KeepLast: ptr.To[int32](2)},
+	}
+	for _, c := range []struct {
+		name       string
+		spec, want sandboxv1.SandboxSpec
+	}{
+		{name: "unset: the class's region with its failover list, and its retention",
+			want: sandboxv1.SandboxSpec{Region: "fra1", FailoverRegions: []sandboxv1.VercelRegion{"cdg1", "iad1"}, SnapshotRetention: &sandboxv1.SnapshotRetention{KeepLast: ptr.To[int32](2)}}},
+		{name: "own region: no failover list of the class's (it could name that region)",
+			spec: sandboxv1.SandboxSpec{Region: "cdg1"},
+			want: sandboxv1.SandboxSpec{Region: "cdg1", SnapshotRetention: &sandboxv1.SnapshotRetention{KeepLast: ptr.To[int32](2)}}},
+		{name: "own failover list only: kept, no class region",
+			spec: sandboxv1.SandboxSpec{FailoverRegions: []sandboxv1.VercelRegion{"sfo1"}},
+			want: sandboxv1.SandboxSpec{FailoverRegions: []sandboxv1.VercelRegion{"sfo1"}, SnapshotRetention: &sandboxv1.SnapshotRetention{KeepLast: ptr.To[int32](2)}}},
+		{name: "non-persistent: no retention",
+			spec: sandboxv1.SandboxSpec{Persistent: ptr.To(false)},
+			want: sandboxv1.SandboxSpec{Persistent: ptr.To(false), Region: "fra1", FailoverRegions: []sandboxv1.VercelRegion{"cdg1", "iad1"}}},
+		{name: "own retention kept",
+			spec: sandboxv1.SandboxSpec{SnapshotRetention: &sandboxv1.SnapshotRetention{KeepLast: ptr.To[int32](9)}},
+			want: sandboxv1.SandboxSpec{Region: "fra1", FailoverRegions: []sandboxv1.VercelRegion{"cdg1", "iad1"}, SnapshotRetention: &sandboxv1.SnapshotRetention{KeepLast: ptr.To[int32](9)}}},
+	} {
+		sbx := &sandboxv1.Sandbox{Spec: c.spec}
+		applyClassDefaults(sbx, d)
+		if !reflect.DeepEqual(sbx.Spec, c.want) {
+			t.Errorf("%s: spec %+v, want %+v", c.name, sbx.Spec, c.want)
+		}
+		if len(sbx.Spec.FailoverRegions) > 0 && &sbx.Spec.FailoverRegions[0] == &d.FailoverRegions[0] {
+			t.Errorf("%s: the object shares the class's failover list", c.name)
+		}
 	}
 }

@@ -6,6 +6,7 @@ package controllers
 // time — and the one place its phase and Ready condition are written.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -132,7 +133,12 @@ func (r *SandboxReconciler) create(ctx context.Context, sbx *sandboxv1.Sandbox) 
 		// Every session can serve an interactive shell (`kubectl sandbox
 		// shell`, the SDK's openInteractive), as the official CLI asks for
 		// on every create; docs/dev/interactive-sessions.md.
-		Interactive: true,
+		Interactive:     true,
+		Region:          cfg.placement.region,
+		FailoverRegions: cfg.placement.failover,
+	}
+	if rt := cfg.retention; rt != nil {
+		req.KeepLastSnapshots, req.SnapshotExpiration = rt.keepLast, rt.snapshotExpiration
 	}
 	if err := buildSource(ctx, secrets, &source, &req); err != nil {
 		return ctrl.Result{RequeueAfter: snapshotRefPoll}, nil, err
@@ -161,6 +167,7 @@ func (r *SandboxReconciler) create(ctx context.Context, sbx *sandboxv1.Sandbox) 
 		st.Secrets.StaleSession = ""
 	}
 	r.recordSecrets(sbx, secrets)
+	recordRetention(sbx, cfg.retention)
 	o := record(sbx, resp)
 	return ctrl.Result{}, &o, nil
 }
@@ -262,7 +269,17 @@ func (r *SandboxReconciler) apply(ctx context.Context, sbx *sandboxv1.Sandbox, s
 	if np == nil {
 		np = &vercel.NetworkPolicy{Mode: vercel.NetworkAllowAll}
 	}
-	req := vercel.UpdateSandboxRequest{Resources: cfg.resources, Timeout: r.sessionTimeoutMs(sbx, cfg.timeoutMs), Env: cfg.env, Ports: cfg.ports, NetworkPolicy: np}
+	req := vercel.UpdateSandboxRequest{Resources: cfg.resources, Timeout: r.sessionTimeoutMs(sbx, cfg.timeoutMs), Env: cfg.env, Ports: cfg.ports, NetworkPolicy: np,
+		Region: cmp.Or(cfg.placement.region, vercel.DefaultRegion), FailoverRegions: cfg.placement.failover}
+	if req.FailoverRegions == nil {
+		// Both sent, the region as Vercel's default when unset and the list
+		// empty, not omitted: a removed spec.region or failover list must not
+		// stay in place for the next sessions.
+		req.FailoverRegions = []string{}
+	}
+	if rt := cfg.retention; rt != nil {
+		req.KeepLastSnapshots, req.SnapshotExpiration = rt.keepLast, rt.snapshotExpiration
+	}
 	if req.Env == nil {
 		req.Env = map[string]string{}
 	}
@@ -273,6 +290,7 @@ func (r *SandboxReconciler) apply(ctx context.Context, sbx *sandboxv1.Sandbox, s
 	if err != nil {
 		return redact(fmt.Errorf("update sandbox %s: %w", sbx.Status.VercelName, err), secrets.values)
 	}
+	recordRetention(sbx, cfg.retention)
 	if sessionID != "" {
 		// Only a running session's routes and policy change now; a stopped
 		// sandbox gets both with its next session.
@@ -483,4 +501,14 @@ func (r *SandboxReconciler) shutdownDelete(ctx context.Context, sbx *sandboxv1.S
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{}, nil
+}
+
+// recordRetention shows in status the snapshot retention sent to Vercel
+// (nil: none, a non-persistent sandbox).
+func recordRetention(sbx *sandboxv1.Sandbox, rt *retention) {
+	if rt == nil {
+		sbx.Status.SnapshotRetention = nil
+		return
+	}
+	sbx.Status.SnapshotRetention = rt.applied.DeepCopy()
 }

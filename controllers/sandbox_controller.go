@@ -309,6 +309,7 @@ func record(sbx *sandboxv1.Sandbox, resp *vercel.SandboxResponse) observation {
 	}
 	o := observation{fromVercel: true, session: s, sessionID: s.ID, sameSession: st.SessionID == s.ID}
 	st.SessionID = s.ID
+	st.Region = s.Region
 	st.Routes = routes(resp.Routes)
 	st.StartedAt = msTime(s.StartedAt)
 	st.ExpiresAt = expiresAt(remote, s)

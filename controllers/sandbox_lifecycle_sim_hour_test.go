@@ -84,4 +84,3 @@ func TestSimulatedHourRequestBudget(t *testing.T) {
 		}
 	}
 }
-

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
@@ -27,6 +28,51 @@ type sandboxConfig struct {
 	env           map[string]string
 	networkPolicy *vercel.NetworkPolicy
 	secrets       []string
+	placement     placement
+	retention     *retention
+}
+
+// placement is where a sandbox's next session runs: "" and nil leave
+// Vercel's default region (iad1) and no failover.
+type placement struct {
+	region   string
+	failover []string
+}
+
+// retention is what a persistent sandbox sends about its snapshots,
+// always explicitly (spec.snapshotRetention with the operator's defaults):
+// Vercel's defaults have changed before.
+type retention struct {
+	keepLast           *vercel.KeepLastSnapshots
+	snapshotExpiration *int64
+	applied            sandboxv1.SnapshotRetention
+}
+
+// placementOf translates spec.region and spec.failoverRegions.
+func placementOf(spec *sandboxv1.SandboxSpec) placement {
+	p := placement{region: string(spec.Region)}
+	for _, r := range spec.FailoverRegions {
+		p.failover = append(p.failover, string(r))
+	}
+	return p
+}
+
+// retentionOf translates spec.snapshotRetention, with the operator's
+// defaults, for a persistent spec; nil for a non-persistent one (it takes
+// no snapshot of its own). Evicted snapshots are deleted: a snapshot no
+// Sandbox resumes from would only cost storage.
+func retentionOf(spec *sandboxv1.SandboxSpec) *retention {
+	if spec.Persistent != nil && !*spec.Persistent {
+		return nil
+	}
+	keep := spec.SnapshotRetention.KeepLastOrDefault()
+	expireS := spec.SnapshotRetention.ExpireAfterSecondsOrDefault()
+	expireMs := expireS * 1000
+	return &retention{
+		keepLast:           &vercel.KeepLastSnapshots{Count: int64(keep), Expiration: &expireMs, DeleteEvicted: ptr.To(true)},
+		snapshotExpiration: &expireMs,
+		applied:            sandboxv1.SnapshotRetention{KeepLast: &keep, ExpireAfterSeconds: &expireS},
+	}
 }
 
 // secretReader reads Secrets uncached and namespace-local, remembering every
@@ -104,7 +150,7 @@ func (s *secretReader) gitCredentials(ctx context.Context, name string) (usernam
 
 // buildConfig resolves the mutable part of a Sandbox's spec.
 func buildConfig(ctx context.Context, secrets *secretReader, spec *sandboxv1.SandboxSpec) (*sandboxConfig, error) {
-	cfg := &sandboxConfig{}
+	cfg := &sandboxConfig{placement: placementOf(spec), retention: retentionOf(spec)}
 	cfg.resources = vercelResources(spec.Resources)
 	for _, p := range spec.Ports {
 		cfg.ports = append(cfg.ports, int64(p))

@@ -519,6 +519,8 @@ type ExecProbe struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.readinessProbe) || !has(self.readinessProbe.httpGet) || (has(self.ports) && self.ports.exists(p, p == self.readinessProbe.httpGet.port))",message="spec.readinessProbe.httpGet.port must be one of spec.ports",fieldPath=".readinessProbe.httpGet.port"
 // +kubebuilder:validation:XValidation:rule="has(self.className) == has(oldSelf.className) && (!has(self.className) || self.className == oldSelf.className)",message="spec.className is immutable",fieldPath=".className"
 // +kubebuilder:validation:XValidation:rule="has(self.poolRef) == has(oldSelf.poolRef) && (!has(self.poolRef) || self.poolRef == oldSelf.poolRef)",message="spec.poolRef is immutable",fieldPath=".poolRef"
+// +kubebuilder:validation:XValidation:rule="!has(self.failoverRegions) || !self.failoverRegions.exists(r, r == (has(self.region) ? self.region : 'iad1'))",message="spec.failoverRegions must not contain the sandbox's region (spec.region, iad1 when unset)",fieldPath=".failoverRegions"
+// +kubebuilder:validation:XValidation:rule="!has(self.snapshotRetention) || !has(self.persistent) || self.persistent",message="spec.snapshotRetention is only for persistent Sandboxes (spec.persistent is false)",fieldPath=".snapshotRetention"
 // +kubebuilder:validation:XValidation:rule="!has(self.poolRef) || !has(self.source.adopt)",message="spec.poolRef cannot be combined with spec.source.adopt: a claim takes a pool member or creates from spec.source",fieldPath=".poolRef"
 type SandboxSpec struct {
 	// source of the sandbox's filesystem: exactly one of runtime, git, tarball,
@@ -599,6 +601,27 @@ type SandboxSpec struct {
 	// +optional
 	// +kubebuilder:default=true
 	Persistent *bool `json:"persistent,omitempty"`
+	// snapshotRetention is how many of a persistent Sandbox's snapshots
+	// Vercel keeps, and for how long. The operator always sends it (its
+	// defaults when unset: keep the last 5, each for 30 days after its last
+	// use), so Vercel changing its own defaults does not change a Sandbox;
+	// status.snapshotRetention shows what was sent. A change applies to the
+	// snapshots taken from then on. Only for persistent Sandboxes.
+	// +optional
+	SnapshotRetention *SnapshotRetention `json:"snapshotRetention,omitempty"`
+	// region is the Vercel region the sandbox's sessions run in; Vercel's
+	// default (iad1) when unset. A change applies to the next session, as on
+	// Vercel: the running one stays where it is. status.region shows where
+	// the current session runs.
+	// +optional
+	Region VercelRegion `json:"region,omitempty"`
+	// failoverRegions are the regions Vercel may start a session in when
+	// region cannot take it, in order. A persistent Sandbox's snapshot
+	// lives in one region: resuming elsewhere needs that region here.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=18
+	FailoverRegions []VercelRegion `json:"failoverRegions,omitempty"`
 	// setup commands run in order until they have all succeeded once on the
 	// sandbox's filesystem; later sessions (resume, idle wake) do not run them
 	// again. Ready waits for them in every session, and the session is kept
@@ -753,6 +776,17 @@ type SandboxStatus struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	SessionVCPUs int32 `json:"sessionVCPUs,omitempty"`
+	// region is where the current (or last) session runs, as Vercel
+	// reported it; it can differ from spec.region after a change (the next
+	// session moves) or a failover.
+	// +optional
+	// +kubebuilder:validation:MaxLength=16
+	Region string `json:"region,omitempty"`
+	// snapshotRetention is the retention last sent to Vercel for a
+	// persistent Sandbox (spec.snapshotRetention with the operator's
+	// defaults filled in).
+	// +optional
+	SnapshotRetention *SnapshotRetention `json:"snapshotRetention,omitempty"`
 	// routes are the public URLs of spec.ports.
 	// +optional
 	// +listType=map

@@ -93,6 +93,7 @@ type ClassSecretReference struct {
 // SandboxClassDefaults are applied to the objects of a class that leave the
 // field unset, when they are first reconciled (written into their spec, as
 // admission defaulting would).
+// +kubebuilder:validation:XValidation:rule="!has(self.failoverRegions) || !self.failoverRegions.exists(r, r == (has(self.region) ? self.region : 'iad1'))",message="spec.defaults.failoverRegions must not contain spec.defaults.region (iad1 when unset)",fieldPath=".failoverRegions"
 type SandboxClassDefaults struct {
 	// resources of each session, for Sandboxes that set none.
 	// +optional
@@ -103,6 +104,18 @@ type SandboxClassDefaults struct {
 	// networkPolicy, for Sandboxes that set none.
 	// +optional
 	NetworkPolicy *NetworkPolicy `json:"networkPolicy,omitempty"`
+	// region and failoverRegions, for Sandboxes that set no region (both
+	// are taken together, so a failover list never names the Sandbox's own
+	// region).
+	// +optional
+	Region VercelRegion `json:"region,omitempty"`
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=18
+	FailoverRegions []VercelRegion `json:"failoverRegions,omitempty"`
+	// snapshotRetention, for persistent Sandboxes that set none.
+	// +optional
+	SnapshotRetention *SnapshotRetention `json:"snapshotRetention,omitempty"`
 	// maxSessionLengthSeconds is the longest a session of this class is
 	// kept running by extensions (the plan's maximum session length of the
 	// class's Vercel team); the manager's --max-session-length when unset.

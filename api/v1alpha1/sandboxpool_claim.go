@@ -4,7 +4,7 @@ import apiequality "k8s.io/apimachinery/pkg/api/equality"
 
 // ClaimMismatch names the fields of spec that a member of a SandboxPool
 // whose template spec is template cannot take: a running session has its
-// source, class, resources, environment, persistence and setup. Empty when
+// source, class, resources, environment, persistence, setup and region. Empty when
 // a member can serve spec. The operator decides claims with it, and clients
 // check a claim before they send it, with the same rule.
 func ClaimMismatch(template, spec *SandboxSpec) []string {
@@ -22,6 +22,7 @@ func ClaimMismatch(template, spec *SandboxSpec) []string {
 		{"env", template.Env, spec.Env},
 		{"persistent", template.Persistent, spec.Persistent},
 		{"setup", template.Setup, spec.Setup},
+		{"region", template.Region, spec.Region},
 	}
 	var fields []string
 	for _, c := range checks {

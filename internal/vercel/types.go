@@ -97,6 +97,10 @@ type Sandbox struct {
 	KeepLastSnapshots        *KeepLastSnapshots `json:"keepLastSnapshots,omitempty"`
 }
 
+// DefaultRegion is where Vercel runs a sandbox that names no region
+// (docs/dev/vercel-sandbox-api.md §5.1).
+const DefaultRegion = "iad1"
+
 // KeepLastSnapshots bounds how many automatic snapshots a persistent sandbox keeps.
 type KeepLastSnapshots struct {
 	Count         int64  `json:"count"`
@@ -374,6 +378,9 @@ type UpdateSandboxRequest struct {
 	Ports              []int64            `json:"ports,omitzero"`
 	CurrentSnapshotID  string             `json:"currentSnapshotId,omitempty"`
 	Tags               map[string]string  `json:"tags,omitzero"`
+	// Region and FailoverRegions apply to the next session.
+	Region          string   `json:"region,omitempty"`
+	FailoverRegions []string `json:"failoverRegions,omitzero"`
 }
 
 // SandboxResponse answers create, get, patch and fork

@@ -76,7 +76,7 @@ export class ColdSpecError extends Error {
  * keep in step with ClaimMismatch in api/v1alpha1/sandboxpool_claim.go, the
  * rule the operator and the Go clients share.
  */
-const servedFields = ['source', 'className', 'resources', 'env', 'persistent', 'setup'] as const;
+const servedFields = ['source', 'className', 'resources', 'env', 'persistent', 'setup', 'region'] as const;
 
 /**
  * The fields of spec that a member of a pool with this template cannot take

@@ -166,6 +166,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apiv1alpha1.SnapshotProvenanceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SnapshotRecipe"):
 		return &apiv1alpha1.SnapshotRecipeApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SnapshotRetention"):
+		return &apiv1alpha1.SnapshotRetentionApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SourceSandboxSpec"):
 		return &apiv1alpha1.SourceSandboxSpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("StringMatcher"):

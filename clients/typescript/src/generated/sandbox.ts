@@ -42,6 +42,8 @@ export interface Sandbox {
    * Validated: spec.readinessProbe.httpGet.port must be one of spec.ports
    * Validated: spec.className is immutable
    * Validated: spec.poolRef is immutable
+   * Validated: spec.failoverRegions must not contain the sandbox's region (spec.region, iad1 when unset)
+   * Validated: spec.snapshotRetention is only for persistent Sandboxes (spec.persistent is false)
    * Validated: spec.poolRef cannot be combined with spec.source.adopt: a claim takes a pool member or creates from spec.source
    */
   spec: SandboxSpec;
@@ -60,6 +62,8 @@ export interface Sandbox {
  * Validated: spec.readinessProbe.httpGet.port must be one of spec.ports
  * Validated: spec.className is immutable
  * Validated: spec.poolRef is immutable
+ * Validated: spec.failoverRegions must not contain the sandbox's region (spec.region, iad1 when unset)
+ * Validated: spec.snapshotRetention is only for persistent Sandboxes (spec.persistent is false)
  * Validated: spec.poolRef cannot be combined with spec.source.adopt: a claim takes a pool member or creates from spec.source
  */
 export interface SandboxSpec {
@@ -130,6 +134,14 @@ export interface SandboxSpec {
       };
     };
   }>;
+  /**
+   * failoverRegions are the regions Vercel may start a session in when
+   * region cannot take it, in order. A persistent Sandbox's snapshot
+   * lives in one region: resuming elsewhere needs that region here.
+   *
+   * maxItems: 18
+   */
+  failoverRegions?: Array<"iad1" | "sfo1" | "cle1" | "cdg1" | "fra1" | "arn1" | "sin1" | "pdx1" | "lhr1" | "icn1" | "bom1" | "cpt1" | "dub1" | "gru1" | "hkg1" | "syd1" | "yul1" | "hnd1" | "kix1">;
   /**
    * idle is what happens to a Sandbox nobody uses: whether the end of the
    * idle window stops or deletes it, and whether a resting Sandbox is
@@ -723,6 +735,13 @@ export interface SandboxSpec {
    */
   recreatePolicy?: "Never" | "OnGone" | "OnNewerSnapshot";
   /**
+   * region is the Vercel region the sandbox's sessions run in; Vercel's
+   * default (iad1) when unset. A change applies to the next session, as on
+   * Vercel: the running one stays where it is. status.region shows where
+   * the current session runs.
+   */
+  region?: "iad1" | "sfo1" | "cle1" | "cdg1" | "fra1" | "arn1" | "sin1" | "pdx1" | "lhr1" | "icn1" | "bom1" | "cpt1" | "dub1" | "gru1" | "hkg1" | "syd1" | "yul1" | "hnd1" | "kix1";
+  /**
    * resources of each session.
    */
   resources?: {
@@ -804,6 +823,35 @@ export interface SandboxSpec {
    * Format: RFC 3339 time, e.g. "2026-01-02T15:04:05Z".
    */
   shutdownTime?: string;
+  /**
+   * snapshotRetention is how many of a persistent Sandbox's snapshots
+   * Vercel keeps, and for how long. The operator always sends it (its
+   * defaults when unset: keep the last 5, each for 30 days after its last
+   * use), so Vercel changing its own defaults does not change a Sandbox;
+   * status.snapshotRetention shows what was sent. A change applies to the
+   * snapshots taken from then on. Only for persistent Sandboxes.
+   */
+  snapshotRetention?: {
+    /**
+     * expireAfterSeconds is how long a snapshot lives after it was last
+     * used; 0 means never (Vercel's snapshotExpiration). 30 days when unset.
+     * A Sandbox whose snapshot expired cannot resume (Resumable=False,
+     * SnapshotMissing).
+     *
+     * minimum: 0
+     * maximum: 31536000
+     */
+    expireAfterSeconds?: number;
+    /**
+     * keepLast is how many of its latest snapshots the sandbox keeps; an
+     * older one is deleted when a newer one is taken (Vercel's
+     * keepLastSnapshots.count). 1 to 10; 5 when unset.
+     *
+     * minimum: 1
+     * maximum: 10
+     */
+    keepLast?: number;
+  };
   /**
    * source of the sandbox's filesystem: exactly one of runtime, git, tarball,
    * snapshotRef, snapshotID or adopt (an existing Vercel sandbox). Immutable.
@@ -1117,6 +1165,14 @@ export interface SandboxStatus {
    */
   recreations?: number;
   /**
+   * region is where the current (or last) session runs, as Vercel
+   * reported it; it can differ from spec.region after a change (the next
+   * session moves) or a failover.
+   *
+   * maxLength: 16
+   */
+  region?: string;
+  /**
    * routes are the public URLs of spec.ports.
    *
    * maxItems: 15
@@ -1228,6 +1284,32 @@ export interface SandboxStatus {
      * state: Running, Succeeded or Failed.
      */
     state?: "Running" | "Succeeded" | "Failed";
+  };
+  /**
+   * snapshotRetention is the retention last sent to Vercel for a
+   * persistent Sandbox (spec.snapshotRetention with the operator's
+   * defaults filled in).
+   */
+  snapshotRetention?: {
+    /**
+     * expireAfterSeconds is how long a snapshot lives after it was last
+     * used; 0 means never (Vercel's snapshotExpiration). 30 days when unset.
+     * A Sandbox whose snapshot expired cannot resume (Resumable=False,
+     * SnapshotMissing).
+     *
+     * minimum: 0
+     * maximum: 31536000
+     */
+    expireAfterSeconds?: number;
+    /**
+     * keepLast is how many of its latest snapshots the sandbox keeps; an
+     * older one is deleted when a newer one is taken (Vercel's
+     * keepLastSnapshots.count). 1 to 10; 5 when unset.
+     *
+     * minimum: 1
+     * maximum: 10
+     */
+    keepLast?: number;
   };
   /**
    * startedAt is when the current session started running.

@@ -80,8 +80,14 @@ export interface SandboxClassSpec {
   };
   /**
    * defaults for the objects of the class.
+   *
+   * Validated: spec.defaults.failoverRegions must not contain spec.defaults.region (iad1 when unset)
    */
   defaults?: {
+    /**
+     * maxItems: 18
+     */
+    failoverRegions?: Array<"iad1" | "sfo1" | "cle1" | "cdg1" | "fra1" | "arn1" | "sin1" | "pdx1" | "lhr1" | "icn1" | "bom1" | "cpt1" | "dub1" | "gru1" | "hkg1" | "syd1" | "yul1" | "hnd1" | "kix1">;
     /**
      * idle policy, for Sandboxes that set none.
      */
@@ -552,6 +558,12 @@ export interface SandboxClassSpec {
       };
     };
     /**
+     * region and failoverRegions, for Sandboxes that set no region (both
+     * are taken together, so a failover list never names the Sandbox's own
+     * region).
+     */
+    region?: "iad1" | "sfo1" | "cle1" | "cdg1" | "fra1" | "arn1" | "sin1" | "pdx1" | "lhr1" | "icn1" | "bom1" | "cpt1" | "dub1" | "gru1" | "hkg1" | "syd1" | "yul1" | "hnd1" | "kix1";
+    /**
      * resources of each session, for Sandboxes that set none.
      */
     resources?: {
@@ -564,6 +576,30 @@ export interface SandboxClassSpec {
        * Validated: spec.resources.vcpus must be 1 or an even number
        */
       vcpus?: number;
+    };
+    /**
+     * snapshotRetention, for persistent Sandboxes that set none.
+     */
+    snapshotRetention?: {
+      /**
+       * expireAfterSeconds is how long a snapshot lives after it was last
+       * used; 0 means never (Vercel's snapshotExpiration). 30 days when unset.
+       * A Sandbox whose snapshot expired cannot resume (Resumable=False,
+       * SnapshotMissing).
+       *
+       * minimum: 0
+       * maximum: 31536000
+       */
+      expireAfterSeconds?: number;
+      /**
+       * keepLast is how many of its latest snapshots the sandbox keeps; an
+       * older one is deleted when a newer one is taken (Vercel's
+       * keepLastSnapshots.count). 1 to 10; 5 when unset.
+       *
+       * minimum: 1
+       * maximum: 10
+       */
+      keepLast?: number;
     };
   };
   /**

@@ -525,6 +525,12 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxClassDefaults
   map:
     fields:
+    - name: failoverRegions
+      type:
+        list:
+          elementType:
+            namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.VercelRegion
+          elementRelationship: associative
     - name: idle
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.IdlePolicy
@@ -534,9 +540,15 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: networkPolicy
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.NetworkPolicy
+    - name: region
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.VercelRegion
     - name: resources
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxResources
+    - name: snapshotRetention
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SnapshotRetention
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxClassSpec
   map:
     fields:
@@ -1046,6 +1058,12 @@ var schemaYAML = typed.YAMLObject(`types:
           elementRelationship: associative
           keys:
           - name
+    - name: failoverRegions
+      type:
+        list:
+          elementType:
+            namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.VercelRegion
+          elementRelationship: associative
     - name: idle
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.IdlePolicy
@@ -1072,6 +1090,9 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.RecreatePolicy
       default: Never
+    - name: region
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.VercelRegion
     - name: resources
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxResources
@@ -1088,6 +1109,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: shutdownTime
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: snapshotRetention
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SnapshotRetention
     - name: source
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxSource
@@ -1139,6 +1163,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: recreations
       type:
         scalar: numeric
+    - name: region
+      type:
+        scalar: string
     - name: routes
       type:
         list:
@@ -1159,6 +1186,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: setup
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SetupStatus
+    - name: snapshotRetention
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SnapshotRetention
     - name: startedAt
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
@@ -1405,6 +1435,15 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: timeoutSeconds
       type:
         scalar: numeric
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.SnapshotRetention
+  map:
+    fields:
+    - name: expireAfterSeconds
+      type:
+        scalar: numeric
+    - name: keepLast
+      type:
+        scalar: numeric
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.SourceSandboxSpec
   map:
     fields:
@@ -1485,6 +1524,8 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: sessionMillis
       type:
         scalar: numeric
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.VercelRegion
+  scalar: string
 - name: io.k8s.apimachinery.pkg.apis.meta.v1.Condition
   map:
     fields:

@@ -8,6 +8,10 @@ Licensed under the Apache License, Version 2.0.
 
 package v1alpha1
 
+import (
+	apiv1alpha1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+)
+
 // SandboxClassDefaultsApplyConfiguration represents a declarative configuration of the SandboxClassDefaults type for use
 // with apply.
 //
@@ -21,6 +25,13 @@ type SandboxClassDefaultsApplyConfiguration struct {
 	Idle *IdlePolicyApplyConfiguration `json:"idle,omitempty"`
 	// networkPolicy, for Sandboxes that set none.
 	NetworkPolicy *NetworkPolicyApplyConfiguration `json:"networkPolicy,omitempty"`
+	// region and failoverRegions, for Sandboxes that set no region (both
+	// are taken together, so a failover list never names the Sandbox's own
+	// region).
+	Region          *apiv1alpha1.VercelRegion  `json:"region,omitempty"`
+	FailoverRegions []apiv1alpha1.VercelRegion `json:"failoverRegions,omitempty"`
+	// snapshotRetention, for persistent Sandboxes that set none.
+	SnapshotRetention *SnapshotRetentionApplyConfiguration `json:"snapshotRetention,omitempty"`
 	// maxSessionLengthSeconds is the longest a session of this class is
 	// kept running by extensions (the plan's maximum session length of the
 	// class's Vercel team); the manager's --max-session-length when unset.
@@ -55,6 +66,32 @@ func (b *SandboxClassDefaultsApplyConfiguration) WithIdle(value *IdlePolicyApply
 // If called multiple times, the NetworkPolicy field is set to the value of the last call.
 func (b *SandboxClassDefaultsApplyConfiguration) WithNetworkPolicy(value *NetworkPolicyApplyConfiguration) *SandboxClassDefaultsApplyConfiguration {
 	b.NetworkPolicy = value
+	return b
+}
+
+// WithRegion sets the Region field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Region field is set to the value of the last call.
+func (b *SandboxClassDefaultsApplyConfiguration) WithRegion(value apiv1alpha1.VercelRegion) *SandboxClassDefaultsApplyConfiguration {
+	b.Region = &value
+	return b
+}
+
+// WithFailoverRegions adds the given value to the FailoverRegions field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the FailoverRegions field.
+func (b *SandboxClassDefaultsApplyConfiguration) WithFailoverRegions(values ...apiv1alpha1.VercelRegion) *SandboxClassDefaultsApplyConfiguration {
+	for i := range values {
+		b.FailoverRegions = append(b.FailoverRegions, values[i])
+	}
+	return b
+}
+
+// WithSnapshotRetention sets the SnapshotRetention field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the SnapshotRetention field is set to the value of the last call.
+func (b *SandboxClassDefaultsApplyConfiguration) WithSnapshotRetention(value *SnapshotRetentionApplyConfiguration) *SandboxClassDefaultsApplyConfiguration {
+	b.SnapshotRetention = value
 	return b
 }
 

@@ -70,6 +70,22 @@ type SandboxSpecApplyConfiguration struct {
 	// persistent sandboxes keep their filesystem when a session stops (Vercel
 	// snapshots it), so a later session resumes it. Defaults to true. Immutable.
 	Persistent *bool `json:"persistent,omitempty"`
+	// snapshotRetention is how many of a persistent Sandbox's snapshots
+	// Vercel keeps, and for how long. The operator always sends it (its
+	// defaults when unset: keep the last 5, each for 30 days after its last
+	// use), so Vercel changing its own defaults does not change a Sandbox;
+	// status.snapshotRetention shows what was sent. A change applies to the
+	// snapshots taken from then on. Only for persistent Sandboxes.
+	SnapshotRetention *SnapshotRetentionApplyConfiguration `json:"snapshotRetention,omitempty"`
+	// region is the Vercel region the sandbox's sessions run in; Vercel's
+	// default (iad1) when unset. A change applies to the next session, as on
+	// Vercel: the running one stays where it is. status.region shows where
+	// the current session runs.
+	Region *apiv1alpha1.VercelRegion `json:"region,omitempty"`
+	// failoverRegions are the regions Vercel may start a session in when
+	// region cannot take it, in order. A persistent Sandbox's snapshot
+	// lives in one region: resuming elsewhere needs that region here.
+	FailoverRegions []apiv1alpha1.VercelRegion `json:"failoverRegions,omitempty"`
 	// setup commands run in order until they have all succeeded once on the
 	// sandbox's filesystem; later sessions (resume, idle wake) do not run them
 	// again. Ready waits for them in every session, and the session is kept
@@ -201,6 +217,32 @@ func (b *SandboxSpecApplyConfiguration) WithNetworkPolicy(value *NetworkPolicyAp
 // If called multiple times, the Persistent field is set to the value of the last call.
 func (b *SandboxSpecApplyConfiguration) WithPersistent(value bool) *SandboxSpecApplyConfiguration {
 	b.Persistent = &value
+	return b
+}
+
+// WithSnapshotRetention sets the SnapshotRetention field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the SnapshotRetention field is set to the value of the last call.
+func (b *SandboxSpecApplyConfiguration) WithSnapshotRetention(value *SnapshotRetentionApplyConfiguration) *SandboxSpecApplyConfiguration {
+	b.SnapshotRetention = value
+	return b
+}
+
+// WithRegion sets the Region field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Region field is set to the value of the last call.
+func (b *SandboxSpecApplyConfiguration) WithRegion(value apiv1alpha1.VercelRegion) *SandboxSpecApplyConfiguration {
+	b.Region = &value
+	return b
+}
+
+// WithFailoverRegions adds the given value to the FailoverRegions field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the FailoverRegions field.
+func (b *SandboxSpecApplyConfiguration) WithFailoverRegions(values ...apiv1alpha1.VercelRegion) *SandboxSpecApplyConfiguration {
+	for i := range values {
+		b.FailoverRegions = append(b.FailoverRegions, values[i])
+	}
 	return b
 }
 

@@ -44,6 +44,14 @@ type SandboxStatusApplyConfiguration struct {
 	// session stops. Unset for a session the controller did not start (an
 	// adoption): the spec's number is counted then.
 	SessionVCPUs *int32 `json:"sessionVCPUs,omitempty"`
+	// region is where the current (or last) session runs, as Vercel
+	// reported it; it can differ from spec.region after a change (the next
+	// session moves) or a failover.
+	Region *string `json:"region,omitempty"`
+	// snapshotRetention is the retention last sent to Vercel for a
+	// persistent Sandbox (spec.snapshotRetention with the operator's
+	// defaults filled in).
+	SnapshotRetention *SnapshotRetentionApplyConfiguration `json:"snapshotRetention,omitempty"`
 	// routes are the public URLs of spec.ports.
 	Routes []SandboxRouteApplyConfiguration `json:"routes,omitempty"`
 	// startedAt is when the current session started running.
@@ -140,6 +148,22 @@ func (b *SandboxStatusApplyConfiguration) WithSessionID(value string) *SandboxSt
 // If called multiple times, the SessionVCPUs field is set to the value of the last call.
 func (b *SandboxStatusApplyConfiguration) WithSessionVCPUs(value int32) *SandboxStatusApplyConfiguration {
 	b.SessionVCPUs = &value
+	return b
+}
+
+// WithRegion sets the Region field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Region field is set to the value of the last call.
+func (b *SandboxStatusApplyConfiguration) WithRegion(value string) *SandboxStatusApplyConfiguration {
+	b.Region = &value
+	return b
+}
+
+// WithSnapshotRetention sets the SnapshotRetention field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the SnapshotRetention field is set to the value of the last call.
+func (b *SandboxStatusApplyConfiguration) WithSnapshotRetention(value *SnapshotRetentionApplyConfiguration) *SandboxStatusApplyConfiguration {
+	b.SnapshotRetention = value
 	return b
 }
 
