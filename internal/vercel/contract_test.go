@@ -25,6 +25,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/utils/ptr"
+
 	"github.com/getsentry/sandbox-controller/internal/vercel"
 	"github.com/getsentry/sandbox-controller/localstack/emulator"
 )
@@ -323,6 +325,38 @@ func TestContractSandboxLifecycle(t *testing.T) {
 	// A taken name on a first attempt is a conflict for the caller to judge.
 	if _, err := env.c.CreateSandbox(ctx, vercel.CreateSandboxRequest{Name: env.n("life-v2")}); !vercel.IsConflict(err) || vercel.IsInvalid(err) {
 		t.Errorf("duplicate name: %v, want IsConflict", err)
+	}
+}
+
+// TestContractPlacementAndRetention: what the operator sends for
+// spec.region, spec.failoverRegions and spec.snapshotRetention comes back
+// as sent, on create and on update (issue 34 items 1 and 3).
+func TestContractPlacementAndRetention(t *testing.T) {
+	env := newPortableContractEnv(t)
+	ctx := testCtx(t)
+	day := int64(86_400_000)
+	created := mustCreate(t, env, vercel.CreateSandboxRequest{Name: env.n("placed"), Region: "iad1", FailoverRegions: []string{"sfo1"},
+		SnapshotExpiration: &day, KeepLastSnapshots: &vercel.KeepLastSnapshots{Count: 3, Expiration: &day, DeleteEvicted: ptr.To(true)}})
+	sb := created.Sandbox
+	if sb.Region != "iad1" || !slices.Equal(sb.FailoverRegions, []string{"sfo1"}) || created.Session.Region != "iad1" {
+		t.Errorf("created: region %q failover %v session region %q", sb.Region, sb.FailoverRegions, created.Session.Region)
+	}
+	if sb.SnapshotExpiration == nil || *sb.SnapshotExpiration != day || sb.KeepLastSnapshots == nil || sb.KeepLastSnapshots.Count != 3 {
+		t.Errorf("created: snapshotExpiration %v keepLastSnapshots %+v", sb.SnapshotExpiration, sb.KeepLastSnapshots)
+	}
+	week := 7 * day
+	patched, err := env.c.UpdateSandbox(ctx, env.n("placed"), vercel.UpdateSandboxRequest{Region: "sfo1", FailoverRegions: []string{},
+		SnapshotExpiration: &week, KeepLastSnapshots: &vercel.KeepLastSnapshots{Count: 1, Expiration: &week, DeleteEvicted: ptr.To(true)}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb = patched.Sandbox
+	if sb.Region != "sfo1" || len(sb.FailoverRegions) != 0 || sb.SnapshotExpiration == nil || *sb.SnapshotExpiration != week ||
+		sb.KeepLastSnapshots == nil || sb.KeepLastSnapshots.Count != 1 {
+		t.Errorf("patched: region %q failover %v snapshotExpiration %v keepLastSnapshots %+v", sb.Region, sb.FailoverRegions, sb.SnapshotExpiration, sb.KeepLastSnapshots)
+	}
+	if _, err := env.c.UpdateSandbox(ctx, env.n("placed"), vercel.UpdateSandboxRequest{Region: "sfo1", FailoverRegions: []string{"sfo1"}}, false); !vercel.IsInvalid(err) {
+		t.Errorf("failover naming the region: %v, want a 400", err)
 	}
 }
 
