@@ -229,6 +229,8 @@ func buildSource(ctx context.Context, secrets *secretReader, src *sandboxv1.Sand
 	switch {
 	case src.Runtime != nil:
 		req.Runtime = string(*src.Runtime)
+	case src.Image != nil:
+		req.Image = string(*src.Image)
 	case src.Git != nil:
 		g := src.Git
 		s := &vercel.Source{Type: vercel.SourceGit, URL: g.URL, Revision: g.Revision}

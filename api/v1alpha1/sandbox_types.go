@@ -284,11 +284,19 @@ const (
 
 // SandboxSource is where a new sandbox's filesystem comes from. Exactly one
 // field is set.
-// +kubebuilder:validation:XValidation:rule="[has(self.runtime), has(self.git), has(self.tarball), has(self.snapshotRef), has(self.snapshotID), has(self.adopt)].filter(x, x).size() == 1",message="spec.source: exactly one of runtime, git, tarball, snapshotRef, snapshotID or adopt must be set"
+// +kubebuilder:validation:XValidation:rule="[has(self.runtime), has(self.image), has(self.git), has(self.tarball), has(self.snapshotRef), has(self.snapshotID), has(self.adopt)].filter(x, x).size() == 1",message="spec.source: exactly one of runtime, image, git, tarball, snapshotRef, snapshotID or adopt must be set"
 type SandboxSource struct {
 	// runtime starts from a Vercel-managed image: node22, node24, node26 or python3.13.
 	// +optional
 	Runtime *Runtime `json:"runtime,omitempty"`
+	// image starts from one of Vercel's managed images, by its reference
+	// (vercel/sandbox/universal, node:22, node:24, node:26, python:3.14,
+	// ubuntu or arch); Vercel pins it to a digest at create. A team's own
+	// images (Vercel's container registry) are not accepted yet: like a raw
+	// snapshot id they reach what other tenants of the project built, and
+	// need a permission of their own (docs/security.md).
+	// +optional
+	Image *ManagedImage `json:"image,omitempty"`
 	// git clones a repository into /vercel/sandbox.
 	// +optional
 	Git *GitSource `json:"git,omitempty"`
@@ -317,6 +325,11 @@ type SandboxSource struct {
 	// +optional
 	Adopt *AdoptSource `json:"adopt,omitempty"`
 }
+
+// ManagedImage is one of Vercel's managed sandbox images (SDK 3.5
+// constants.ts, ManagedImage).
+// +kubebuilder:validation:Enum="vercel/sandbox/universal";"vercel/sandbox/node:22";"vercel/sandbox/node:24";"vercel/sandbox/node:26";"vercel/sandbox/python:3.14";"vercel/sandbox/ubuntu";"vercel/sandbox/arch"
+type ManagedImage string
 
 // AdoptSource names the Vercel sandbox a Sandbox adopts.
 type AdoptSource struct {
@@ -523,8 +536,9 @@ type ExecProbe struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.snapshotRetention) || !has(self.persistent) || self.persistent",message="spec.snapshotRetention is only for persistent Sandboxes (spec.persistent is false)",fieldPath=".snapshotRetention"
 // +kubebuilder:validation:XValidation:rule="!has(self.poolRef) || !has(self.source.adopt)",message="spec.poolRef cannot be combined with spec.source.adopt: a claim takes a pool member or creates from spec.source",fieldPath=".poolRef"
 type SandboxSpec struct {
-	// source of the sandbox's filesystem: exactly one of runtime, git, tarball,
-	// snapshotRef, snapshotID or adopt (an existing Vercel sandbox). Immutable.
+	// source of the sandbox's filesystem: exactly one of runtime, image, git,
+	// tarball, snapshotRef, snapshotID or adopt (an existing Vercel sandbox).
+	// Immutable.
 	// +required
 	Source SandboxSource `json:"source"`
 	// poolRef claims a ready member of a SandboxPool in this namespace instead

@@ -1700,6 +1700,11 @@ func (in *SandboxSource) DeepCopyInto(out *SandboxSource) {
 		*out = new(Runtime)
 		**out = **in
 	}
+	if in.Image != nil {
+		in, out := &in.Image, &out.Image
+		*out = new(ManagedImage)
+		**out = **in
+	}
 	if in.Git != nil {
 		in, out := &in.Git, &out.Git
 		*out = new(GitSource)

@@ -17,7 +17,7 @@ import (
 
 // specFlags are the create/up flags, one per field of the Sandbox spec.
 type specFlags struct {
-	runtime, gitURL, gitRevision, gitSecret, tarball, snapshot, snapshotID string
+	runtime, image, gitURL, gitRevision, gitSecret, tarball, snapshot, snapshotID string
 	gitDepth                                                               int32
 	vcpus                                                                  int32
 	ports                                                                  []int32
@@ -36,6 +36,7 @@ func (f *specFlags) add(cmd *cobra.Command) {
 	fl.StringVar(&f.gitRevision, "git-revision", "", "spec.source.git.revision: branch, tag or commit")
 	fl.Int32Var(&f.gitDepth, "git-depth", 0, "spec.source.git.depth: a shallow clone of this depth")
 	fl.StringVar(&f.gitSecret, "git-secret", "", "spec.source.git.credentials.secretName: a Secret with username and password")
+	fl.StringVar(&f.image, "image", "", "spec.source.image: one of Vercel's managed images (vercel/sandbox/universal, vercel/sandbox/node:24, vercel/sandbox/python:3.14, ...)")
 	fl.StringVar(&f.tarball, "tarball", "", "spec.source.tarball.url: a .tar.gz to extract into /vercel/sandbox")
 	fl.StringVar(&f.snapshot, "snapshot", "", "spec.source.snapshotRef: boot from this SandboxSnapshot")
 	fl.StringVar(&f.snapshotID, "snapshot-id", "", "spec.source.snapshotID: boot from this Vercel snapshot id")
@@ -121,13 +122,17 @@ func (f *specFlags) overlaySource(src *sandboxv1.SandboxSource) error {
 	if f.gitURL == "" && (f.gitRevision != "" || f.gitDepth > 0 || f.gitSecret != "") {
 		return fmt.Errorf("--git-revision, --git-depth and --git-secret need --git")
 	}
-	if f.runtime == "" && f.gitURL == "" && f.tarball == "" && f.snapshot == "" && f.snapshotID == "" {
+	if f.runtime == "" && f.image == "" && f.gitURL == "" && f.tarball == "" && f.snapshot == "" && f.snapshotID == "" {
 		return nil
 	}
 	*src = sandboxv1.SandboxSource{}
 	if f.runtime != "" {
 		rt := sandboxv1.Runtime(f.runtime)
 		src.Runtime = &rt
+	}
+	if f.image != "" {
+		img := sandboxv1.ManagedImage(f.image)
+		src.Image = &img
 	}
 	if f.gitURL != "" {
 		src.Git = &sandboxv1.GitSource{URL: f.gitURL, Revision: f.gitRevision}

@@ -178,7 +178,7 @@ func TestCreateDryRunMirrorsTheSpec(t *testing.T) {
 	}
 	// The API server's own validation answers a bad spec.
 	r := kubectl(t, sandbox(ns, "create", "bad", "--runtime", "node24", "--snapshot", "x", "--dry-run=server")...)
-	if r.code != 1 || !strings.Contains(r.stderr, "exactly one of runtime, git, tarball, snapshotRef, snapshotID or adopt") {
+	if r.code != 1 || !strings.Contains(r.stderr, "exactly one of runtime, image, git, tarball, snapshotRef, snapshotID or adopt") {
 		t.Errorf("two sources: want exit 1 with the CRD's message, got %s", r)
 	}
 }

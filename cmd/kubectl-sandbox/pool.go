@@ -44,7 +44,7 @@ type poolRun struct {
 // fieldFlags are the flags that set each field a pool member cannot take
 // from a claimant (the fields the operator compares with the template).
 var fieldFlags = map[string][]string{
-	"spec.source":     {"runtime", "git", "git-revision", "git-depth", "git-secret", "tarball", "snapshot", "snapshot-id"},
+	"spec.source":     {"runtime", "image", "git", "git-revision", "git-depth", "git-secret", "tarball", "snapshot", "snapshot-id"},
 	"spec.resources":  {"vcpus"},
 	"spec.env":        {"env", "env-from-secret"},
 	"spec.persistent": {"persistent"},

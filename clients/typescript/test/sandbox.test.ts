@@ -188,7 +188,7 @@ test('createSandbox passes on the API server validation message', async () => {
     (err) => {
       assert.ok(err instanceof KubernetesApiError);
       assert.equal(err.code, 422);
-      assert.match(err.message, /exactly one of runtime, git, tarball, snapshotRef, snapshotID or adopt must be set/);
+      assert.match(err.message, /exactly one of runtime, image, git, tarball, snapshotRef, snapshotID or adopt must be set/);
       return true;
     },
   );

@@ -974,10 +974,11 @@ export interface SandboxPoolSpec {
         keepLast?: number;
       };
       /**
-       * source of the sandbox's filesystem: exactly one of runtime, git, tarball,
-       * snapshotRef, snapshotID or adopt (an existing Vercel sandbox). Immutable.
+       * source of the sandbox's filesystem: exactly one of runtime, image, git,
+       * tarball, snapshotRef, snapshotID or adopt (an existing Vercel sandbox).
+       * Immutable.
        *
-       * Validated: spec.source: exactly one of runtime, git, tarball, snapshotRef, snapshotID or adopt must be set
+       * Validated: spec.source: exactly one of runtime, image, git, tarball, snapshotRef, snapshotID or adopt must be set
        */
       source: {
         /**
@@ -1042,6 +1043,15 @@ export interface SandboxPoolSpec {
            */
           url: string;
         };
+        /**
+         * image starts from one of Vercel's managed images, by its reference
+         * (vercel/sandbox/universal, node:22, node:24, node:26, python:3.14,
+         * ubuntu or arch); Vercel pins it to a digest at create. A team's own
+         * images (Vercel's container registry) are not accepted yet: like a raw
+         * snapshot id they reach what other tenants of the project built, and
+         * need a permission of their own (docs/security.md).
+         */
+        image?: "vercel/sandbox/universal" | "vercel/sandbox/node:22" | "vercel/sandbox/node:24" | "vercel/sandbox/node:26" | "vercel/sandbox/python:3.14" | "vercel/sandbox/ubuntu" | "vercel/sandbox/arch";
         /**
          * runtime starts from a Vercel-managed image: node22, node24, node26 or python3.13.
          */

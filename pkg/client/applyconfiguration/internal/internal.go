@@ -254,6 +254,8 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: name
       type:
         scalar: string
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.ManagedImage
+  scalar: string
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.NetworkMatch
   map:
     fields:
@@ -1028,6 +1030,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: git
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.GitSource
+    - name: image
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.ManagedImage
     - name: runtime
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.Runtime

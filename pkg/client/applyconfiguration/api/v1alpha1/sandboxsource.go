@@ -20,6 +20,13 @@ import (
 type SandboxSourceApplyConfiguration struct {
 	// runtime starts from a Vercel-managed image: node22, node24, node26 or python3.13.
 	Runtime *apiv1alpha1.Runtime `json:"runtime,omitempty"`
+	// image starts from one of Vercel's managed images, by its reference
+	// (vercel/sandbox/universal, node:22, node:24, node:26, python:3.14,
+	// ubuntu or arch); Vercel pins it to a digest at create. A team's own
+	// images (Vercel's container registry) are not accepted yet: like a raw
+	// snapshot id they reach what other tenants of the project built, and
+	// need a permission of their own (docs/security.md).
+	Image *apiv1alpha1.ManagedImage `json:"image,omitempty"`
 	// git clones a repository into /vercel/sandbox.
 	Git *GitSourceApplyConfiguration `json:"git,omitempty"`
 	// tarball extracts a .tar.gz archive fetched from a URL into /vercel/sandbox.
@@ -53,6 +60,14 @@ func SandboxSource() *SandboxSourceApplyConfiguration {
 // If called multiple times, the Runtime field is set to the value of the last call.
 func (b *SandboxSourceApplyConfiguration) WithRuntime(value apiv1alpha1.Runtime) *SandboxSourceApplyConfiguration {
 	b.Runtime = &value
+	return b
+}
+
+// WithImage sets the Image field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Image field is set to the value of the last call.
+func (b *SandboxSourceApplyConfiguration) WithImage(value apiv1alpha1.ManagedImage) *SandboxSourceApplyConfiguration {
+	b.Image = &value
 	return b
 }
 

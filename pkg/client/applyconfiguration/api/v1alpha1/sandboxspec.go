@@ -18,8 +18,9 @@ import (
 //
 // SandboxSpec is the desired state of a Sandbox.
 type SandboxSpecApplyConfiguration struct {
-	// source of the sandbox's filesystem: exactly one of runtime, git, tarball,
-	// snapshotRef, snapshotID or adopt (an existing Vercel sandbox). Immutable.
+	// source of the sandbox's filesystem: exactly one of runtime, image, git,
+	// tarball, snapshotRef, snapshotID or adopt (an existing Vercel sandbox).
+	// Immutable.
 	Source *SandboxSourceApplyConfiguration `json:"source,omitempty"`
 	// poolRef claims a ready member of a SandboxPool in this namespace instead
 	// of creating a Vercel sandbox: the member's sandbox becomes this
