@@ -81,6 +81,10 @@ type UsageAccounting struct {
 	// vercelName (recreations), added once when the name changed.
 	// +optional
 	Retired *UsageAmounts `json:"retired,omitempty"`
+	// snapshotID is the Vercel snapshot whose size is in snapshotBytes.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	SnapshotID string `json:"snapshotID,omitempty"`
 }
 
 // SandboxUsage is what an object used on Vercel, as the controller observed it

@@ -1355,6 +1355,12 @@ export interface SandboxStatus {
         sessionMillis?: number;
       };
       /**
+       * snapshotID is the Vercel snapshot whose size is in snapshotBytes.
+       *
+       * maxLength: 64
+       */
+      snapshotID?: string;
+      /**
        * vercelName is the Vercel sandbox whose cumulative figures are in
        * counted.
        *

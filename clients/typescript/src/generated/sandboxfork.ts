@@ -960,6 +960,12 @@ export interface SandboxForkStatus {
         sessionMillis?: number;
       };
       /**
+       * snapshotID is the Vercel snapshot whose size is in snapshotBytes.
+       *
+       * maxLength: 64
+       */
+      snapshotID?: string;
+      /**
        * vercelName is the Vercel sandbox whose cumulative figures are in
        * counted.
        *

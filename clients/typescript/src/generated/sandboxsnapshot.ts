@@ -1268,6 +1268,12 @@ export interface SandboxSnapshotStatus {
         sessionMillis?: number;
       };
       /**
+       * snapshotID is the Vercel snapshot whose size is in snapshotBytes.
+       *
+       * maxLength: 64
+       */
+      snapshotID?: string;
+      /**
        * vercelName is the Vercel sandbox whose cumulative figures are in
        * counted.
        *
