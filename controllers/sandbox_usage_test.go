@@ -1,0 +1,158 @@
+package controllers_test
+
+import (
+	"context"
+	"math"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
+	"github.com/getsentry/sandbox-controller/internal/vercel"
+	"github.com/getsentry/sandbox-controller/localstack/emulator"
+)
+
+// status.usage: what a Sandbox used, read from the answers the controller
+// gets anyway, counted once across pauses and manager restarts, and equal to
+// what the emulator itself booked.
+var _ = Describe("Sandbox usage", func() {
+	ctx := context.Background()
+	var ns string
+	BeforeEach(func() { ns = newNamespace() })
+
+	// busyLoop counts in the shell itself: a second or so of CPU.
+	const busyLoop = `i=0; while [ $i -lt 600000 ]; do i=$((i+1)); done`
+	setup := func(script string) []sandboxv1.SetupCommand {
+		return []sandboxv1.SetupCommand{{Name: "work", Command: "sh", Args: []string{"-c", script}}}
+	}
+	usageOf := func(key types.NamespacedName) sandboxv1.SandboxUsage {
+		GinkgoHelper()
+		u := getSandbox(key).Status.Usage
+		Expect(u).NotTo(BeNil(), "status.usage of %s", key.Name)
+		Expect(u.Total).NotTo(BeNil(), "status.usage.total of %s", key.Name)
+		return *u
+	}
+	// stopAndCount pauses the Sandbox and returns its usage once the
+	// stopped session's final figures are in it.
+	stopAndCount := func(key types.NamespacedName) sandboxv1.SandboxUsage {
+		GinkgoHelper()
+		session := getSandbox(key).Status.SessionID
+		setState(key, sandboxv1.SandboxStateStopped)
+		Eventually(readyCondition(key)).Should(HaveField("Reason", sandboxv1.ReasonStopped))
+		Eventually(func(g Gomega) {
+			u := getSandbox(key).Status.Usage
+			g.Expect(u).NotTo(BeNil())
+			g.Expect(u.Current).NotTo(BeNil())
+			g.Expect(u.Current.SessionID).To(Equal(session))
+			g.Expect(u.Current.EndedAt).NotTo(BeNil(), "the stopped session's final figures")
+		}).Should(Succeed())
+		return usageOf(key)
+	}
+	// ledgerOf is the emulator's own booking of the Vercel sandboxes of
+	// the Sandboxes in namespace ns.
+	ledgerOf := func(ns string) (operator, ledger sandboxv1.UsageAmounts) {
+		GinkgoHelper()
+		list := &sandboxv1.SandboxList{}
+		Expect(k8sClient.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+		book := emu.Ledger()
+		for _, sbx := range list.Items {
+			if u := sbx.Status.Usage; u != nil && u.Total != nil {
+				operator = addAmounts(operator, *u.Total)
+			}
+			for _, p := range book.Projects {
+				ledger = addLedger(ledger, p.Sandboxes[sbx.Status.VercelName])
+			}
+		}
+		return operator, ledger
+	}
+
+	It("counts a CPU-busy command's active CPU and not a sleeping one's, once across a pause, resume and manager restart, as the emulator booked it", func() {
+		if emu.ExecMode() == "none" {
+			Skip("exec mode none runs no process: CPU is tested in localstack/emulator and sandboxruntime")
+		}
+		busy := types.NamespacedName{Namespace: ns, Name: "busy"}
+		idle := types.NamespacedName{Namespace: ns, Name: "idle"}
+		newSandbox(ns, busy.Name, sandboxv1.SandboxSpec{Source: runtimeSource("node24"), Setup: setup(busyLoop)})
+		newSandbox(ns, idle.Name, sandboxv1.SandboxSpec{Source: runtimeSource("node24"), Setup: setup("sleep 2")})
+		waitReady(busy)
+		waitReady(idle)
+
+		By("reporting the running session's time so far, with no CPU until Vercel reports it at the stop")
+		Eventually(func(g Gomega) {
+			u := getSandbox(busy).Status.Usage
+			g.Expect(u).NotTo(BeNil())
+			g.Expect(u.Current).NotTo(BeNil())
+			g.Expect(u.Current.EndedAt).To(BeNil())
+			g.Expect(u.Current.SessionMillis).To(BeNumerically(">", 0))
+			g.Expect(u.Current.MemoryMBMillis).To(BeNumerically(">", 0))
+		}).Should(Succeed())
+
+		By("pausing both: the busy one used CPU, the sleeping one almost none")
+		first := stopAndCount(busy)
+		sleeper := stopAndCount(idle)
+		GinkgoWriter.Printf("busy: %+v\nsleep: %+v\n", *first.Total, *sleeper.Total)
+		Expect(first.Total.ActiveCPUMillis).To(BeNumerically(">=", 200), "a busy loop of about a second of CPU")
+		Expect(sleeper.Total.ActiveCPUMillis).To(BeNumerically("<", 100), "sleep 2 uses no CPU")
+		Expect(sleeper.Total.SessionMillis).To(BeNumerically(">=", 2000), "but its session ran through the sleep")
+		Expect(first.Total.ActiveCPUMillis).To(Equal(first.Current.ActiveCPUMillis), "one session so far")
+
+		By("resuming, restarting the manager while the session runs, and pausing again")
+		setState(busy, sandboxv1.SandboxStateRunning)
+		Eventually(func() string { return getSandbox(busy).Status.SessionID }).ShouldNot(Equal(first.Current.SessionID))
+		session := waitReady(busy).Status.SessionID
+		// Setup does not run again on a resume (the filesystem kept its
+		// result): a user's command keeps this session busy.
+		cmd, err := vc.RunCommand(ctx, session, vercel.RunCommandRequest{Command: "sh", Args: []string{"-c", busyLoop}})
+		Expect(err).NotTo(HaveOccurred())
+		lctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		_, _, err = vc.ReadAllLogs(lctx, session, cmd.ID)
+		Expect(err).NotTo(HaveOccurred())
+		restartManager()
+		second := stopAndCount(busy)
+		Expect(second.Total.ActiveCPUMillis).To(Equal(first.Total.ActiveCPUMillis+second.Current.ActiveCPUMillis),
+			"the first session counted once, the second added: %+v then %+v", *first.Total, *second.Total)
+		Expect(second.Total.SessionMillis).To(Equal(first.Total.SessionMillis + second.Current.SessionMillis))
+		Expect(second.Total.MemoryMBMillis).To(Equal(first.Total.MemoryMBMillis + second.Current.MemoryMBMillis))
+		Expect(second.Current.ActiveCPUMillis).To(BeNumerically(">=", 200), "the resumed session ran the busy loop")
+
+		By("a restart while stopped changes nothing")
+		restartManager()
+		Consistently(func() sandboxv1.UsageAmounts { return *usageOf(busy).Total }, 2*pollInterval).Should(Equal(*second.Total))
+
+		By("attributing to the namespace what the emulator booked, within 1 %")
+		operator, ledger := ledgerOf(ns)
+		GinkgoWriter.Printf("namespace %s: operator %+v, emulator ledger %+v\n", ns, operator, ledger)
+		Expect(ledger.SessionMillis).To(BeNumerically(">", 0))
+		for _, f := range []struct {
+			name        string
+			got, booked int64
+		}{
+			{"activeCPUMillis", operator.ActiveCPUMillis, ledger.ActiveCPUMillis},
+			{"sessionMillis", operator.SessionMillis, ledger.SessionMillis},
+			{"memoryMBMillis", operator.MemoryMBMillis, ledger.MemoryMBMillis},
+			{"egressBytes", operator.EgressBytes, ledger.EgressBytes},
+			{"ingressBytes", operator.IngressBytes, ledger.IngressBytes},
+		} {
+			Expect(math.Abs(float64(f.got-f.booked))).To(BeNumerically("<=", 0.01*float64(f.booked)),
+				"%s: the operator attributes %d, the emulator booked %d", f.name, f.got, f.booked)
+		}
+	})
+})
+
+func addAmounts(a, b sandboxv1.UsageAmounts) sandboxv1.UsageAmounts {
+	a.ActiveCPUMillis += b.ActiveCPUMillis
+	a.SessionMillis += b.SessionMillis
+	a.MemoryMBMillis += b.MemoryMBMillis
+	a.EgressBytes += b.EgressBytes
+	a.IngressBytes += b.IngressBytes
+	return a
+}
+
+func addLedger(a sandboxv1.UsageAmounts, e emulator.LedgerEntry) sandboxv1.UsageAmounts {
+	return addAmounts(a, sandboxv1.UsageAmounts{ActiveCPUMillis: e.ActiveCPUMs, SessionMillis: e.SessionMs,
+		MemoryMBMillis: e.MemoryMBMs, EgressBytes: e.EgressBytes, IngressBytes: e.IngressBytes})
+}
