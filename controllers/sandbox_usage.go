@@ -3,6 +3,7 @@ package controllers
 import (
 	"time"
 
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
@@ -45,7 +46,8 @@ type usageAnswer struct {
 //     counted never exceeds the true sums by more than Vercel's own totals.
 //   - A new Vercel name (a recreation) retires counted and the last
 //     session's figures into accounting.retired once.
-//   - total = retired + counted + the current session unless counted.
+//   - total = retired + counted + the current session unless counted (a
+//     session seen ended whose sandbox totals were not in the answer).
 func foldUsage(prev *sandboxv1.SandboxUsage, a usageAnswer) *sandboxv1.SandboxUsage {
 	u := &sandboxv1.SandboxUsage{}
 	if prev != nil {
@@ -74,6 +76,16 @@ func foldUsage(prev *sandboxv1.SandboxUsage, a usageAnswer) *sandboxv1.SandboxUs
 	}
 	snapshotUsage(u, a)
 	u.Total = sumUsage(acct.Retired, acct.Counted, pending(u))
+	u.ObservedAt = nil
+	if prev != nil {
+		was := prev.DeepCopy()
+		was.ObservedAt = nil
+		if apiequality.Semantic.DeepEqual(was, u) {
+			// Nothing changed: a poll of a running session writes no
+			// status (observedAt says when the figures last changed).
+			return prev
+		}
+	}
 	t := metav1.NewTime(a.now.Truncate(time.Second).UTC())
 	u.ObservedAt = &t
 	return u
@@ -133,8 +145,10 @@ func floorTotals(acct *sandboxv1.UsageAccounting, sb *vercel.Sandbox, s *vercel.
 }
 
 // sessionUsage is one session's usage as Vercel reported it: final once it
-// ended, else its time so far (Vercel reports active CPU and network
-// transfer only after a stop).
+// ended, else nothing yet. Vercel reports active CPU and network transfer
+// only after a stop; the time a running session has run so far is left out
+// too, so that a poll of a running session changes no status (and writes
+// none): status.startedAt says it.
 func sessionUsage(s *vercel.Session, now time.Time) *sandboxv1.SessionUsage {
 	out := &sandboxv1.SessionUsage{SessionID: s.ID}
 	if s.Status.Terminal() {
@@ -152,8 +166,6 @@ func sessionUsage(s *vercel.Session, now time.Time) *sandboxv1.SessionUsage {
 			t = metav1.NewTime(now.UTC())
 		}
 		out.EndedAt = &t
-	} else if s.StartedAt > 0 {
-		out.SessionMillis = max(now.UnixMilli()-s.StartedAt, 0)
 	}
 	out.MemoryMBMillis = out.SessionMillis * s.Memory
 	return out
