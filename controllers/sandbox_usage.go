@@ -204,3 +204,44 @@ func sumUsage(in ...*sandboxv1.UsageAmounts) *sandboxv1.UsageAmounts {
 	}
 	return &out
 }
+
+// snapshotStorage is usage u with the storage of snapshot id, of size
+// bytes (a SandboxSnapshot's own snapshot); u itself when nothing changed.
+func snapshotStorage(u *sandboxv1.SandboxUsage, id string, size int64, now time.Time) *sandboxv1.SandboxUsage {
+	if u != nil && u.SnapshotBytes == size && u.Accounting != nil && u.Accounting.SnapshotID == id {
+		return u
+	}
+	out := &sandboxv1.SandboxUsage{}
+	if u != nil {
+		out = u.DeepCopy()
+	}
+	if out.Accounting == nil {
+		out.Accounting = &sandboxv1.UsageAccounting{}
+	}
+	out.Accounting.SnapshotID, out.SnapshotBytes = id, size
+	t := metav1.NewTime(now.Truncate(time.Second).UTC())
+	out.ObservedAt = &t
+	return out
+}
+
+// forkUsage sums the lifetime usage and snapshot storage of a fork's
+// children; nil when they used nothing yet. Their observedAt is the latest
+// of theirs, so the sum changes only when a child's does.
+func forkUsage(children []*sandboxv1.Sandbox) *sandboxv1.SandboxUsage {
+	var out sandboxv1.SandboxUsage
+	for _, c := range children {
+		u := c.Status.Usage
+		if u == nil {
+			continue
+		}
+		out.Total = sumUsage(out.Total, u.Total)
+		out.SnapshotBytes += u.SnapshotBytes
+		if u.ObservedAt != nil && (out.ObservedAt == nil || out.ObservedAt.Before(u.ObservedAt)) {
+			out.ObservedAt = u.ObservedAt.DeepCopy()
+		}
+	}
+	if out.Total == nil && out.SnapshotBytes == 0 {
+		return nil
+	}
+	return &out
+}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
 	"github.com/getsentry/sandbox-controller/internal/vercel"
@@ -199,5 +200,41 @@ func TestFoldUsageRunningPollChangesNothing(t *testing.T) {
 	stopped := foldUsage(first, usageAnswer{vercelName: "x", sandbox: named("x", "s1", vercel.SessionStopped, 90_000, 7_000, 0, 0), session: stoppedSession("s1", usageT0, 90_000, 7_000, 0, 0), now: msAt(usageT0 + 95_000)})
 	if stopped.ObservedAt.Equal(first.ObservedAt) || stopped.Total == nil || stopped.Total.SessionMillis != 90_000 {
 		t.Errorf("the stop = %+v, want new figures observed at the stop", stopped)
+	}
+}
+
+// TestForkUsage: a fork's usage is its children's totals and snapshot bytes
+// summed, observed when the latest of them was; nil while none used anything.
+func TestForkUsage(t *testing.T) {
+	child := func(u *sandboxv1.SandboxUsage) *sandboxv1.Sandbox {
+		return &sandboxv1.Sandbox{Status: sandboxv1.SandboxStatus{Usage: u}}
+	}
+	early, late := metav1.NewTime(msAt(usageT0)), metav1.NewTime(msAt(usageT0+60_000))
+	if got := forkUsage([]*sandboxv1.Sandbox{child(nil), child(&sandboxv1.SandboxUsage{Current: &sandboxv1.SessionUsage{SessionID: "s"}})}); got != nil {
+		t.Errorf("children without figures: %+v, want nil", got)
+	}
+	got := forkUsage([]*sandboxv1.Sandbox{
+		child(&sandboxv1.SandboxUsage{Total: amounts(1, 10, 2, 3), SnapshotBytes: 100, ObservedAt: &late}),
+		child(nil),
+		child(&sandboxv1.SandboxUsage{Total: amounts(4, 20, 5, 6), SnapshotBytes: 1, ObservedAt: &early}),
+	})
+	want := &sandboxv1.SandboxUsage{Total: amounts(5, 30, 7, 9), SnapshotBytes: 101, ObservedAt: &late}
+	if !apiequality.Semantic.DeepEqual(got, want) {
+		t.Errorf("forkUsage = %+v, want %+v", got, want)
+	}
+}
+
+// TestSnapshotStorage: a SandboxSnapshot's storage follows its snapshot; an
+// unchanged size returns the recorded usage itself (no status write).
+func TestSnapshotStorage(t *testing.T) {
+	u := snapshotStorage(nil, "snap1", 4096, msAt(usageT0))
+	if u.SnapshotBytes != 4096 || u.Accounting.SnapshotID != "snap1" || u.ObservedAt == nil {
+		t.Fatalf("first = %+v", u)
+	}
+	if again := snapshotStorage(u, "snap1", 4096, msAt(usageT0+60_000)); again != u {
+		t.Errorf("unchanged storage returned a new usage: %+v", again)
+	}
+	if gone := snapshotStorage(u, "", 0, msAt(usageT0+60_000)); gone.SnapshotBytes != 0 || gone.Accounting.SnapshotID != "" {
+		t.Errorf("after the snapshot was retired = %+v, want 0 bytes", gone)
 	}
 }

@@ -2,12 +2,15 @@ package controllers_test
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
@@ -138,6 +141,79 @@ var _ = Describe("Sandbox usage", func() {
 			Expect(math.Abs(float64(f.got-f.booked))).To(BeNumerically("<=", 0.01*float64(f.booked)),
 				"%s: the operator attributes %d, the emulator booked %d", f.name, f.got, f.booked)
 		}
+	})
+})
+
+// A recipe SandboxSnapshot reports its builder's usage and its own storage;
+// a SandboxFork sums its children's.
+var _ = Describe("SandboxSnapshot and SandboxFork usage", func() {
+	ctx := context.Background()
+	var ns string
+	BeforeEach(func() { ns = newNamespace() })
+	const busyLoop = `i=0; while [ $i -lt 600000 ]; do i=$((i+1)); done`
+
+	It("counts a recipe build's CPU and the snapshot's bytes, and sums the usage of a fork's children", func() {
+		if emu.ExecMode() == "none" {
+			Skip("exec mode none runs no process")
+		}
+		rt := sandboxv1.Runtime("node24")
+		key := types.NamespacedName{Namespace: ns, Name: "built"}
+		newSnapshot(ns, key.Name, sandboxv1.SandboxSnapshotSpec{Source: sandboxv1.SandboxSnapshotSource{Recipe: &sandboxv1.SnapshotRecipe{
+			Runtime: &rt,
+			Setup:   []sandboxv1.RecipeCommand{{Name: "work", Command: "sh", Args: []string{"-c", busyLoop + "; echo done > /vercel/sandbox/out.txt"}}},
+		}}})
+		snap := waitSnapshotReady(key, 90*time.Second)
+		u := snap.Status.Usage
+		Expect(u).NotTo(BeNil())
+		GinkgoWriter.Printf("snapshot usage: %+v, %d bytes\n", *u.Total, u.SnapshotBytes)
+		Expect(u.Total).NotTo(BeNil())
+		Expect(u.Total.ActiveCPUMillis).To(BeNumerically(">=", 200), "the builder ran a busy loop")
+		Expect(u.Total.SessionMillis).To(BeNumerically(">", 0))
+		Expect(u.Current).NotTo(BeNil())
+		Expect(u.Current.EndedAt).NotTo(BeNil(), "the capture ended the builder's session")
+		Expect(u.SnapshotBytes).To(Equal(snap.Status.SizeBytes))
+		Expect(u.SnapshotBytes).To(BeNumerically(">", 0))
+
+		By("forking two children from it and pausing them")
+		Expect(k8sClient.Create(ctx, &sandboxv1.SandboxFork{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pair"},
+			Spec: sandboxv1.SandboxForkSpec{
+				Source:   sandboxv1.SandboxForkSource{SnapshotRef: &sandboxv1.LocalObjectReference{Name: key.Name}},
+				Replicas: ptr.To[int32](2),
+				Template: sandboxv1.SandboxForkTemplate{Inherit: sandboxv1.InheritNone},
+			},
+		})).To(Succeed())
+		var kids []types.NamespacedName
+		for i := range 2 {
+			kid := types.NamespacedName{Namespace: ns, Name: fmt.Sprintf("pair-%d", i)}
+			Eventually(func() error { return k8sClient.Get(ctx, kid, &sandboxv1.Sandbox{}) }).Should(Succeed())
+			waitReady(kid)
+			kids = append(kids, kid)
+		}
+		for _, kid := range kids {
+			setState(kid, sandboxv1.SandboxStateStopped)
+		}
+		want := func(g Gomega) sandboxv1.UsageAmounts {
+			var sum sandboxv1.UsageAmounts
+			for _, kid := range kids {
+				c := &sandboxv1.Sandbox{}
+				g.Expect(k8sClient.Get(ctx, kid, c)).To(Succeed())
+				g.Expect(c.Status.Usage).NotTo(BeNil())
+				g.Expect(c.Status.Usage.Total).NotTo(BeNil(), "%s stopped", kid.Name)
+				sum = addAmounts(sum, *c.Status.Usage.Total)
+			}
+			return sum
+		}
+		Eventually(func(g Gomega) {
+			sum := want(g)
+			f := &sandboxv1.SandboxFork{}
+			g.Expect(k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: "pair"}, f)).To(Succeed())
+			g.Expect(f.Status.Usage).NotTo(BeNil())
+			g.Expect(f.Status.Usage.Total).NotTo(BeNil())
+			g.Expect(*f.Status.Usage.Total).To(Equal(sum))
+			g.Expect(sum.SessionMillis).To(BeNumerically(">", 0))
+			g.Expect(f.Status.Usage.Current).To(BeNil(), "a fork has no session of its own")
+		}).Should(Succeed())
 	})
 })
 
