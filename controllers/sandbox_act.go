@@ -246,6 +246,7 @@ func (r *SandboxReconciler) update(ctx context.Context, sbx *sandboxv1.Sandbox, 
 		return err
 	}
 	r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Updated", "Update", "Applied spec generation %d to Vercel sandbox %s", sbx.Generation, sbx.Status.VercelName)
+	r.announceUpdatedSecrets(sbx, secrets, sessionID)
 	sbx.Status.ObservedGeneration = sbx.Generation
 	// Git credentials serve only a creation: one that cannot be read does
 	// not hold up an update, it is reported by refreshSecrets.

@@ -365,6 +365,40 @@ func (r *SandboxReconciler) applyRotation(ctx context.Context, sbx *sandboxv1.Sa
 	return nil
 }
 
+// announceUpdatedSecrets announces the Secrets a spec update gave Vercel
+// new values of: a rotation that meets a spec change (the Secret updated
+// before the change's reconcile read it, or between a change's apply and
+// its status write) reaches Vercel through the update, not through
+// refreshSecrets, and must still say so. Secrets the spec did not
+// reference before are not rotations.
+func (r *SandboxReconciler) announceUpdatedSecrets(sbx *sandboxv1.Sandbox, secrets *secretReader, running string) {
+	st := &sbx.Status
+	if st.Secrets == nil || len(st.Secrets.Applied) == 0 {
+		return
+	}
+	recorded := map[string]sandboxv1.AppliedSecret{}
+	for _, a := range st.Secrets.Applied {
+		recorded[a.Name] = a
+	}
+	var known []sandboxv1.AppliedSecret
+	for _, a := range appliedSecrets(r.DigestKey, sbx.UID, secrets) {
+		if _, ok := recorded[a.Name]; ok {
+			known = append(known, a)
+		}
+	}
+	uses := secretUses(&sbx.Spec)
+	rotated := rotatedSecrets(r.DigestKey, sbx.UID, recorded, known, secrets)
+	if len(rotated) == 0 {
+		return
+	}
+	r.announceRotation(sbx, rotated, uses, running)
+	for _, n := range rotated {
+		if uses[n]&useEnv != 0 && running != "" {
+			st.Secrets.StaleSession = running
+		}
+	}
+}
+
 // announceRotation emits one SecretRotated event per use of the rotated
 // Secrets, naming them (never a value) and saying where the values apply.
 func (r *SandboxReconciler) announceRotation(sbx *sandboxv1.Sandbox, rotated []string, uses map[string]secretUse, running string) {

@@ -53,6 +53,43 @@ var _ = Describe("Secret rotation", func() {
 		}
 	}
 
+	It("announces a rotation that reaches Vercel with a spec change", func() {
+		const oldValue, newValue = "Bearer ghs_WithChangeOld1", "Bearer ghs_WithChangeNew2"
+		Expect(k8sClient.Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gh"},
+			Data:       map[string][]byte{"token": []byte(oldValue)},
+		})).To(Succeed())
+		key := types.NamespacedName{Namespace: ns, Name: "changing"}
+		newSandbox(ns, key.Name, sandboxv1.SandboxSpec{
+			Source: runtimeSource("node24"),
+			NetworkPolicy: &sandboxv1.NetworkPolicy{
+				Mode: sandboxv1.NetworkAllowlist,
+				InjectHeaders: []sandboxv1.HeaderInjection{{
+					Domain:  "api.github.com",
+					Headers: []sandboxv1.InjectedHeader{{Name: "Authorization", ValueFrom: sandboxv1.EnvVarSource{SecretKeyRef: sandboxv1.SecretKeySelector{Name: "gh", Key: "token"}}}},
+				}},
+			},
+		})
+		session := waitReady(key).Status.SessionID
+		Eventually(injected(session)).Should(Equal(oldValue))
+
+		// Paused, the controller sees neither; resumed, one reconcile finds
+		// both the new generation and the new value: the update carries the
+		// value (refreshSecrets waits for the spec change), as it would when
+		// the Secret changes between a change's apply and its status write.
+		annotate(key, sandboxv1.AnnotationPaused, "true")
+		Eventually(sandboxCondition(key, sandboxv1.ConditionPaused)).Should(And(Not(BeNil()), HaveField("Status", metav1.ConditionTrue)))
+		sbx := getSandbox(key)
+		sbx.Spec.Ports = []int32{3000}
+		Expect(k8sClient.Update(ctx, sbx)).To(Succeed())
+		rotate("gh", "token", newValue)
+		annotate(key, sandboxv1.AnnotationPaused, "")
+
+		Eventually(injected(session)).Should(Equal(newValue))
+		expectEvent(key, "Normal SecretRotated: Secret gh rotated: its injected header values were applied to the running session "+session)
+		Eventually(secretsCurrent(key)).Should(HaveField("Status", metav1.ConditionTrue))
+	})
+
 	It("applies a rotated injected header value to the running session without a spec change", func() {
 		const oldValue, newValue = "Bearer ghs_RotateOldHeader1", "Bearer ghs_RotateNewHeader2"
 		Expect(k8sClient.Create(ctx, &corev1.Secret{
