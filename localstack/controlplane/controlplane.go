@@ -92,6 +92,10 @@ type ControlPlane struct {
 	kcmDone     chan error
 }
 
+// controlPlaneStartTimeout is how long each control-plane process may take
+// to become healthy (envtest's own default is 20 s).
+const controlPlaneStartTimeout = 2 * time.Minute
+
 // Start starts the control plane and returns once the API server serves the
 // CRDs and, when asked for, kube-controller-manager runs. On error whatever
 // started is stopped again.
@@ -125,7 +129,11 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 		}
 	}
 
-	cp.Env = &envtest.Environment{BinaryAssetsDirectory: assets}
+	// envtest gives each process 20 s to become healthy. make test runs its
+	// parts at once on two cores, and a kube-apiserver starting beside a
+	// dozen others can take longer (a fresh-clone run timed one out); a
+	// process that does not start at all still fails, only later.
+	cp.Env = &envtest.Environment{BinaryAssetsDirectory: assets, ControlPlaneStartTimeout: controlPlaneStartTimeout}
 	if len(opts.CRDs) > 0 {
 		// envtest installs CRDs from files and waits until they are served.
 		if err := os.WriteFile(cp.path("crds", "crds.yaml"), opts.CRDs, 0o600); err != nil {
