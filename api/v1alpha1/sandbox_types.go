@@ -802,6 +802,13 @@ type SandboxStatus struct {
 	// and applied without a spec change.
 	// +optional
 	Secrets *SecretsStatus `json:"secrets,omitempty"`
+	// usage is what this Sandbox used on Vercel: the current session and
+	// the total over its life (every session, pause and recreation), read
+	// from the answers of the polls the controller makes anyway.
+	// snapshotBytes is the size of the snapshot the next session resumes
+	// from when a SandboxSnapshot in this namespace reports it.
+	// +optional
+	Usage *SandboxUsage `json:"usage,omitempty"`
 }
 
 // SecretsStatus records the referenced Secrets' values given to Vercel.

@@ -323,6 +323,11 @@ type SandboxForkStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=256
 	LastHandledReconcileAt string `json:"lastHandledReconcileAt,omitempty"`
+	// usage sums the status.usage.total and snapshotBytes of the children
+	// that exist now; current and accounting stay unset (the children
+	// have one session each, see their own status.usage).
+	// +optional
+	Usage *SandboxUsage `json:"usage,omitempty"`
 }
 
 // SandboxFork makes N new Sandboxes from one point in time of a Sandbox or a

@@ -473,6 +473,13 @@ type SandboxSnapshotStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=256
 	LastHandledReconcileAt string `json:"lastHandledReconcileAt,omitempty"`
+	// usage is what making this snapshot used on Vercel: for a recipe
+	// build, current is the builder's session and total sums every builder
+	// session (retries included); snapshotBytes is the stored snapshot's
+	// size (status.sizeBytes) while this object holds it. A snapshot
+	// captured from a Sandbox counts its session on that Sandbox, not here.
+	// +optional
+	Usage *SandboxUsage `json:"usage,omitempty"`
 }
 
 // SandboxSnapshot is one Vercel snapshot: captured from a Sandbox, imported

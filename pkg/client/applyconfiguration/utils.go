@@ -158,10 +158,14 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apiv1alpha1.SandboxSpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SandboxStatus"):
 		return &apiv1alpha1.SandboxStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SandboxUsage"):
+		return &apiv1alpha1.SandboxUsageApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SecretKeySelector"):
 		return &apiv1alpha1.SecretKeySelectorApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SecretsStatus"):
 		return &apiv1alpha1.SecretsStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SessionUsage"):
+		return &apiv1alpha1.SessionUsageApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SetupCommand"):
 		return &apiv1alpha1.SetupCommandApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SetupStatus"):
@@ -180,6 +184,10 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apiv1alpha1.StringMatcherApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("TarballSource"):
 		return &apiv1alpha1.TarballSourceApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("UsageAccounting"):
+		return &apiv1alpha1.UsageAccountingApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("UsageAmounts"):
+		return &apiv1alpha1.UsageAmountsApplyConfiguration{}
 
 	}
 	return nil

@@ -850,6 +850,245 @@ export interface SandboxForkStatus {
     name: string;
   };
   /**
+   * usage sums the status.usage.total and snapshotBytes of the children
+   * that exist now; current and accounting stay unset (the children
+   * have one session each, see their own status.usage).
+   */
+  usage?: {
+    /**
+     * accounting records what total already counts (the controller's
+     * bookkeeping; users read current and total).
+     */
+    accounting?: {
+      /**
+       * counted are the cumulative figures of the Vercel sandbox vercelName
+       * over its finished sessions, as last read (Vercel's totalActiveCpuDurationMs,
+       * totalDurationMs, totalEgressBytes, totalIngressBytes; memory from each
+       * session's provisioned memory over the growth of its duration).
+       */
+      counted?: {
+        /**
+         * activeCPUMillis is the CPU time the session's processes actually used,
+         * in milliseconds (Vercel's activeCpuDurationMs): a sleeping command
+         * adds nothing. Vercel reports it when a session stops, so it does not
+         * grow while a session runs.
+         *
+         * minimum: 0
+         */
+        activeCPUMillis?: number;
+        /**
+         * egressBytes is the network traffic sent out of the sandbox, in bytes.
+         * Vercel reports it when a session stops.
+         *
+         * minimum: 0
+         */
+        egressBytes?: number;
+        /**
+         * ingressBytes is the network traffic received by the sandbox, in bytes.
+         * Vercel reports it when a session stops.
+         *
+         * minimum: 0
+         */
+        ingressBytes?: number;
+        /**
+         * memoryMBMillis is provisioned memory multiplied by the time it was
+         * provisioned, in megabyte-milliseconds (a 4096 MB session running one
+         * second adds 4096000). Divide by 3.6e9 × 1024 for GB-hours.
+         *
+         * minimum: 0
+         */
+        memoryMBMillis?: number;
+        /**
+         * sessionMillis is the wall-clock time sessions ran, in milliseconds
+         * (Vercel's duration). While a session runs it is the time since it
+         * started, as of observedAt.
+         *
+         * minimum: 0
+         */
+        sessionMillis?: number;
+      };
+      /**
+       * countedSessionID is the last session whose final figures are in
+       * counted.
+       *
+       * maxLength: 64
+       */
+      countedSessionID?: string;
+      /**
+       * retired is the usage of the Vercel sandboxes this object had before
+       * vercelName (recreations), added once when the name changed.
+       */
+      retired?: {
+        /**
+         * activeCPUMillis is the CPU time the session's processes actually used,
+         * in milliseconds (Vercel's activeCpuDurationMs): a sleeping command
+         * adds nothing. Vercel reports it when a session stops, so it does not
+         * grow while a session runs.
+         *
+         * minimum: 0
+         */
+        activeCPUMillis?: number;
+        /**
+         * egressBytes is the network traffic sent out of the sandbox, in bytes.
+         * Vercel reports it when a session stops.
+         *
+         * minimum: 0
+         */
+        egressBytes?: number;
+        /**
+         * ingressBytes is the network traffic received by the sandbox, in bytes.
+         * Vercel reports it when a session stops.
+         *
+         * minimum: 0
+         */
+        ingressBytes?: number;
+        /**
+         * memoryMBMillis is provisioned memory multiplied by the time it was
+         * provisioned, in megabyte-milliseconds (a 4096 MB session running one
+         * second adds 4096000). Divide by 3.6e9 × 1024 for GB-hours.
+         *
+         * minimum: 0
+         */
+        memoryMBMillis?: number;
+        /**
+         * sessionMillis is the wall-clock time sessions ran, in milliseconds
+         * (Vercel's duration). While a session runs it is the time since it
+         * started, as of observedAt.
+         *
+         * minimum: 0
+         */
+        sessionMillis?: number;
+      };
+      /**
+       * vercelName is the Vercel sandbox whose cumulative figures are in
+       * counted.
+       *
+       * maxLength: 128
+       */
+      vercelName?: string;
+    };
+    /**
+     * current is the usage of the current session, or of the last one while
+     * none runs.
+     */
+    current?: {
+      /**
+       * activeCPUMillis is the CPU time the session's processes actually used,
+       * in milliseconds (Vercel's activeCpuDurationMs): a sleeping command
+       * adds nothing. Vercel reports it when a session stops, so it does not
+       * grow while a session runs.
+       *
+       * minimum: 0
+       */
+      activeCPUMillis?: number;
+      /**
+       * egressBytes is the network traffic sent out of the sandbox, in bytes.
+       * Vercel reports it when a session stops.
+       *
+       * minimum: 0
+       */
+      egressBytes?: number;
+      /**
+       * endedAt is set once the session stopped and Vercel reported its final
+       * figures; until then activeCPUMillis and the byte counts are not yet
+       * known (zero) and sessionMillis and memoryMBMillis are estimates from
+       * the session's start.
+       *
+       * Format: RFC 3339 time, e.g. "2026-01-02T15:04:05Z".
+       */
+      endedAt?: string;
+      /**
+       * ingressBytes is the network traffic received by the sandbox, in bytes.
+       * Vercel reports it when a session stops.
+       *
+       * minimum: 0
+       */
+      ingressBytes?: number;
+      /**
+       * memoryMBMillis is provisioned memory multiplied by the time it was
+       * provisioned, in megabyte-milliseconds (a 4096 MB session running one
+       * second adds 4096000). Divide by 3.6e9 × 1024 for GB-hours.
+       *
+       * minimum: 0
+       */
+      memoryMBMillis?: number;
+      /**
+       * sessionID is the Vercel session (sbx_…) these figures are about.
+       *
+       * maxLength: 64
+       */
+      sessionID?: string;
+      /**
+       * sessionMillis is the wall-clock time sessions ran, in milliseconds
+       * (Vercel's duration). While a session runs it is the time since it
+       * started, as of observedAt.
+       *
+       * minimum: 0
+       */
+      sessionMillis?: number;
+    };
+    /**
+     * observedAt is when these figures were computed from Vercel's answer.
+     *
+     * Format: RFC 3339 time, e.g. "2026-01-02T15:04:05Z".
+     */
+    observedAt?: string;
+    /**
+     * snapshotBytes is the storage, in bytes, of the Vercel snapshots this
+     * object holds (the snapshot the next session resumes from, or the
+     * snapshot a SandboxSnapshot names), where Vercel reported the size.
+     *
+     * minimum: 0
+     */
+    snapshotBytes?: number;
+    /**
+     * total is the usage over the object's whole life: every session, across
+     * pauses, resumes and recreations of the Vercel sandbox, including the
+     * running session's figures known so far.
+     */
+    total?: {
+      /**
+       * activeCPUMillis is the CPU time the session's processes actually used,
+       * in milliseconds (Vercel's activeCpuDurationMs): a sleeping command
+       * adds nothing. Vercel reports it when a session stops, so it does not
+       * grow while a session runs.
+       *
+       * minimum: 0
+       */
+      activeCPUMillis?: number;
+      /**
+       * egressBytes is the network traffic sent out of the sandbox, in bytes.
+       * Vercel reports it when a session stops.
+       *
+       * minimum: 0
+       */
+      egressBytes?: number;
+      /**
+       * ingressBytes is the network traffic received by the sandbox, in bytes.
+       * Vercel reports it when a session stops.
+       *
+       * minimum: 0
+       */
+      ingressBytes?: number;
+      /**
+       * memoryMBMillis is provisioned memory multiplied by the time it was
+       * provisioned, in megabyte-milliseconds (a 4096 MB session running one
+       * second adds 4096000). Divide by 3.6e9 × 1024 for GB-hours.
+       *
+       * minimum: 0
+       */
+      memoryMBMillis?: number;
+      /**
+       * sessionMillis is the wall-clock time sessions ran, in milliseconds
+       * (Vercel's duration). While a session runs it is the time since it
+       * started, as of observedAt.
+       *
+       * minimum: 0
+       */
+      sessionMillis?: number;
+    };
+  };
+  /**
    * waitingSince is when the fork began waiting for its source to exist
    * or become ready; spec.failureDeadlineSeconds counts from it. Cleared
    * once the source is ready, so a later wait (a rebuilt snapshot) gets

@@ -786,6 +786,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: snapshotRef
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.LocalObjectReference
+    - name: usage
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxUsage
     - name: waitingSince
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
@@ -1150,6 +1153,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: sourceSpec
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SourceSandboxSpec
+    - name: usage
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxUsage
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxSource
   map:
     fields:
@@ -1308,9 +1314,30 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: stoppedAt
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: usage
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxUsage
     - name: vercelName
       type:
         scalar: string
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxUsage
+  map:
+    fields:
+    - name: accounting
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.UsageAccounting
+    - name: current
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SessionUsage
+    - name: observedAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: snapshotBytes
+      type:
+        scalar: numeric
+    - name: total
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.UsageAmounts
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.SecretKeySelector
   map:
     fields:
@@ -1334,6 +1361,30 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: staleSession
       type:
         scalar: string
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.SessionUsage
+  map:
+    fields:
+    - name: activeCPUMillis
+      type:
+        scalar: numeric
+    - name: egressBytes
+      type:
+        scalar: numeric
+    - name: endedAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: ingressBytes
+      type:
+        scalar: numeric
+    - name: memoryMBMillis
+      type:
+        scalar: numeric
+    - name: sessionID
+      type:
+        scalar: string
+    - name: sessionMillis
+      type:
+        scalar: numeric
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.SetupCommand
   map:
     fields:
@@ -1550,6 +1601,39 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: url
       type:
         scalar: string
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.UsageAccounting
+  map:
+    fields:
+    - name: counted
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.UsageAmounts
+    - name: countedSessionID
+      type:
+        scalar: string
+    - name: retired
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.UsageAmounts
+    - name: vercelName
+      type:
+        scalar: string
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.UsageAmounts
+  map:
+    fields:
+    - name: activeCPUMillis
+      type:
+        scalar: numeric
+    - name: egressBytes
+      type:
+        scalar: numeric
+    - name: ingressBytes
+      type:
+        scalar: numeric
+    - name: memoryMBMillis
+      type:
+        scalar: numeric
+    - name: sessionMillis
+      type:
+        scalar: numeric
 - name: io.k8s.apimachinery.pkg.apis.meta.v1.Condition
   map:
     fields:

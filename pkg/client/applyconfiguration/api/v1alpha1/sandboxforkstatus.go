@@ -49,6 +49,10 @@ type SandboxForkStatusApplyConfiguration struct {
 	// lastHandledReconcileAt is the value of the
 	// sandbox.sentry.io/reconcile-requested-at annotation handled last.
 	LastHandledReconcileAt *string `json:"lastHandledReconcileAt,omitempty"`
+	// usage sums the status.usage.total and snapshotBytes of the children
+	// that exist now; current and accounting stay unset (the children
+	// have one session each, see their own status.usage).
+	Usage *SandboxUsageApplyConfiguration `json:"usage,omitempty"`
 }
 
 // SandboxForkStatusApplyConfiguration constructs a declarative configuration of the SandboxForkStatus type for use with
@@ -160,5 +164,13 @@ func (b *SandboxForkStatusApplyConfiguration) WithObservedGeneration(value int64
 // If called multiple times, the LastHandledReconcileAt field is set to the value of the last call.
 func (b *SandboxForkStatusApplyConfiguration) WithLastHandledReconcileAt(value string) *SandboxForkStatusApplyConfiguration {
 	b.LastHandledReconcileAt = &value
+	return b
+}
+
+// WithUsage sets the Usage field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Usage field is set to the value of the last call.
+func (b *SandboxForkStatusApplyConfiguration) WithUsage(value *SandboxUsageApplyConfiguration) *SandboxForkStatusApplyConfiguration {
+	b.Usage = value
 	return b
 }

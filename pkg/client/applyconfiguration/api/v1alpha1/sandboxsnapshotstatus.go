@@ -64,6 +64,12 @@ type SandboxSnapshotStatusApplyConfiguration struct {
 	// lastHandledReconcileAt is the value of the
 	// sandbox.sentry.io/reconcile-requested-at annotation handled last.
 	LastHandledReconcileAt *string `json:"lastHandledReconcileAt,omitempty"`
+	// usage is what making this snapshot used on Vercel: for a recipe
+	// build, current is the builder's session and total sums every builder
+	// session (retries included); snapshotBytes is the stored snapshot's
+	// size (status.sizeBytes) while this object holds it. A snapshot
+	// captured from a Sandbox counts its session on that Sandbox, not here.
+	Usage *SandboxUsageApplyConfiguration `json:"usage,omitempty"`
 }
 
 // SandboxSnapshotStatusApplyConfiguration constructs a declarative configuration of the SandboxSnapshotStatus type for use with
@@ -202,5 +208,13 @@ func (b *SandboxSnapshotStatusApplyConfiguration) WithObservedGeneration(value i
 // If called multiple times, the LastHandledReconcileAt field is set to the value of the last call.
 func (b *SandboxSnapshotStatusApplyConfiguration) WithLastHandledReconcileAt(value string) *SandboxSnapshotStatusApplyConfiguration {
 	b.LastHandledReconcileAt = &value
+	return b
+}
+
+// WithUsage sets the Usage field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Usage field is set to the value of the last call.
+func (b *SandboxSnapshotStatusApplyConfiguration) WithUsage(value *SandboxUsageApplyConfiguration) *SandboxSnapshotStatusApplyConfiguration {
+	b.Usage = value
 	return b
 }

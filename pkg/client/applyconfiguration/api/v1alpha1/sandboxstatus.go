@@ -76,6 +76,12 @@ type SandboxStatusApplyConfiguration struct {
 	// as digests (never the values), so that a rotated Secret is detected
 	// and applied without a spec change.
 	Secrets *SecretsStatusApplyConfiguration `json:"secrets,omitempty"`
+	// usage is what this Sandbox used on Vercel: the current session and
+	// the total over its life (every session, pause and recreation), read
+	// from the answers of the polls the controller makes anyway.
+	// snapshotBytes is the size of the snapshot the next session resumes
+	// from when a SandboxSnapshot in this namespace reports it.
+	Usage *SandboxUsageApplyConfiguration `json:"usage,omitempty"`
 }
 
 // SandboxStatusApplyConfiguration constructs a declarative configuration of the SandboxStatus type for use with
@@ -235,5 +241,13 @@ func (b *SandboxStatusApplyConfiguration) WithClaim(value *ClaimStatusApplyConfi
 // If called multiple times, the Secrets field is set to the value of the last call.
 func (b *SandboxStatusApplyConfiguration) WithSecrets(value *SecretsStatusApplyConfiguration) *SandboxStatusApplyConfiguration {
 	b.Secrets = value
+	return b
+}
+
+// WithUsage sets the Usage field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Usage field is set to the value of the last call.
+func (b *SandboxStatusApplyConfiguration) WithUsage(value *SandboxUsageApplyConfiguration) *SandboxStatusApplyConfiguration {
+	b.Usage = value
 	return b
 }
