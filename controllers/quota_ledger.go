@@ -461,6 +461,9 @@ func refusal(quotas []sandboxv1.SandboxQuota, used, ahead, need usage, what stri
 		if !q.DeletionTimestamp.IsZero() {
 			continue
 		}
+		if msg := budgetRefusal(q, what); msg != "" {
+			return msg
+		}
 		h := q.Spec.Hard
 		for _, c := range []struct {
 			name             string
