@@ -60,7 +60,7 @@ func decideBudget(in budgetInput) (sandboxv1.SandboxBudgetStatus, error) {
 	if err != nil {
 		return sandboxv1.SandboxBudgetStatus{}, err
 	}
-	burn := burnPerHour(in)
+	burn, burnSince, burnSpent := burnRate(in)
 	remaining := end.Sub(in.now)
 	projected := new(big.Rat).Add(spent, hoursOf(burn, remaining))
 	nextCount := new(big.Rat).Add(spent, hoursOf(burn, in.poll))
@@ -69,6 +69,7 @@ func decideBudget(in budgetInput) (sandboxv1.SandboxBudgetStatus, error) {
 		WindowStart: &metav1.Time{Time: start}, Spent: cost.Format(spent), BurnPerHour: cost.Format(burn),
 		Projected: cost.Format(projected), Percent: percentOf(spent, limit),
 		CountedAt: &metav1.Time{Time: in.now}, Counted: cost.Format(in.counted), Slices: slices,
+		BurnSince: &metav1.Time{Time: burnSince}, BurnSpent: cost.Format(burnSpent),
 	}
 	if b.Window.CalendarMonth != nil {
 		st.WindowEnd = &metav1.Time{Time: end}
@@ -186,23 +187,33 @@ func sumSlices(slices []sandboxv1.BudgetSlice) (*big.Rat, error) {
 	return sum, nil
 }
 
-// burnPerHour is the rate of the spending in, per hour: what was spent since
-// the last count over the time since it. A count right after another (under
-// a second) keeps the previous rate, which one sample that close cannot
-// measure.
-func burnPerHour(in budgetInput) *big.Rat {
+// burnRate measures the rate of spending per hour over stretches of at
+// least one count interval: what was spent since the stretch began is kept
+// (burnSince, burnSpent) until the stretch is that long, and only then
+// becomes the rate. Counts closer together (a reconcile triggered by
+// something else) keep the last rate instead of reading a short stretch as
+// a change of rate.
+func burnRate(in budgetInput) (rate *big.Rat, since time.Time, acc *big.Rat) {
+	rate, acc, since = new(big.Rat), new(big.Rat).Set(in.spent), in.now
 	if in.prev == nil || in.prev.CountedAt == nil {
-		return new(big.Rat)
+		return rate, since, new(big.Rat)
 	}
-	dt := in.now.Sub(in.prev.CountedAt.Time)
-	if dt < time.Second {
-		r, err := cost.Parse(in.prev.BurnPerHour)
-		if err != nil {
-			return new(big.Rat)
+	if r, err := cost.Parse(in.prev.BurnPerHour); err == nil {
+		rate = r
+	}
+	since = in.prev.CountedAt.Time
+	if in.prev.BurnSince != nil {
+		since = in.prev.BurnSince.Time
+		if was, err := cost.Parse(in.prev.BurnSpent); err == nil {
+			acc.Add(acc, was)
 		}
-		return r
 	}
-	return new(big.Rat).Quo(new(big.Rat).Mul(in.spent, big.NewRat(int64(time.Hour), 1)), big.NewRat(int64(dt), 1))
+	span := in.now.Sub(since)
+	if span < max(in.poll, time.Second) {
+		return rate, since, acc
+	}
+	rate = new(big.Rat).Quo(new(big.Rat).Mul(acc, big.NewRat(int64(time.Hour), 1)), big.NewRat(int64(span), 1))
+	return rate, in.now, new(big.Rat)
 }
 
 // hoursOf is rate (per hour) × d.

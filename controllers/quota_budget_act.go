@@ -75,7 +75,7 @@ func (r *SandboxQuotaReconciler) reconcileBudgets(ctx context.Context, q *sandbo
 	q.Status.Budgets = out
 	r.budgetConditions(q, before, problems)
 	r.announceBudgets(ctx, q, before)
-	if refusing(before.Budgets) && !refusing(q.Status.Budgets) {
+	if r.Quota.setBudgetRefusal(q) {
 		// The budget lets go (a new window, a raised limit): the waiters go.
 		r.Quota.Wake(q.Namespace)
 	}
@@ -114,15 +114,6 @@ func budgetStatus(list []sandboxv1.SandboxBudgetStatus, name string) *sandboxv1.
 		}
 	}
 	return nil
-}
-
-func refusing(list []sandboxv1.SandboxBudgetStatus) bool {
-	for _, b := range list {
-		if b.Action == sandboxv1.BudgetActionRefuse || b.Action == sandboxv1.BudgetActionStop {
-			return true
-		}
-	}
-	return false
 }
 
 func stopping(list []sandboxv1.SandboxBudgetStatus) bool {
@@ -307,17 +298,4 @@ func toFloat(d sandboxv1.Decimal) float64 {
 	}
 	f, _ := new(big.Rat).Set(r).Float64()
 	return f
-}
-
-// budgetRefusal is why a budget of q refuses a session start now ("" when
-// none does), from the action its status has in force. The message stays
-// the same while the start waits, so waking it writes nothing new.
-func budgetRefusal(q *sandboxv1.SandboxQuota, what string) string {
-	for _, b := range q.Status.Budgets {
-		if b.Action == sandboxv1.BudgetActionRefuse || b.Action == sandboxv1.BudgetActionStop {
-			return fmt.Sprintf("SandboxQuota %s: budget %s is spent; this %s waits and starts by itself when the budget allows it (a new window, a raised limit)",
-				q.Name, b.Name, what)
-		}
-	}
-	return ""
 }

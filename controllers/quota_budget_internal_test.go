@@ -51,10 +51,17 @@ func TestDecideBudget(t *testing.T) {
 		{"below the warning", budget(nil), prev("5", now.Add(-time.Hour), dec15), "0.01", now, sandboxv1.BudgetActionNone, "5.01", 50, ""},
 		{"warns at 80 %", budget(nil), prev("7.9", now.Add(-time.Hour), dec15), "0.1", now, sandboxv1.BudgetActionWarn, "8", 80, "80 % (warning at 80 %)"},
 		{"refuses at the limit", budget(nil), prev("9.9", now.Add(-time.Hour), dec15), "0.1", now, sandboxv1.BudgetActionRefuse, "10", 100, "the limit is reached; new session starts wait"},
-		{"refuses before the next count would cross it", budget(nil), prev("9", now.Add(-time.Minute), dec15), "0.5", now,
+		{"refuses before the next count would cross it", budget(nil), prev("9", now.Add(-2*time.Minute), dec15), "0.5", now,
 			sandboxv1.BudgetActionRefuse, "9.5", 95, "reaches the limit before the next count"},
 		{"the same burn without projection only warns", budget(func(b *sandboxv1.SandboxBudget) { b.Projection = sandboxv1.BudgetProjectNone }),
-			prev("9", now.Add(-time.Minute), dec15), "0.5", now, sandboxv1.BudgetActionWarn, "9.5", 95, ""},
+			prev("9", now.Add(-2*time.Minute), dec15), "0.5", now, sandboxv1.BudgetActionWarn, "9.5", 95, ""},
+		{"a count right after another keeps the rate measured before", budget(nil), func() *sandboxv1.SandboxBudgetStatus {
+			p := prev("9", now.Add(-10*time.Second), dec15)
+			p.BurnPerHour, p.BurnSince, p.BurnSpent = "30", &metav1.Time{Time: now.Add(-10 * time.Second)}, "0"
+			return p
+		}(), "0", now, sandboxv1.BudgetActionRefuse, "9", 90, "before the next count"},
+		{"a stretch shorter than the interval does not measure a rate yet", budget(nil), prev("9", now.Add(-10*time.Second), dec15), "0.5", now,
+			sandboxv1.BudgetActionWarn, "9.5", 95, "warning at 80"},
 		{"a slow burn is not projected over the next count", budget(nil), prev("9", now.Add(-time.Hour), dec15), "0.5", now, sandboxv1.BudgetActionWarn, "9.5", 95, "warning at 80"},
 		{"stops at a hard limit when asked to", budget(func(b *sandboxv1.SandboxBudget) { b.Enforcement = sandboxv1.BudgetStop }),
 			prev("9.99", now.Add(-time.Hour), dec15), "0.02", now, sandboxv1.BudgetActionStop, "10.01", 100, "running Sandboxes are stopped"},

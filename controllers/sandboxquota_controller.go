@@ -61,6 +61,7 @@ func (r *SandboxQuotaReconciler) Reconcile(ctx context.Context, req ctrl.Request
 			metrics.ForgetQuota(req.Namespace, req.Name)
 			metrics.ForgetQuotaBudgets(req.Namespace, req.Name)
 			r.budgetTracker().forget(req.NamespacedName)
+			r.Quota.forgetBudgetRefusal(req.NamespacedName)
 			// Its limits no longer hold anyone back.
 			r.Quota.Wake(req.Namespace)
 		}

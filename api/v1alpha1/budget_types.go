@@ -189,9 +189,19 @@ type SandboxBudgetStatus struct {
 	// spent in the window so far.
 	// +optional
 	Spent Decimal `json:"spent,omitempty"`
-	// burnPerHour is the rate of spending over the last count.
+	// burnPerHour is the rate of spending, measured over the last stretch
+	// of at least one count interval that ended.
 	// +optional
 	BurnPerHour Decimal `json:"burnPerHour,omitempty"`
+	// burnSince starts the stretch being measured now, and burnSpent is
+	// what was spent in it so far: the rate is measured over whole stretches,
+	// so that a count triggered right after another does not read as a
+	// change of rate.
+	// +optional
+	BurnSince *metav1.Time `json:"burnSince,omitempty"`
+	// burnSpent is what was spent since burnSince.
+	// +optional
+	BurnSpent Decimal `json:"burnSpent,omitempty"`
 	// projected is spent plus burnPerHour until the window ends (a rolling
 	// window: one window ahead).
 	// +optional

@@ -884,6 +884,10 @@ func (in *SandboxBudgetStatus) DeepCopyInto(out *SandboxBudgetStatus) {
 		in, out := &in.WindowEnd, &out.WindowEnd
 		*out = (*in).DeepCopy()
 	}
+	if in.BurnSince != nil {
+		in, out := &in.BurnSince, &out.BurnSince
+		*out = (*in).DeepCopy()
+	}
 	if in.CountedAt != nil {
 		in, out := &in.CountedAt, &out.CountedAt
 		*out = (*in).DeepCopy()

@@ -574,6 +574,12 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: burnPerHour
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.Decimal
+    - name: burnSince
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: burnSpent
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.Decimal
     - name: counted
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.Decimal

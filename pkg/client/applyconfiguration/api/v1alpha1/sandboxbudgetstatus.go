@@ -32,8 +32,16 @@ type SandboxBudgetStatusApplyConfiguration struct {
 	WindowEnd *v1.Time `json:"windowEnd,omitempty"`
 	// spent in the window so far.
 	Spent *apiv1alpha1.Decimal `json:"spent,omitempty"`
-	// burnPerHour is the rate of spending over the last count.
+	// burnPerHour is the rate of spending, measured over the last stretch
+	// of at least one count interval that ended.
 	BurnPerHour *apiv1alpha1.Decimal `json:"burnPerHour,omitempty"`
+	// burnSince starts the stretch being measured now, and burnSpent is
+	// what was spent in it so far: the rate is measured over whole stretches,
+	// so that a count triggered right after another does not read as a
+	// change of rate.
+	BurnSince *v1.Time `json:"burnSince,omitempty"`
+	// burnSpent is what was spent since burnSince.
+	BurnSpent *apiv1alpha1.Decimal `json:"burnSpent,omitempty"`
 	// projected is spent plus burnPerHour until the window ends (a rolling
 	// window: one window ahead).
 	Projected *apiv1alpha1.Decimal `json:"projected,omitempty"`
@@ -113,6 +121,22 @@ func (b *SandboxBudgetStatusApplyConfiguration) WithSpent(value apiv1alpha1.Deci
 // If called multiple times, the BurnPerHour field is set to the value of the last call.
 func (b *SandboxBudgetStatusApplyConfiguration) WithBurnPerHour(value apiv1alpha1.Decimal) *SandboxBudgetStatusApplyConfiguration {
 	b.BurnPerHour = &value
+	return b
+}
+
+// WithBurnSince sets the BurnSince field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the BurnSince field is set to the value of the last call.
+func (b *SandboxBudgetStatusApplyConfiguration) WithBurnSince(value v1.Time) *SandboxBudgetStatusApplyConfiguration {
+	b.BurnSince = &value
+	return b
+}
+
+// WithBurnSpent sets the BurnSpent field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the BurnSpent field is set to the value of the last call.
+func (b *SandboxBudgetStatusApplyConfiguration) WithBurnSpent(value apiv1alpha1.Decimal) *SandboxBudgetStatusApplyConfiguration {
+	b.BurnSpent = &value
 	return b
 }
 
