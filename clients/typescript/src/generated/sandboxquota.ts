@@ -191,12 +191,29 @@ export interface SandboxQuotaStatus {
      */
     action?: "None" | "Warn" | "Refuse" | "Stop";
     /**
-     * burnPerHour is the rate of spending over the last count.
+     * burnPerHour is the rate of spending, measured over the last stretch
+     * of at least one count interval that ended.
      *
      * maxLength: 25
      * pattern: ^[0-9]{1,12}(\.[0-9]{1,12})?$
      */
     burnPerHour?: string;
+    /**
+     * burnSince starts the stretch being measured now, and burnSpent is
+     * what was spent in it so far: the rate is measured over whole stretches,
+     * so that a count triggered right after another does not read as a
+     * change of rate.
+     *
+     * Format: RFC 3339 time, e.g. "2026-01-02T15:04:05Z".
+     */
+    burnSince?: string;
+    /**
+     * burnSpent is what was spent since burnSince.
+     *
+     * maxLength: 25
+     * pattern: ^[0-9]{1,12}(\.[0-9]{1,12})?$
+     */
+    burnSpent?: string;
     /**
      * counted is the lifetime amount of the namespace's objects at
      * countedAt, in the budget's unit: after a manager restart, what they
