@@ -86,23 +86,8 @@ func decideBudget(in budgetInput) (sandboxv1.SandboxBudgetStatus, error) {
 // budgetAction is the action a budget takes and why, in words.
 func budgetAction(b sandboxv1.SandboxBudget, limit, spent, nextCount, projected *big.Rat, percent int32) (sandboxv1.BudgetAction, string) {
 	of := fmt.Sprintf("%s of %s %s", cost.Format(spent), b.Limit, unitOf(b))
-	watched := spent
-	switch b.Projection {
-	case sandboxv1.BudgetProjectNone:
-	case sandboxv1.BudgetProjectWindowEnd:
-		watched = projected
-	default:
-		watched = nextCount
-	}
-	if b.Enforcement != sandboxv1.BudgetWarnOnly && watched.Cmp(limit) >= 0 {
-		why := "the limit is reached"
-		if spent.Cmp(limit) < 0 {
-			why = fmt.Sprintf("the current burn rate reaches the limit before the %s", map[bool]string{true: "window ends", false: "next count"}[b.Projection == sandboxv1.BudgetProjectWindowEnd])
-		}
-		if b.Enforcement == sandboxv1.BudgetStop {
-			return sandboxv1.BudgetActionStop, fmt.Sprintf("Spent %s: %s; running Sandboxes are stopped and new session starts wait", of, why)
-		}
-		return sandboxv1.BudgetActionRefuse, fmt.Sprintf("Spent %s: %s; new session starts wait", of, why)
+	if a, msg := enforcement(b, limit, spent, nextCount, projected, of); a != "" {
+		return a, msg
 	}
 	switch {
 	case spent.Cmp(limit) >= 0:
@@ -113,6 +98,29 @@ func budgetAction(b sandboxv1.SandboxBudget, limit, spent, nextCount, projected 
 		return sandboxv1.BudgetActionWarn, fmt.Sprintf("Spent %s: projected %s by the end of the window at the current burn rate", of, cost.Format(projected))
 	}
 	return sandboxv1.BudgetActionNone, fmt.Sprintf("Spent %s", of)
+}
+
+// enforcement is Refuse or Stop when b enforces now ("" when it does not):
+// the amount its projection watches reached the limit.
+func enforcement(b sandboxv1.SandboxBudget, limit, spent, nextCount, projected *big.Rat, of string) (sandboxv1.BudgetAction, string) {
+	watched, horizon := nextCount, "next count"
+	switch b.Projection {
+	case sandboxv1.BudgetProjectNone:
+		watched = spent
+	case sandboxv1.BudgetProjectWindowEnd:
+		watched, horizon = projected, "window ends"
+	}
+	if b.Enforcement == sandboxv1.BudgetWarnOnly || watched.Cmp(limit) < 0 {
+		return "", ""
+	}
+	why := "the limit is reached"
+	if spent.Cmp(limit) < 0 {
+		why = "the current burn rate reaches the limit before the " + horizon
+	}
+	if b.Enforcement == sandboxv1.BudgetStop {
+		return sandboxv1.BudgetActionStop, fmt.Sprintf("Spent %s: %s; running Sandboxes are stopped and new session starts wait", of, why)
+	}
+	return sandboxv1.BudgetActionRefuse, fmt.Sprintf("Spent %s: %s; new session starts wait", of, why)
 }
 
 // unitOf is b's unit, Money when unset.

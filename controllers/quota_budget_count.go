@@ -167,36 +167,63 @@ func (u namespaceUse) budgetAmounts(b sandboxv1.SandboxBudget, prev *sandboxv1.S
 		// A new budget counts from now.
 		return spent, counted, nil
 	}
+	if spent, err = u.grownSince(b, prev, counted); err != nil {
+		return nil, nil, err
+	}
+	if unit == sandboxv1.BudgetMoney {
+		storage, err := u.storageSince(prev.CountedAt.Time, now)
+		if err != nil {
+			return nil, nil, err
+		}
+		spent.Add(spent, storage)
+	}
+	return spent, counted, nil
+}
+
+// grownSince is what the objects' lifetime figures grew since prev's count,
+// in b's unit: per object from the tracker, or, on a quota's first count
+// since the manager started, from status.budgets[].counted.
+func (u namespaceUse) grownSince(b sandboxv1.SandboxBudget, prev *sandboxv1.SandboxBudgetStatus, counted *big.Rat) (*big.Rat, error) {
+	spent := new(big.Rat)
 	if !u.tracked {
 		was, err := cost.Parse(prev.Counted)
 		if err != nil {
-			return nil, nil, fmt.Errorf("status.budgets[%s].counted: %w", b.Name, err)
+			return nil, fmt.Errorf("status.budgets[%s].counted: %w", b.Name, err)
 		}
 		spent.Sub(counted, was)
 		if spent.Sign() < 0 {
 			// Objects deleted meanwhile took their usage with them.
 			spent.SetInt64(0)
 		}
-	} else {
-		for _, d := range u.deltas {
-			a, err := cost.Amount(unit, d.lifetime, u.prices[d.class])
-			if err != nil {
-				return nil, nil, fmt.Errorf("SandboxClass %s spec.%w", d.class, err)
-			}
-			spent.Add(spent, a)
-		}
+		return spent, nil
 	}
-	if dt := now.Sub(prev.CountedAt.Time); dt > 0 && unit == sandboxv1.BudgetMoney {
-		for _, o := range u.objects {
-			if o.storageBytes == 0 {
-				continue
-			}
-			a, err := cost.Amount(unit, cost.Metered{SnapshotByteSeconds: o.storageBytes * int64(dt/time.Second)}, u.prices[o.class])
-			if err != nil {
-				return nil, nil, fmt.Errorf("SandboxClass %s spec.%w", o.class, err)
-			}
-			spent.Add(spent, a)
+	for _, d := range u.deltas {
+		a, err := cost.Amount(unitOf(b), d.lifetime, u.prices[d.class])
+		if err != nil {
+			return nil, fmt.Errorf("SandboxClass %s spec.%w", d.class, err)
 		}
+		spent.Add(spent, a)
 	}
-	return spent, counted, nil
+	return spent, nil
+}
+
+// storageSince is what the namespace's snapshots cost to store from since
+// until now, priced with each one's class.
+func (u namespaceUse) storageSince(since, now time.Time) (*big.Rat, error) {
+	sum := new(big.Rat)
+	dt := int64(now.Sub(since) / time.Second)
+	if dt <= 0 {
+		return sum, nil
+	}
+	for _, o := range u.objects {
+		if o.storageBytes == 0 {
+			continue
+		}
+		a, err := cost.Amount(sandboxv1.BudgetMoney, cost.Metered{SnapshotByteSeconds: o.storageBytes * dt}, u.prices[o.class])
+		if err != nil {
+			return nil, fmt.Errorf("SandboxClass %s spec.%w", o.class, err)
+		}
+		sum.Add(sum, a)
+	}
+	return sum, nil
 }
