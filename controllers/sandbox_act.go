@@ -161,7 +161,7 @@ func (r *SandboxReconciler) create(ctx context.Context, sbx *sandboxv1.Sandbox) 
 		st.Secrets.StaleSession = ""
 	}
 	r.recordSecrets(sbx, secrets)
-	o := record(sbx, resp)
+	o := record(sbx, resp, r.now())
 	return ctrl.Result{}, &o, nil
 }
 
@@ -216,7 +216,7 @@ func (r *SandboxReconciler) adoptExisting(ctx context.Context, sbx *sandboxv1.Sa
 		return r.refuseAdoption(sbx, fmt.Sprintf("Vercel sandbox %s is %s; it is left alone", name, describeOwner(tags, r.ClusterID)))
 	}
 	st.ObservedGeneration = sbx.Generation
-	o := record(sbx, resp)
+	o := record(sbx, resp, r.now())
 	return ctrl.Result{}, &o, nil
 }
 
@@ -384,6 +384,8 @@ func (r *SandboxReconciler) stop(ctx context.Context, sbx *sandboxv1.Sandbox, l 
 		if resp.Sandbox != nil {
 			st.CurrentSnapshotID = resp.Sandbox.CurrentSnapshotID
 		}
+		st.Usage = foldUsage(st.Usage, usageAnswer{vercelName: st.VercelName, sandbox: resp.Sandbox, session: &resp.Session,
+			snapshot: resp.Snapshot, currentSnapshotID: st.CurrentSnapshotID, now: l.now})
 	}
 	st.ExpiresAt = nil
 	setReady(sbx, *d.ready)
@@ -432,7 +434,7 @@ func (r *SandboxReconciler) resume(ctx context.Context, sbx *sandboxv1.Sandbox) 
 	logf.FromContext(ctx).Info("Resumed Vercel sandbox", "vercelName", st.VercelName, "session", s.ID)
 	r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, "Resumed", "Resume", "Resumed Vercel sandbox %s in session %s", st.VercelName, s.ID)
 	st.StoppedAt = nil
-	o := record(sbx, resp)
+	o := record(sbx, resp, r.now())
 	return ctrl.Result{}, &o, nil
 }
 

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -269,7 +270,7 @@ func (r *SandboxReconciler) observe(ctx context.Context, sbx *sandboxv1.Sandbox,
 		return observation{state: remoteForeign, fromVercel: true}
 	}
 	unrecorded := sbx.Status.SessionID == "" && sbx.Status.BootedFrom == nil
-	o := record(sbx, resp)
+	o := record(sbx, resp, r.now())
 	if unrecorded && sbx.Status.BootedFrom != nil {
 		r.resolveUnrecorded(ctx, sbx)
 	}
@@ -294,11 +295,12 @@ func (r *SandboxReconciler) resolveUnrecorded(ctx context.Context, sbx *sandboxv
 
 // record copies what Vercel answered into status and returns it as an
 // observation.
-func record(sbx *sandboxv1.Sandbox, resp *vercel.SandboxResponse) observation {
+func record(sbx *sandboxv1.Sandbox, resp *vercel.SandboxResponse, now time.Time) observation {
 	st := &sbx.Status
 	remote := &resp.Sandbox
 	st.CurrentSnapshotID = remote.CurrentSnapshotID
 	s := resp.Session
+	st.Usage = foldUsage(st.Usage, usageAnswer{vercelName: cmp.Or(remote.Name, st.VercelName), sandbox: remote, session: s, currentSnapshotID: st.CurrentSnapshotID, now: now})
 	if s == nil {
 		return observation{state: noSession, fromVercel: true}
 	}

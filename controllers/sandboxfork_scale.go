@@ -131,8 +131,10 @@ func recordChildren(fork *sandboxv1.SandboxFork, have map[int32]*sandboxv1.Sandb
 		idxs = append(idxs, idx)
 	}
 	sort.Slice(idxs, func(i, j int) bool { return idxs[i] < idxs[j] })
+	children := make([]*sandboxv1.Sandbox, 0, len(idxs))
 	for _, idx := range idxs {
 		child := have[idx]
+		children = append(children, child)
 		if idx >= want {
 			continue // being deleted
 		}
@@ -146,6 +148,8 @@ func recordChildren(fork *sandboxv1.SandboxFork, have map[int32]*sandboxv1.Sandb
 	if len(st.Children) == 0 {
 		st.Children = nil
 	}
+	// Children being deleted still count: what they used was spent.
+	st.Usage = forkUsage(children)
 	st.ReadyText = fmt.Sprintf("%d/%d", st.ReadyReplicas, want)
 	if st.ReadyReplicas == want && st.Replicas == want {
 		st.Phase = sandboxv1.ForkReady

@@ -32,6 +32,9 @@ func (r *SandboxSnapshotReconciler) reconcileRecipe(ctx context.Context, snap *s
 		}
 		st.ContentHash, st.SnapshotID, st.ReadyToUse, st.SizeBytes, st.CreatedAt, st.ExpiresAt = hash, "", false, 0, nil, nil
 		st.SnapshotProof = ""
+		if st.Usage != nil {
+			st.Usage = snapshotStorage(st.Usage, "", 0, r.now())
+		}
 	}
 	all, err := r.namespaceSnapshots(ctx, snap.Namespace)
 	if err != nil {

@@ -342,6 +342,10 @@ func (r *SandboxSnapshotReconciler) captureBuild(ctx context.Context, snap *sand
 		return ctrl.Result{}, fmt.Errorf("capture builder session %s: %w", sessionID, err)
 	}
 	r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "SnapshotCreated", "CreateSnapshot", "Captured builder %s as snapshot %s", b.BuilderName, resp.Snapshot.ID)
+	// The capture stopped the builder's session: its answer carries the
+	// session's final usage (sandbox_usage.go).
+	snap.Status.Usage = foldUsage(snap.Status.Usage, usageAnswer{vercelName: b.BuilderName, session: resp.Session,
+		snapshot: &resp.Snapshot, currentSnapshotID: resp.Snapshot.ID, now: r.now()})
 	return r.built(ctx, snap, &resp.Snapshot, true)
 }
 

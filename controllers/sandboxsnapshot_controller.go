@@ -195,6 +195,7 @@ func (r *SandboxSnapshotReconciler) markReady(snap *sandboxv1.SandboxSnapshot, r
 	wasReady := st.ReadyToUse && st.SnapshotID == remote.ID
 	st.SnapshotID = remote.ID
 	st.SizeBytes = remote.SizeBytes
+	st.Usage = snapshotStorage(st.Usage, remote.ID, remote.SizeBytes, r.now())
 	st.CreatedAt = msTime(remote.CreatedAt)
 	st.ExpiresAt = msTime(remote.ExpiresAt)
 	st.Provenance = provenance(snap, remote)

@@ -16,8 +16,7 @@ type UsageAmounts struct {
 	// +kubebuilder:validation:Minimum=0
 	ActiveCPUMillis int64 `json:"activeCPUMillis,omitempty"`
 	// sessionMillis is the wall-clock time sessions ran, in milliseconds
-	// (Vercel's duration). While a session runs it is the time since it
-	// started, as of observedAt.
+	// (Vercel's duration).
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	SessionMillis int64 `json:"sessionMillis,omitempty"`
@@ -49,9 +48,10 @@ type SessionUsage struct {
 	UsageAmounts `json:",inline"`
 
 	// endedAt is set once the session stopped and Vercel reported its final
-	// figures; until then activeCPUMillis and the byte counts are not yet
-	// known (zero) and sessionMillis and memoryMBMillis are estimates from
-	// the session's start.
+	// figures. Until then the figures are zero: Vercel reports a session's
+	// usage when it stops, and the controller does not rewrite status on
+	// every poll. A running session has run since status.startedAt, on
+	// status.sessionVCPUs vCPUs with 2048 MB of memory each.
 	// +optional
 	EndedAt *metav1.Time `json:"endedAt,omitempty"`
 }
@@ -81,6 +81,10 @@ type UsageAccounting struct {
 	// vercelName (recreations), added once when the name changed.
 	// +optional
 	Retired *UsageAmounts `json:"retired,omitempty"`
+	// snapshotID is the Vercel snapshot whose size is in snapshotBytes.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	SnapshotID string `json:"snapshotID,omitempty"`
 }
 
 // SandboxUsage is what an object used on Vercel, as the controller observed it
@@ -92,9 +96,9 @@ type SandboxUsage struct {
 	// none runs.
 	// +optional
 	Current *SessionUsage `json:"current,omitempty"`
-	// total is the usage over the object's whole life: every session, across
-	// pauses, resumes and recreations of the Vercel sandbox, including the
-	// running session's figures known so far.
+	// total is the usage over the object's whole life: every finished
+	// session, across pauses, resumes and recreations of the Vercel
+	// sandbox. A running session joins it when it ends.
 	// +optional
 	Total *UsageAmounts `json:"total,omitempty"`
 	// snapshotBytes is the storage, in bytes, of the Vercel snapshots this
@@ -103,7 +107,7 @@ type SandboxUsage struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	SnapshotBytes int64 `json:"snapshotBytes,omitempty"`
-	// observedAt is when these figures were computed from Vercel's answer.
+	// observedAt is when these figures last changed, from a Vercel answer.
 	// +optional
 	ObservedAt *metav1.Time `json:"observedAt,omitempty"`
 	// accounting records what total already counts (the controller's

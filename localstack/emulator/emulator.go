@@ -325,6 +325,7 @@ type Emulator struct {
 
 	mu        sync.Mutex
 	st        *store
+	usage     ledgerBook // usage.go
 	trash     []func()
 	closed    bool
 	closing   chan struct{}
@@ -450,6 +451,9 @@ func New(opts Options) (*Emulator, error) {
 		e.counters[op] = new(atomic.Int64)
 	}
 	e.st = newStore()
+	if err := e.loadLedger(); err != nil {
+		return nil, err
+	}
 	switch c := opts.Clock.(type) {
 	case nil:
 		e.clock = realClock{}

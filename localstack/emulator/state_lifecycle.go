@@ -112,6 +112,7 @@ func (e *Emulator) startSessionLocked(sb *sandboxRec, boot bootSpec, now int64) 
 		s.booting = true
 	}
 	e.st.sessions[s.id] = s
+	e.ledgerLocked(sb, LedgerEntry{Creations: 1})
 	sb.sessions = append(sb.sessions, s)
 	sb.current = s
 	sb.statusUpdatedAt, sb.updatedAt = now, now
@@ -381,18 +382,9 @@ func (e *Emulator) finishStopLocked(j *stopJob, now int64) {
 	if s.startedAt > 0 && at > s.startedAt {
 		s.duration = at - s.startedAt
 	}
-	var cpu int64
-	for _, c := range s.commands {
-		if c.exited {
-			cpu += c.finishedAt - c.startedAt
-		} else {
-			cpu += at - c.startedAt
-		}
-	}
-	if cpu > s.duration*s.vcpus {
-		cpu = s.duration * s.vcpus
-	}
-	s.activeCPU = max(cpu, 0)
+	// Active CPU is what the commands' processes used, not their wall
+	// time: a sleeping command costs nothing (usage.go).
+	s.activeCPU = sessionCPULocked(s)
 	s.stoppedInfo = true
 	s.inStop = false
 	e.setStatus(s, vercel.SessionStopped, at)
@@ -401,6 +393,7 @@ func (e *Emulator) finishStopLocked(j *stopJob, now int64) {
 	sb.totalEgress += s.egressBytes
 	sb.totalIngress += s.ingressBytes
 	sb.updatedAt = at
+	e.ledgerStopLocked(s)
 }
 
 // stopLocked stops a live session completely; it may release and re-take

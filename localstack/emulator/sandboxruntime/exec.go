@@ -302,6 +302,7 @@ type Process struct {
 	exited     bool
 	code       int
 	terminated bool
+	cpu        time.Duration // user+system CPU time reported when reaped (cpu.go)
 	timer      *time.Timer
 	readers    sync.WaitGroup
 	pipes      []*os.File // read ends of stdout and stderr, set before the readers start
@@ -658,6 +659,7 @@ func (p *Process) wait(proc *os.Process, timeout time.Duration) {
 	if p.terminated || code < 0 {
 		code = exitKilled
 	}
+	p.cpu = reapedCPUTime(state)
 	p.exited, p.code = true, code
 	p.mu.Unlock()
 	close(p.doneCh)

@@ -900,8 +900,7 @@ export interface SandboxForkStatus {
         memoryMBMillis?: number;
         /**
          * sessionMillis is the wall-clock time sessions ran, in milliseconds
-         * (Vercel's duration). While a session runs it is the time since it
-         * started, as of observedAt.
+         * (Vercel's duration).
          *
          * minimum: 0
          */
@@ -952,13 +951,18 @@ export interface SandboxForkStatus {
         memoryMBMillis?: number;
         /**
          * sessionMillis is the wall-clock time sessions ran, in milliseconds
-         * (Vercel's duration). While a session runs it is the time since it
-         * started, as of observedAt.
+         * (Vercel's duration).
          *
          * minimum: 0
          */
         sessionMillis?: number;
       };
+      /**
+       * snapshotID is the Vercel snapshot whose size is in snapshotBytes.
+       *
+       * maxLength: 64
+       */
+      snapshotID?: string;
       /**
        * vercelName is the Vercel sandbox whose cumulative figures are in
        * counted.
@@ -990,9 +994,10 @@ export interface SandboxForkStatus {
       egressBytes?: number;
       /**
        * endedAt is set once the session stopped and Vercel reported its final
-       * figures; until then activeCPUMillis and the byte counts are not yet
-       * known (zero) and sessionMillis and memoryMBMillis are estimates from
-       * the session's start.
+       * figures. Until then the figures are zero: Vercel reports a session's
+       * usage when it stops, and the controller does not rewrite status on
+       * every poll. A running session has run since status.startedAt, on
+       * status.sessionVCPUs vCPUs with 2048 MB of memory each.
        *
        * Format: RFC 3339 time, e.g. "2026-01-02T15:04:05Z".
        */
@@ -1020,15 +1025,14 @@ export interface SandboxForkStatus {
       sessionID?: string;
       /**
        * sessionMillis is the wall-clock time sessions ran, in milliseconds
-       * (Vercel's duration). While a session runs it is the time since it
-       * started, as of observedAt.
+       * (Vercel's duration).
        *
        * minimum: 0
        */
       sessionMillis?: number;
     };
     /**
-     * observedAt is when these figures were computed from Vercel's answer.
+     * observedAt is when these figures last changed, from a Vercel answer.
      *
      * Format: RFC 3339 time, e.g. "2026-01-02T15:04:05Z".
      */
@@ -1042,9 +1046,9 @@ export interface SandboxForkStatus {
      */
     snapshotBytes?: number;
     /**
-     * total is the usage over the object's whole life: every session, across
-     * pauses, resumes and recreations of the Vercel sandbox, including the
-     * running session's figures known so far.
+     * total is the usage over the object's whole life: every finished
+     * session, across pauses, resumes and recreations of the Vercel
+     * sandbox. A running session joins it when it ends.
      */
     total?: {
       /**
@@ -1080,8 +1084,7 @@ export interface SandboxForkStatus {
       memoryMBMillis?: number;
       /**
        * sessionMillis is the wall-clock time sessions ran, in milliseconds
-       * (Vercel's duration). While a session runs it is the time since it
-       * started, as of observedAt.
+       * (Vercel's duration).
        *
        * minimum: 0
        */

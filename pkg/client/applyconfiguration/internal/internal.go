@@ -1619,6 +1619,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: retired
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.UsageAmounts
+    - name: snapshotID
+      type:
+        scalar: string
     - name: vercelName
       type:
         scalar: string

@@ -23,15 +23,15 @@ type SandboxUsageApplyConfiguration struct {
 	// current is the usage of the current session, or of the last one while
 	// none runs.
 	Current *SessionUsageApplyConfiguration `json:"current,omitempty"`
-	// total is the usage over the object's whole life: every session, across
-	// pauses, resumes and recreations of the Vercel sandbox, including the
-	// running session's figures known so far.
+	// total is the usage over the object's whole life: every finished
+	// session, across pauses, resumes and recreations of the Vercel
+	// sandbox. A running session joins it when it ends.
 	Total *UsageAmountsApplyConfiguration `json:"total,omitempty"`
 	// snapshotBytes is the storage, in bytes, of the Vercel snapshots this
 	// object holds (the snapshot the next session resumes from, or the
 	// snapshot a SandboxSnapshot names), where Vercel reported the size.
 	SnapshotBytes *int64 `json:"snapshotBytes,omitempty"`
-	// observedAt is when these figures were computed from Vercel's answer.
+	// observedAt is when these figures last changed, from a Vercel answer.
 	ObservedAt *v1.Time `json:"observedAt,omitempty"`
 	// accounting records what total already counts (the controller's
 	// bookkeeping; users read current and total).

@@ -21,9 +21,10 @@ type SessionUsageApplyConfiguration struct {
 	SessionID                      *string `json:"sessionID,omitempty"`
 	UsageAmountsApplyConfiguration `json:""`
 	// endedAt is set once the session stopped and Vercel reported its final
-	// figures; until then activeCPUMillis and the byte counts are not yet
-	// known (zero) and sessionMillis and memoryMBMillis are estimates from
-	// the session's start.
+	// figures. Until then the figures are zero: Vercel reports a session's
+	// usage when it stops, and the controller does not rewrite status on
+	// every poll. A running session has run since status.startedAt, on
+	// status.sessionVCPUs vCPUs with 2048 MB of memory each.
 	EndedAt *v1.Time `json:"endedAt,omitempty"`
 }
 

@@ -30,6 +30,8 @@ type UsageAccountingApplyConfiguration struct {
 	// retired is the usage of the Vercel sandboxes this object had before
 	// vercelName (recreations), added once when the name changed.
 	Retired *UsageAmountsApplyConfiguration `json:"retired,omitempty"`
+	// snapshotID is the Vercel snapshot whose size is in snapshotBytes.
+	SnapshotID *string `json:"snapshotID,omitempty"`
 }
 
 // UsageAccountingApplyConfiguration constructs a declarative configuration of the UsageAccounting type for use with
@@ -67,5 +69,13 @@ func (b *UsageAccountingApplyConfiguration) WithCountedSessionID(value string) *
 // If called multiple times, the Retired field is set to the value of the last call.
 func (b *UsageAccountingApplyConfiguration) WithRetired(value *UsageAmountsApplyConfiguration) *UsageAccountingApplyConfiguration {
 	b.Retired = value
+	return b
+}
+
+// WithSnapshotID sets the SnapshotID field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the SnapshotID field is set to the value of the last call.
+func (b *UsageAccountingApplyConfiguration) WithSnapshotID(value string) *UsageAccountingApplyConfiguration {
+	b.SnapshotID = &value
 	return b
 }

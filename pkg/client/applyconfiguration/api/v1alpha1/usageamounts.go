@@ -21,8 +21,7 @@ type UsageAmountsApplyConfiguration struct {
 	// grow while a session runs.
 	ActiveCPUMillis *int64 `json:"activeCPUMillis,omitempty"`
 	// sessionMillis is the wall-clock time sessions ran, in milliseconds
-	// (Vercel's duration). While a session runs it is the time since it
-	// started, as of observedAt.
+	// (Vercel's duration).
 	SessionMillis *int64 `json:"sessionMillis,omitempty"`
 	// memoryMBMillis is provisioned memory multiplied by the time it was
 	// provisioned, in megabyte-milliseconds (a 4096 MB session running one
