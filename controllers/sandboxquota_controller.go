@@ -108,7 +108,10 @@ func (r *SandboxQuotaReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if apiequality.Semantic.DeepEqual(before.Status, q.Status) {
 		return ctrl.Result{RequeueAfter: next}, nil
 	}
-	return ctrl.Result{RequeueAfter: next}, r.Status().Patch(ctx, q, client.MergeFrom(before))
+	if err := r.Status().Patch(ctx, q, client.MergeFrom(before)); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: next}, nil
 }
 
 // quotaAmounts are the limits of hard and what is used of each, by resource
