@@ -51,6 +51,8 @@ type QuotaLedger struct {
 	// queues, once they started: a release wakes the waiters, any change
 	// wakes the quotas whose status.used it changes.
 	sandboxQ, quotaQ workqueue.TypedRateLimitingInterface[reconcile.Request]
+	// budgets are the budgets that refuse starts now (quota_budget_ledger.go).
+	budgets budgetRefusals
 }
 
 // NewQuotaLedger returns an empty ledger reading from the manager's cache.
@@ -268,7 +270,10 @@ func (l *QuotaLedger) refuses(ctx context.Context, n *nsLedger, ns string, c cla
 		return "", err
 	}
 	used := n.used()
-	msg := refusal(quotas.Items, used, ahead, need, c.what)
+	msg := l.budgetRefusal(quotas.Items, c.what)
+	if msg == "" {
+		msg = refusal(quotas.Items, used, ahead, need, c.what)
+	}
 	if msg == "" {
 		return "", nil
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -37,6 +39,15 @@ type SandboxQuotaReconciler struct {
 	// Shard is the part of the cluster this manager reconciles: the
 	// quotas of its own namespaces, whose Sandboxes its ledger counts.
 	Shard Shard
+	// Notifier announces budget warnings to the namespace's webhook; nil
+	// sends none.
+	Notifier Notifier
+	// PollInterval is how often budgets are counted: the Sandboxes' poll,
+	// which is how often their usage changes (10s when 0).
+	PollInterval time.Duration
+
+	trackerOnce sync.Once
+	tracker     *budgetTracker
 }
 
 // +kubebuilder:rbac:groups=sandbox.sentry.io,resources=sandboxquotas,verbs=get;list;watch
@@ -48,6 +59,9 @@ func (r *SandboxQuotaReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if err := r.APIReader.Get(ctx, req.NamespacedName, q); err != nil {
 		if apierrors.IsNotFound(err) {
 			metrics.ForgetQuota(req.Namespace, req.Name)
+			metrics.ForgetQuotaBudgets(req.Namespace, req.Name)
+			r.budgetTracker().forget(req.NamespacedName)
+			r.Quota.forgetBudgetRefusal(req.NamespacedName)
 			// Its limits no longer hold anyone back.
 			r.Quota.Wake(req.Namespace)
 		}
@@ -87,10 +101,17 @@ func (r *SandboxQuotaReconciler) Reconcile(ctx context.Context, req ctrl.Request
 			"Every resource is below its hard limit")
 	}
 	metrics.SetQuota(q.Namespace, q.Name, hard, used)
-	if apiequality.Semantic.DeepEqual(before.Status, q.Status) {
-		return ctrl.Result{}, nil
+	next, err := r.reconcileBudgets(ctx, q, &before.Status)
+	if err != nil {
+		return ctrl.Result{}, err
 	}
-	return ctrl.Result{}, r.Status().Patch(ctx, q, client.MergeFrom(before))
+	if apiequality.Semantic.DeepEqual(before.Status, q.Status) {
+		return ctrl.Result{RequeueAfter: next}, nil
+	}
+	if err := r.Status().Patch(ctx, q, client.MergeFrom(before)); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: next}, nil
 }
 
 // quotaAmounts are the limits of hard and what is used of each, by resource

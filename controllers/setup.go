@@ -361,11 +361,13 @@ func setupControllers(mgr ctrl.Manager, vc vercel.Config, o Options, d controlle
 		return fmt.Errorf("set up the SandboxPool controller: %w", err)
 	}
 	if err := (&SandboxQuotaReconciler{
-		Client:    mgr.GetClient(),
-		APIReader: mgr.GetAPIReader(),
-		Recorder:  mgr.GetEventRecorder("sandboxquota-controller"),
-		Quota:     d.quota,
-		Shard:     o.Shard,
+		Client:       mgr.GetClient(),
+		APIReader:    mgr.GetAPIReader(),
+		Recorder:     mgr.GetEventRecorder("sandboxquota-controller"),
+		Quota:        d.quota,
+		Shard:        o.Shard,
+		Notifier:     d.notifier,
+		PollInterval: o.PollInterval,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the SandboxQuota controller: %w", err)
 	}

@@ -144,6 +144,11 @@ type SandboxClassSpec struct {
 	// call to Vercel.
 	// +optional
 	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+	// prices of the class's Vercel team, which turn usage into money (kubectl
+	// sandbox usage, money budgets of SandboxQuotas). Every unset price is
+	// Vercel's published list price (docs/sandboxclass.md).
+	// +optional
+	Prices *SandboxPrices `json:"prices,omitempty"`
 }
 
 // SandboxClassStatus is the observed state of a SandboxClass.

@@ -71,6 +71,14 @@ type SandboxQuotaSpec struct {
 	// every one of them allows it.
 	// +required
 	Hard SandboxQuotaResources `json:"hard"`
+	// budgets limit what the namespace spends over a window, in money or in
+	// a metered unit, with a warning at a percentage and, at the limit,
+	// refused session starts or stopped Sandboxes (docs/sandboxquota.md).
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	Budgets []SandboxBudget `json:"budgets,omitempty"`
 }
 
 // SandboxQuotaStatus is the observed state of a SandboxQuota.
@@ -86,8 +94,14 @@ type SandboxQuotaStatus struct {
 	// observedGeneration is the spec generation status was computed for.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// conditions: Ready (status.used is current) and Exhausted (some
-	// resource is at its limit).
+	// budgets is where each of spec.budgets stands.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	Budgets []SandboxBudgetStatus `json:"budgets,omitempty"`
+	// conditions: Ready (status.used is current), Exhausted (some
+	// resource is at its limit), BudgetWarning and BudgetExceeded.
 	// +optional
 	// +listType=map
 	// +listMapKey=type

@@ -53,7 +53,7 @@ another endpoint, such as the emulator of 'make dev').`,
 		newStateCommand(o, "pause"), newStateCommand(o, "resume"), newHeartbeatCommand(o),
 		newSnapshotCommand(o), newForkCommand(o), newScaleCommand(o), newTreeCommand(o),
 		newExecCommand(o), newCpCommand(o), newShellCommand(o),
-		newRmCommand(o), newVersionCommand(o),
+		newRmCommand(o), newVersionCommand(o), newUsageCommand(o),
 	)
 	return cmd
 }

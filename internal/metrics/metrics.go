@@ -101,6 +101,7 @@ func Register() {
 			PoolMembers, PoolClaims, PoolClaimSeconds, PoolMemberIdleSeconds,
 			BuildInfo,
 		)
+		ctrlmetrics.Registry.MustRegister(usageCollectors()...)
 	})
 }
 

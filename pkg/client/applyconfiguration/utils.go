@@ -28,6 +28,12 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apiv1alpha1.AppliedSecretApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("BootedFrom"):
 		return &apiv1alpha1.BootedFromApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("BudgetSlice"):
+		return &apiv1alpha1.BudgetSliceApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("BudgetWindow"):
+		return &apiv1alpha1.BudgetWindowApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("CalendarMonthWindow"):
+		return &apiv1alpha1.CalendarMonthWindowApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ClaimStatus"):
 		return &apiv1alpha1.ClaimStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ClassSecretReference"):
@@ -92,6 +98,10 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apiv1alpha1.RecipeRepositoryApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("Sandbox"):
 		return &apiv1alpha1.SandboxApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SandboxBudget"):
+		return &apiv1alpha1.SandboxBudgetApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SandboxBudgetStatus"):
+		return &apiv1alpha1.SandboxBudgetStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SandboxClass"):
 		return &apiv1alpha1.SandboxClassApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SandboxClassDefaults"):
@@ -120,6 +130,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apiv1alpha1.SandboxPoolStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SandboxPoolTemplate"):
 		return &apiv1alpha1.SandboxPoolTemplateApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SandboxPrices"):
+		return &apiv1alpha1.SandboxPricesApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SandboxQuota"):
 		return &apiv1alpha1.SandboxQuotaApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SandboxQuotaResources"):

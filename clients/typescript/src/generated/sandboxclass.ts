@@ -637,6 +637,60 @@ export interface SandboxClassSpec {
      */
     matchLabels?: { [key: string]: string };
   };
+  /**
+   * prices of the class's Vercel team, which turn usage into money (kubectl
+   * sandbox usage, money budgets of SandboxQuotas). Every unset price is
+   * Vercel's published list price (docs/sandboxclass.md).
+   */
+  prices?: {
+    /**
+     * activeCPUHour is the price of one hour of active CPU time (CPU time the
+     * session's processes consumed, not wall time).
+     *
+     * maxLength: 25
+     * pattern: ^[0-9]{1,12}(\.[0-9]{1,12})?$
+     */
+    activeCPUHour?: string;
+    /**
+     * creationsPerMillion is the price of one million sandbox creations
+     * (session starts: creates and resumes).
+     *
+     * maxLength: 25
+     * pattern: ^[0-9]{1,12}(\.[0-9]{1,12})?$
+     */
+    creationsPerMillion?: string;
+    /**
+     * currency of every price, an ISO 4217 code; USD when unset. Money
+     * budgets add amounts of one currency: give every class the same one.
+     *
+     * pattern: ^[A-Z]{3}$
+     */
+    currency?: string;
+    /**
+     * memoryGBHour is the price of one GB (1024 MB) of provisioned memory
+     * for one hour of session time.
+     *
+     * maxLength: 25
+     * pattern: ^[0-9]{1,12}(\.[0-9]{1,12})?$
+     */
+    memoryGBHour?: string;
+    /**
+     * snapshotGBMonth is the price of storing one GB (10^9 bytes) of
+     * snapshots for one month (30 days).
+     *
+     * maxLength: 25
+     * pattern: ^[0-9]{1,12}(\.[0-9]{1,12})?$
+     */
+    snapshotGBMonth?: string;
+    /**
+     * transferGB is the price of one GB (10^9 bytes) of network transfer,
+     * egress and ingress together.
+     *
+     * maxLength: 25
+     * pattern: ^[0-9]{1,12}(\.[0-9]{1,12})?$
+     */
+    transferGB?: string;
+  };
 }
 
 /**

@@ -50,6 +50,91 @@ export interface SandboxQuota {
  */
 export interface SandboxQuotaSpec {
   /**
+   * budgets limit what the namespace spends over a window, in money or in
+   * a metered unit, with a warning at a percentage and, at the limit,
+   * refused session starts or stopped Sandboxes (docs/sandboxquota.md).
+   *
+   * maxItems: 16
+   */
+  budgets?: Array<{
+    /**
+     * enforcement at the limit: Warn, Refuse (new session starts wait) or
+     * Stop (running Sandboxes are stopped too). Refuse when unset.
+     *
+     * @default "Refuse"
+     */
+    enforcement?: "Warn" | "Refuse" | "Stop";
+    /**
+     * limit is the most the namespace may spend in a window, in unit: a
+     * decimal string ("500", "12.50").
+     *
+     * maxLength: 25
+     * pattern: ^[0-9]{1,12}(\.[0-9]{1,12})?$
+     */
+    limit: string;
+    /**
+     * name of the budget, unique in the quota; it names the budget in
+     * status, events and metrics.
+     *
+     * minLength: 1
+     * maxLength: 63
+     * pattern: ^[a-z0-9]([-a-z0-9]*[a-z0-9])?$
+     */
+    name: string;
+    /**
+     * projection is how far ahead enforcement looks at the current burn
+     * rate: None, NextCount (the default: act before the next count would
+     * find the limit crossed) or WindowEnd.
+     *
+     * @default "NextCount"
+     */
+    projection?: "None" | "NextCount" | "WindowEnd";
+    /**
+     * unit of limit; Money when unset (in the currency of the prices).
+     *
+     * @default "Money"
+     */
+    unit?: "Money" | "ActiveCPUHours" | "MemoryGBHours" | "TransferGB" | "Creations";
+    /**
+     * warnAtPercent of limit spent sets BudgetWarning=True, records a
+     * BudgetWarning event and sends a webhook notification; unset, it warns
+     * only when the limit is reached or projected to be reached by the end
+     * of the window.
+     *
+     * minimum: 1
+     * maximum: 100
+     */
+    warnAtPercent?: number;
+    /**
+     * window the budget counts over.
+     *
+     * Validated: spec.budgets[].window must set exactly one of rollingSeconds and calendarMonth
+     */
+    window: {
+      /**
+       * calendarMonth makes the window the current calendar month; what was
+       * spent resets when the next one starts.
+       */
+      calendarMonth?: {
+        /**
+         * timeZone is the IANA name of the time zone the month starts in
+         * ("Europe/Vienna"); UTC when unset.
+         *
+         * maxLength: 64
+         */
+        timeZone?: string;
+      };
+      /**
+       * rollingSeconds makes the window the last so many seconds (one hour to
+       * 31 days), counted in 24 slices: usage leaves it slice by slice.
+       *
+       * minimum: 3600
+       * maximum: 2678400
+       */
+      rollingSeconds?: number;
+    };
+  }>;
+  /**
    * hard is the limit of each resource in the namespace. Several
    * SandboxQuotas in one namespace all apply: a session starts only when
    * every one of them allows it.
@@ -96,8 +181,134 @@ export interface SandboxQuotaSpec {
  */
 export interface SandboxQuotaStatus {
   /**
-   * conditions: Ready (status.used is current) and Exhausted (some
-   * resource is at its limit).
+   * budgets is where each of spec.budgets stands.
+   *
+   * maxItems: 16
+   */
+  budgets?: Array<{
+    /**
+     * action in force: None, Warn, Refuse (new session starts wait) or Stop.
+     */
+    action?: "None" | "Warn" | "Refuse" | "Stop";
+    /**
+     * burnPerHour is the rate of spending, measured over the last stretch
+     * of at least one count interval that ended.
+     *
+     * maxLength: 25
+     * pattern: ^[0-9]{1,12}(\.[0-9]{1,12})?$
+     */
+    burnPerHour?: string;
+    /**
+     * burnSince starts the stretch being measured now, and burnSpent is
+     * what was spent in it so far: the rate is measured over whole stretches,
+     * so that a count triggered right after another does not read as a
+     * change of rate.
+     *
+     * Format: RFC 3339 time, e.g. "2026-01-02T15:04:05Z".
+     */
+    burnSince?: string;
+    /**
+     * burnSpent is what was spent since burnSince.
+     *
+     * maxLength: 25
+     * pattern: ^[0-9]{1,12}(\.[0-9]{1,12})?$
+     */
+    burnSpent?: string;
+    /**
+     * counted is the lifetime amount of the namespace's objects at
+     * countedAt, in the budget's unit: after a manager restart, what they
+     * add beyond it is what they spent meanwhile.
+     *
+     * maxLength: 25
+     * pattern: ^[0-9]{1,12}(\.[0-9]{1,12})?$
+     */
+    counted?: string;
+    /**
+     * countedAt is the last count.
+     *
+     * Format: RFC 3339 time, e.g. "2026-01-02T15:04:05Z".
+     */
+    countedAt?: string;
+    /**
+     * currency of a Money budget's amounts.
+     *
+     * maxLength: 3
+     */
+    currency?: string;
+    /**
+     * message says why the action is in force.
+     *
+     * maxLength: 1024
+     */
+    message?: string;
+    /**
+     * name of the budget in spec.budgets.
+     *
+     * maxLength: 63
+     */
+    name: string;
+    /**
+     * percent of the limit spent, rounded down.
+     */
+    percent?: number;
+    /**
+     * projected is spent plus burnPerHour until the window ends (a rolling
+     * window: one window ahead).
+     *
+     * maxLength: 25
+     * pattern: ^[0-9]{1,12}(\.[0-9]{1,12})?$
+     */
+    projected?: string;
+    /**
+     * slices of the window, oldest first (24 for a rolling window, one for a
+     * calendar month).
+     *
+     * maxItems: 25
+     */
+    slices?: Array<{
+      /**
+       * spent in the slice, in the budget's unit.
+       *
+       * maxLength: 25
+       * pattern: ^[0-9]{1,12}(\.[0-9]{1,12})?$
+       */
+      spent: string;
+      /**
+       * start of the slice.
+       *
+       * Format: RFC 3339 time, e.g. "2026-01-02T15:04:05Z".
+       */
+      start: string;
+    }>;
+    /**
+     * spent in the window so far.
+     *
+     * maxLength: 25
+     * pattern: ^[0-9]{1,12}(\.[0-9]{1,12})?$
+     */
+    spent?: string;
+    /**
+     * unit of the amounts below (Money: in currency).
+     */
+    unit?: "Money" | "ActiveCPUHours" | "MemoryGBHours" | "TransferGB" | "Creations";
+    /**
+     * windowEnd is when the current calendar month ends; unset for a
+     * rolling window.
+     *
+     * Format: RFC 3339 time, e.g. "2026-01-02T15:04:05Z".
+     */
+    windowEnd?: string;
+    /**
+     * windowStart is when the current window began (for a rolling window,
+     * the start of its oldest slice).
+     *
+     * Format: RFC 3339 time, e.g. "2026-01-02T15:04:05Z".
+     */
+    windowStart?: string;
+  }>;
+  /**
+   * conditions: Ready (status.used is current), Exhausted (some
+   * resource is at its limit), BudgetWarning and BudgetExceeded.
    *
    * maxItems: 32
    */

@@ -59,6 +59,38 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: snapshotName
       type:
         scalar: string
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.BudgetAction
+  scalar: string
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.BudgetEnforcement
+  scalar: string
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.BudgetProjection
+  scalar: string
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.BudgetSlice
+  map:
+    fields:
+    - name: spent
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.Decimal
+    - name: start
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.BudgetUnit
+  scalar: string
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.BudgetWindow
+  map:
+    fields:
+    - name: calendarMonth
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.CalendarMonthWindow
+    - name: rollingSeconds
+      type:
+        scalar: numeric
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.CalendarMonthWindow
+  map:
+    fields:
+    - name: timeZone
+      type:
+        scalar: string
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.ClaimStatus
   map:
     fields:
@@ -83,6 +115,8 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: namespace
       type:
         scalar: string
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.Decimal
+  scalar: string
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.DeletionPolicy
   scalar: string
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.DomainRules
@@ -506,6 +540,87 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: status
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxStatus
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxBudget
+  map:
+    fields:
+    - name: enforcement
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.BudgetEnforcement
+      default: Refuse
+    - name: limit
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.Decimal
+    - name: name
+      type:
+        scalar: string
+    - name: projection
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.BudgetProjection
+      default: NextCount
+    - name: unit
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.BudgetUnit
+      default: Money
+    - name: warnAtPercent
+      type:
+        scalar: numeric
+    - name: window
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.BudgetWindow
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxBudgetStatus
+  map:
+    fields:
+    - name: action
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.BudgetAction
+    - name: burnPerHour
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.Decimal
+    - name: burnSince
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: burnSpent
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.Decimal
+    - name: counted
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.Decimal
+    - name: countedAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: currency
+      type:
+        scalar: string
+    - name: message
+      type:
+        scalar: string
+    - name: name
+      type:
+        scalar: string
+    - name: percent
+      type:
+        scalar: numeric
+    - name: projected
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.Decimal
+    - name: slices
+      type:
+        list:
+          elementType:
+            namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.BudgetSlice
+          elementRelationship: atomic
+    - name: spent
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.Decimal
+    - name: unit
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.BudgetUnit
+    - name: windowEnd
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: windowStart
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxClass
   map:
     fields:
@@ -563,6 +678,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: namespaceSelector
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector
+    - name: prices
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxPrices
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxClassStatus
   map:
     fields:
@@ -834,6 +952,27 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: spec
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxSpec
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxPrices
+  map:
+    fields:
+    - name: activeCPUHour
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.Decimal
+    - name: creationsPerMillion
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.Decimal
+    - name: currency
+      type:
+        scalar: string
+    - name: memoryGBHour
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.Decimal
+    - name: snapshotGBMonth
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.Decimal
+    - name: transferGB
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.Decimal
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxQuota
   map:
     fields:
@@ -870,12 +1009,28 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxQuotaSpec
   map:
     fields:
+    - name: budgets
+      type:
+        list:
+          elementType:
+            namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxBudget
+          elementRelationship: associative
+          keys:
+          - name
     - name: hard
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxQuotaResources
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxQuotaStatus
   map:
     fields:
+    - name: budgets
+      type:
+        list:
+          elementType:
+            namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxBudgetStatus
+          elementRelationship: associative
+          keys:
+          - name
     - name: conditions
       type:
         list:

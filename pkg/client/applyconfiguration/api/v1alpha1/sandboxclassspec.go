@@ -30,6 +30,10 @@ type SandboxClassSpecApplyConfiguration struct {
 	// namespace is refused (Ready=False, reason ClassNotAllowed) without any
 	// call to Vercel.
 	NamespaceSelector *v1.LabelSelectorApplyConfiguration `json:"namespaceSelector,omitempty"`
+	// prices of the class's Vercel team, which turn usage into money (kubectl
+	// sandbox usage, money budgets of SandboxQuotas). Every unset price is
+	// Vercel's published list price (docs/sandboxclass.md).
+	Prices *SandboxPricesApplyConfiguration `json:"prices,omitempty"`
 }
 
 // SandboxClassSpecApplyConfiguration constructs a declarative configuration of the SandboxClassSpec type for use with
@@ -59,5 +63,13 @@ func (b *SandboxClassSpecApplyConfiguration) WithDefaults(value *SandboxClassDef
 // If called multiple times, the NamespaceSelector field is set to the value of the last call.
 func (b *SandboxClassSpecApplyConfiguration) WithNamespaceSelector(value *v1.LabelSelectorApplyConfiguration) *SandboxClassSpecApplyConfiguration {
 	b.NamespaceSelector = value
+	return b
+}
+
+// WithPrices sets the Prices field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Prices field is set to the value of the last call.
+func (b *SandboxClassSpecApplyConfiguration) WithPrices(value *SandboxPricesApplyConfiguration) *SandboxClassSpecApplyConfiguration {
+	b.Prices = value
 	return b
 }

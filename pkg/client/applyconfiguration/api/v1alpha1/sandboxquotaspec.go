@@ -17,6 +17,10 @@ type SandboxQuotaSpecApplyConfiguration struct {
 	// SandboxQuotas in one namespace all apply: a session starts only when
 	// every one of them allows it.
 	Hard *SandboxQuotaResourcesApplyConfiguration `json:"hard,omitempty"`
+	// budgets limit what the namespace spends over a window, in money or in
+	// a metered unit, with a warning at a percentage and, at the limit,
+	// refused session starts or stopped Sandboxes (docs/sandboxquota.md).
+	Budgets []SandboxBudgetApplyConfiguration `json:"budgets,omitempty"`
 }
 
 // SandboxQuotaSpecApplyConfiguration constructs a declarative configuration of the SandboxQuotaSpec type for use with
@@ -30,5 +34,18 @@ func SandboxQuotaSpec() *SandboxQuotaSpecApplyConfiguration {
 // If called multiple times, the Hard field is set to the value of the last call.
 func (b *SandboxQuotaSpecApplyConfiguration) WithHard(value *SandboxQuotaResourcesApplyConfiguration) *SandboxQuotaSpecApplyConfiguration {
 	b.Hard = value
+	return b
+}
+
+// WithBudgets adds the given value to the Budgets field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the Budgets field.
+func (b *SandboxQuotaSpecApplyConfiguration) WithBudgets(values ...*SandboxBudgetApplyConfiguration) *SandboxQuotaSpecApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithBudgets")
+		}
+		b.Budgets = append(b.Budgets, *values[i])
+	}
 	return b
 }

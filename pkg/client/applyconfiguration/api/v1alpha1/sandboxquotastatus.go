@@ -25,8 +25,10 @@ type SandboxQuotaStatusApplyConfiguration struct {
 	Used *SandboxQuotaResourcesApplyConfiguration `json:"used,omitempty"`
 	// observedGeneration is the spec generation status was computed for.
 	ObservedGeneration *int64 `json:"observedGeneration,omitempty"`
-	// conditions: Ready (status.used is current) and Exhausted (some
-	// resource is at its limit).
+	// budgets is where each of spec.budgets stands.
+	Budgets []SandboxBudgetStatusApplyConfiguration `json:"budgets,omitempty"`
+	// conditions: Ready (status.used is current), Exhausted (some
+	// resource is at its limit), BudgetWarning and BudgetExceeded.
 	Conditions []v1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 }
 
@@ -57,6 +59,19 @@ func (b *SandboxQuotaStatusApplyConfiguration) WithUsed(value *SandboxQuotaResou
 // If called multiple times, the ObservedGeneration field is set to the value of the last call.
 func (b *SandboxQuotaStatusApplyConfiguration) WithObservedGeneration(value int64) *SandboxQuotaStatusApplyConfiguration {
 	b.ObservedGeneration = &value
+	return b
+}
+
+// WithBudgets adds the given value to the Budgets field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the Budgets field.
+func (b *SandboxQuotaStatusApplyConfiguration) WithBudgets(values ...*SandboxBudgetStatusApplyConfiguration) *SandboxQuotaStatusApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithBudgets")
+		}
+		b.Budgets = append(b.Budgets, *values[i])
+	}
 	return b
 }
 
