@@ -18,15 +18,15 @@ import (
 // specFlags are the create/up flags, one per field of the Sandbox spec.
 type specFlags struct {
 	runtime, image, gitURL, gitRevision, gitSecret, tarball, snapshot, snapshotID string
-	gitDepth                                                               int32
-	vcpus                                                                  int32
-	ports                                                                  []int32
-	timeoutSeconds                                                         int64
-	env, envFromSecret, labels, setup                                      []string
-	network                                                                string
-	allowDomains                                                           []string
-	persistent, stopped                                                    bool
-	deletionPolicy, shutdownTime, shutdownPolicy                           string
+	gitDepth                                                                      int32
+	vcpus                                                                         int32
+	ports                                                                         []int32
+	timeoutSeconds                                                                int64
+	env, envFromSecret, labels, setup                                             []string
+	network                                                                       string
+	allowDomains                                                                  []string
+	persistent, stopped                                                           bool
+	deletionPolicy, shutdownTime, shutdownPolicy                                  string
 }
 
 func (f *specFlags) add(cmd *cobra.Command) {
