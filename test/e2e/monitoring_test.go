@@ -73,7 +73,7 @@ func TestEveryMonitoredMetricIsServed(t *testing.T) {
 
 	// Work for every per-object metric: a Sandbox with a session (phases,
 	// time to Ready, vCPU seconds, Vercel requests), a recipe build (build
-	// durations) and a SandboxQuota (quota use).
+	// durations) and a SandboxQuota (quota use) with a budget (spend).
 	e.apply(`apiVersion: sandbox.sentry.io/v1alpha1
 kind: SandboxQuota
 metadata:
@@ -83,6 +83,12 @@ spec:
   hard:
     runningSandboxes: 10
     runningVCPUs: 8
+  budgets:
+  - name: monthly
+    window:
+      calendarMonth: {}
+    limit: "500"
+    warnAtPercent: 80
 ---
 apiVersion: sandbox.sentry.io/v1alpha1
 kind: Sandbox
