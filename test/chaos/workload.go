@@ -339,6 +339,25 @@ func (w *workload) refusal(op, name string, err error) error {
 }
 
 // updateSandbox applies mutate to a fresh copy, retrying conflicts.
+// runSource resumes src when it is paused: a capture or a fork from a
+// paused Sandbox would wait until it runs again.
+func (w *workload) runSource(ctx context.Context, ns, src string) error {
+	ok, err := w.updateSandbox(ctx, ns, src, func(s *sandboxv1.Sandbox) bool {
+		if s.Spec.State != sandboxv1.SandboxStateStopped {
+			return false
+		}
+		s.Spec.State = sandboxv1.SandboxStateRunning
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	if ok {
+		w.did(opResume, ns+"/"+src)
+	}
+	return nil
+}
+
 func (w *workload) updateSandbox(ctx context.Context, ns, name string, mutate func(*sandboxv1.Sandbox) bool) (bool, error) {
 	changed := false
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -490,18 +509,8 @@ func (w *workload) capture(ctx context.Context, ns *nsState) error {
 		},
 	}
 	// Capturing a Sandbox that is paused would wait until it runs again.
-	ok, err := w.updateSandbox(ctx, ns.name, src, func(s *sandboxv1.Sandbox) bool {
-		if s.Spec.State != sandboxv1.SandboxStateStopped {
-			return false
-		}
-		s.Spec.State = sandboxv1.SandboxStateRunning
-		return true
-	})
-	if err != nil {
+	if err := w.runSource(ctx, ns.name, src); err != nil {
 		return w.refusal(opCapture, snap.Name, err)
-	}
-	if ok {
-		w.did(opResume, ns.name+"/"+src)
 	}
 	if err := w.c.Create(ctx, snap); err != nil {
 		return w.refusal(opCapture, snap.Name, err)

@@ -50,18 +50,8 @@ func (w *workload) fork(ctx context.Context, ns *nsState) error {
 		}
 		f.Spec.Source.SandboxRef = &sandboxv1.LocalObjectReference{Name: src}
 		f.Spec.KeepSourceRunning = w.rng.IntN(2) == 0
-		ok, err := w.updateSandbox(ctx, ns.name, src, func(s *sandboxv1.Sandbox) bool {
-			if s.Spec.State != sandboxv1.SandboxStateStopped {
-				return false
-			}
-			s.Spec.State = sandboxv1.SandboxStateRunning
-			return true
-		})
-		if err != nil {
+		if err := w.runSource(ctx, ns.name, src); err != nil {
 			return w.refusal(opFork, f.Name, err)
-		}
-		if ok {
-			w.did(opResume, ns.name+"/"+src)
 		}
 	}
 	if err := w.c.Create(ctx, f); err != nil {
