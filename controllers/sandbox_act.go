@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -513,5 +514,7 @@ func recordRetention(sbx *sandboxv1.Sandbox, rt *retention) {
 		sbx.Status.SnapshotRetention = nil
 		return
 	}
-	sbx.Status.SnapshotRetention = rt.applied.DeepCopy()
+	r := sbx.Spec.SnapshotRetention
+	sbx.Status.SnapshotRetention = &sandboxv1.SnapshotRetention{
+		KeepLast: ptr.To(r.KeepLastOrDefault()), ExpireAfterSeconds: ptr.To(r.ExpireAfterSecondsOrDefault())}
 }

@@ -440,12 +440,9 @@ func (r *SandboxReconciler) claimedStale(sbx, member *sandboxv1.Sandbox, session
 	if member == nil || member.Status.Secrets == nil || member.Status.Secrets.StaleSession == session {
 		return true
 	}
-	recorded := map[string]string{}
-	for _, a := range member.Status.Secrets.Applied {
-		recorded[a.Name] = a.Digest
-	}
+	recorded := recordedSecrets(&member.Status)
 	for _, n := range env {
-		if sec := secrets.cache[n]; sec == nil || !sameValues(recorded[n], r.DigestKey, member.UID, n, sec, secrets.keys[n]) {
+		if sec := secrets.cache[n]; sec == nil || !sameValues(recorded[n].Digest, r.DigestKey, member.UID, n, sec, secrets.keys[n]) {
 			return true
 		}
 	}

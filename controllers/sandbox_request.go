@@ -45,7 +45,6 @@ type placement struct {
 type retention struct {
 	keepLast           *vercel.KeepLastSnapshots
 	snapshotExpiration *int64
-	applied            sandboxv1.SnapshotRetention
 }
 
 // placementOf translates spec.region and spec.failoverRegions.
@@ -71,7 +70,6 @@ func retentionOf(spec *sandboxv1.SandboxSpec) *retention {
 	return &retention{
 		keepLast:           &vercel.KeepLastSnapshots{Count: int64(keep), Expiration: &expireMs, DeleteEvicted: ptr.To(true)},
 		snapshotExpiration: &expireMs,
-		applied:            sandboxv1.SnapshotRetention{KeepLast: &keep, ExpireAfterSeconds: &expireS},
 	}
 }
 

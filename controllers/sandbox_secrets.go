@@ -274,12 +274,7 @@ func (r *SandboxReconciler) secretsChanged(ctx context.Context, sbx *sandboxv1.S
 	if err != nil {
 		return nil, false, err
 	}
-	recorded := map[string]sandboxv1.AppliedSecret{}
-	if st := &sbx.Status; st.Secrets != nil {
-		for _, a := range st.Secrets.Applied {
-			recorded[a.Name] = a
-		}
-	}
+	recorded := recordedSecrets(&sbx.Status)
 	changed := false
 	for _, n := range names {
 		// A digest of the unkeyed form is replaced by a keyed one the
@@ -319,6 +314,17 @@ func (r *SandboxReconciler) readSecretValues(ctx context.Context, sbx *sandboxv1
 		return nil, err
 	}
 	return secrets, nil
+}
+
+// recordedSecrets is what status recorded of each applied Secret, by name.
+func recordedSecrets(st *sandboxv1.SandboxStatus) map[string]sandboxv1.AppliedSecret {
+	recorded := map[string]sandboxv1.AppliedSecret{}
+	if st.Secrets != nil {
+		for _, a := range st.Secrets.Applied {
+			recorded[a.Name] = a
+		}
+	}
+	return recorded
 }
 
 // rotatedSecrets is the names of the applied Secrets whose values differ
@@ -373,12 +379,9 @@ func (r *SandboxReconciler) applyRotation(ctx context.Context, sbx *sandboxv1.Sa
 // reference before are not rotations.
 func (r *SandboxReconciler) announceUpdatedSecrets(sbx *sandboxv1.Sandbox, secrets *secretReader, running string) {
 	st := &sbx.Status
-	if st.Secrets == nil || len(st.Secrets.Applied) == 0 {
+	recorded := recordedSecrets(st)
+	if len(recorded) == 0 {
 		return
-	}
-	recorded := map[string]sandboxv1.AppliedSecret{}
-	for _, a := range st.Secrets.Applied {
-		recorded[a.Name] = a
 	}
 	var known []sandboxv1.AppliedSecret
 	for _, a := range appliedSecrets(r.DigestKey, sbx.UID, secrets) {
