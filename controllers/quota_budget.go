@@ -63,13 +63,13 @@ func decideBudget(in budgetInput) (sandboxv1.SandboxBudgetStatus, error) {
 	burn, burnSince, burnSpent := burnRate(in)
 	remaining := end.Sub(in.now)
 	projected := new(big.Rat).Add(spent, hoursOf(burn, remaining))
-	nextCount := new(big.Rat).Add(spent, hoursOf(burn, in.poll))
+	nextCount := new(big.Rat).Add(spent, hoursOf(burn, countHorizon(in)))
 	st := sandboxv1.SandboxBudgetStatus{
 		Name: b.Name, Unit: unitOf(b), Currency: in.currency,
 		WindowStart: &metav1.Time{Time: start}, Spent: cost.Format(spent), BurnPerHour: cost.Format(burn),
 		Projected: cost.Format(projected), Percent: percentOf(spent, limit),
-		CountedAt: &metav1.Time{Time: in.now}, Counted: cost.Format(in.counted), Slices: slices,
-		BurnSince: &metav1.Time{Time: burnSince}, BurnSpent: cost.Format(burnSpent),
+		CountedAt: &metav1.MicroTime{Time: in.now}, Counted: cost.Format(in.counted), Slices: slices,
+		BurnSince: &metav1.MicroTime{Time: burnSince}, BurnSpent: cost.Format(burnSpent),
 	}
 	if b.Window.CalendarMonth != nil {
 		st.WindowEnd = &metav1.Time{Time: end}
@@ -222,6 +222,20 @@ func burnRate(in budgetInput) (rate *big.Rat, since time.Time, acc *big.Rat) {
 	}
 	rate = new(big.Rat).Quo(new(big.Rat).Mul(acc, big.NewRat(int64(time.Hour), 1)), big.NewRat(int64(span), 1))
 	return rate, in.now, new(big.Rat)
+}
+
+// countHorizon is how far ahead NextCount projects: the poll interval, or
+// the time the last count took to come when it came late (a loaded manager
+// counts less often than it asks to; up to two intervals, so that a gap
+// after a restart does not read as the cadence).
+func countHorizon(in budgetInput) time.Duration {
+	h := in.poll
+	if in.prev != nil && in.prev.CountedAt != nil {
+		if gap := in.now.Sub(in.prev.CountedAt.Time); gap > h {
+			h = min(gap, 2*in.poll)
+		}
+	}
+	return h
 }
 
 // hoursOf is rate (per hour) × d.

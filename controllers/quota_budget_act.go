@@ -46,14 +46,12 @@ func (r *SandboxQuotaReconciler) reconcileBudgets(ctx context.Context, q *sandbo
 	if len(q.Spec.Budgets) == 0 && len(before.Budgets) == 0 {
 		return 0, nil
 	}
-	use, err := r.countNamespace(ctx, q)
+	now := time.Now()
+	use, err := r.countNamespace(ctx, q, now)
 	if err != nil {
 		return 0, err
 	}
 	r.recordNamespaceUsage(q.Namespace, use)
-	// Whole seconds: status keeps times to the second, and the burn rate
-	// divides by the time between two of them.
-	now := time.Now().Truncate(time.Second)
 	out := make([]sandboxv1.SandboxBudgetStatus, 0, len(q.Spec.Budgets))
 	var problems []string
 	for _, b := range q.Spec.Budgets {
@@ -88,7 +86,11 @@ func (r *SandboxQuotaReconciler) reconcileBudgets(ctx context.Context, q *sandbo
 	if len(q.Spec.Budgets) == 0 {
 		return 0, nil
 	}
-	return r.budgetPoll(), nil
+	// Counts keep a fixed cadence: the time this one took (the lists, the
+	// stops) does not stretch the interval, so the latency from a crossing
+	// to the action stays within one interval.
+	poll := r.budgetPoll()
+	return max(poll-time.Since(now), poll/10), nil
 }
 
 // countBudget is one budget's next status.

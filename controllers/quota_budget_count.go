@@ -3,11 +3,14 @@ package controllers
 // Counting what a namespace spends, for the budgets of its SandboxQuotas.
 // Spend is the growth of the objects' status.usage.total (which the Sandbox
 // and SandboxSnapshot controllers fold exactly once per session) between two
-// counts, priced per object with its class; plus one creation per new
-// session seen, and snapshot storage held × time. The manager remembers each
-// object's last counted figures; after a restart, status.budgets[].counted
-// (the lifetime amount at the last count) stands in for them, so what the
-// objects used while no manager counted is added once.
+// counts, priced per object with its class; plus the memory a running
+// session has provisioned so far (Vercel reports a session's figures only
+// when it stops, but bills memory by the wall clock, so a long session's
+// burn is seen while it runs); plus one creation per new session seen, and
+// snapshot storage held × time. The manager remembers each object's highest
+// counted figures; after a restart, status.budgets[].counted (the lifetime
+// amount at the last count) stands in for them, so what the objects used
+// while no manager counted is added once.
 
 import (
 	"context"
@@ -65,15 +68,31 @@ func (t *budgetTracker) observe(key types.NamespacedName, uid types.UID, objects
 		t.quotas = map[types.NamespacedName]trackedQuota{}
 	}
 	was, tracked := t.quotas[key]
-	t.quotas[key] = trackedQuota{uid: uid, objects: objects}
 	if !tracked || was.uid != uid {
+		t.quotas[key] = trackedQuota{uid: uid, objects: objects}
 		return nil, false
 	}
-	seen := was.objects
+	marks := make(map[types.UID]usedObject, len(objects))
 	for uid, o := range objects {
-		deltas = append(deltas, usedSince(seen[uid], o, seen[uid] != (usedObject{})))
+		prev, known := was.objects[uid]
+		deltas = append(deltas, usedSince(prev, o, known))
+		// A running session's provisional memory gives way to Vercel's
+		// final figures when it stops, which can be a little less (the
+		// count ran ahead of the stop) and come a poll later (a Sandbox
+		// stopping shows neither): the highest figures counted stay the
+		// mark, so nothing is counted twice.
+		marks[uid] = highWater(prev, o)
 	}
+	t.quotas[key] = trackedQuota{uid: uid, objects: marks}
 	return deltas, true
+}
+
+// highWater is o with each lifetime figure at least prev's.
+func highWater(prev, o usedObject) usedObject {
+	o.lifetime.ActiveCPUMillis = max(o.lifetime.ActiveCPUMillis, prev.lifetime.ActiveCPUMillis)
+	o.lifetime.MemoryMBMillis = max(o.lifetime.MemoryMBMillis, prev.lifetime.MemoryMBMillis)
+	o.lifetime.TransferBytes = max(o.lifetime.TransferBytes, prev.lifetime.TransferBytes)
+	return o
 }
 
 // forget drops what the tracker remembers of a quota that is gone.
@@ -103,7 +122,7 @@ func usedSince(prev, o usedObject, known bool) usedObject {
 // countNamespace reads the namespace's Sandboxes and SandboxSnapshots (a
 // SandboxFork's usage is its children's, so forks are not read) and the
 // classes' prices.
-func (r *SandboxQuotaReconciler) countNamespace(ctx context.Context, q *sandboxv1.SandboxQuota) (namespaceUse, error) {
+func (r *SandboxQuotaReconciler) countNamespace(ctx context.Context, q *sandboxv1.SandboxQuota, now time.Time) (namespaceUse, error) {
 	objects := map[types.UID]usedObject{}
 	sandboxes := &sandboxv1.SandboxList{}
 	if err := r.List(ctx, sandboxes, client.InNamespace(q.Namespace)); err != nil {
@@ -111,7 +130,9 @@ func (r *SandboxQuotaReconciler) countNamespace(ctx context.Context, q *sandboxv
 	}
 	for i := range sandboxes.Items {
 		s := &sandboxes.Items[i]
-		objects[s.UID] = usedObjectOf(s.Labels[sandboxv1.LabelClass], s.Status.Usage, 0)
+		o := usedObjectOf(s.Labels[sandboxv1.LabelClass], s.Status.Usage, 0)
+		o.lifetime = o.lifetime.Add(provisionedSoFar(s, now))
+		objects[s.UID] = o
 	}
 	snaps := &sandboxv1.SandboxSnapshotList{}
 	if err := r.List(ctx, snaps, client.InNamespace(q.Namespace)); err != nil {
@@ -132,6 +153,29 @@ func (r *SandboxQuotaReconciler) countNamespace(ctx context.Context, q *sandboxv
 	}
 	deltas, tracked := r.budgetTracker().observe(client.ObjectKeyFromObject(q), q.UID, objects)
 	return namespaceUse{objects: objects, deltas: deltas, tracked: tracked, prices: prices}, nil
+}
+
+// provisionedSoFar is the memory s's running session has provisioned from
+// its start until now, which Vercel bills and reports when the session
+// stops (status.usage folds it then): zero once the session is seen ended.
+// Active CPU and transfer are known only at the stop.
+func provisionedSoFar(s *sandboxv1.Sandbox, now time.Time) cost.Metered {
+	st := s.Status
+	if st.SessionID == "" || st.StartedAt == nil || st.StoppedAt != nil {
+		return cost.Metered{}
+	}
+	if u := st.Usage; u != nil && u.Current != nil && u.Current.SessionID == st.SessionID && u.Current.EndedAt != nil {
+		return cost.Metered{}
+	}
+	elapsed := now.Sub(st.StartedAt.Time).Milliseconds()
+	if elapsed <= 0 {
+		return cost.Metered{}
+	}
+	vcpus := int64(st.SessionVCPUs)
+	if vcpus == 0 {
+		vcpus = vcpusOf(s)
+	}
+	return cost.Metered{MemoryMBMillis: vcpus * memoryPerVCPU * elapsed}
 }
 
 func usedObjectOf(class string, u *sandboxv1.SandboxUsage, storage int64) usedObject {
@@ -211,7 +255,7 @@ func (u namespaceUse) grownSince(b sandboxv1.SandboxBudget, prev *sandboxv1.Sand
 // until now, priced with each one's class.
 func (u namespaceUse) storageSince(since, now time.Time) (*big.Rat, error) {
 	sum := new(big.Rat)
-	dt := int64(now.Sub(since) / time.Second)
+	dt := now.Sub(since).Milliseconds()
 	if dt <= 0 {
 		return sum, nil
 	}
@@ -219,11 +263,18 @@ func (u namespaceUse) storageSince(since, now time.Time) (*big.Rat, error) {
 		if o.storageBytes == 0 {
 			continue
 		}
-		a, err := cost.Amount(sandboxv1.BudgetMoney, cost.Metered{SnapshotByteSeconds: o.storageBytes * dt}, u.prices[o.class])
+		a, err := cost.Amount(sandboxv1.BudgetMoney, cost.Metered{SnapshotByteSeconds: byteSeconds(o.storageBytes, dt)}, u.prices[o.class])
 		if err != nil {
 			return nil, fmt.Errorf("SandboxClass %s spec.%w", o.class, err)
 		}
 		sum.Add(sum, a)
 	}
 	return sum, nil
+}
+
+// byteSeconds is bytes held for ms milliseconds, in byte-seconds: whole
+// seconds and the rest apart, so a terabyte held for a month stays within
+// int64.
+func byteSeconds(bytes, ms int64) int64 {
+	return bytes*(ms/1000) + bytes*(ms%1000)/1000
 }

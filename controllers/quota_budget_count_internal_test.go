@@ -58,8 +58,8 @@ func TestBudgetCountsEachUseOnce(t *testing.T) {
 		if next.Spent != step.want {
 			t.Errorf("%s: spent %s, want %s", step.what, next.Spent, step.want)
 		}
-		// Status goes through the API server: times to the second.
-		next.CountedAt = &metav1.Time{Time: next.CountedAt.Truncate(time.Second)}
+		// Status goes through the API server: times to the microsecond.
+		next.CountedAt = &metav1.MicroTime{Time: next.CountedAt.Truncate(time.Microsecond)}
 		st = &next
 	}
 }
@@ -70,7 +70,7 @@ func TestBudgetCountsSnapshotStorageOverTime(t *testing.T) {
 	objects := map[types.UID]usedObject{"snap": {storageBytes: 10_000_000_000}}
 	tracker := &budgetTracker{}
 	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	prev := &sandboxv1.SandboxBudgetStatus{Name: "money", Unit: sandboxv1.BudgetMoney, CountedAt: &metav1.Time{Time: t0}}
+	prev := &sandboxv1.SandboxBudgetStatus{Name: "money", Unit: sandboxv1.BudgetMoney, CountedAt: &metav1.MicroTime{Time: t0}}
 	tracker.observe(key, "u", objects)
 	deltas, tracked := tracker.observe(key, "u", objects)
 	use := namespaceUse{objects: objects, deltas: deltas, tracked: tracked}
@@ -81,5 +81,62 @@ func TestBudgetCountsSnapshotStorageOverTime(t *testing.T) {
 	}
 	if got := cost.Format(spent); got != "0.08" {
 		t.Errorf("storage for 3 days cost %s, want 0.08", got)
+	}
+}
+
+// TestBudgetCountsARunningSessionsMemoryOnce: a running session's memory is
+// counted as it runs (provisionedSoFar), and when it stops, Vercel's final
+// figures, a little less than the count had reached and folded only after a
+// poll in which the Sandbox shows neither, add nothing twice: the memory
+// counted is the session's, to the poll.
+func TestBudgetCountsARunningSessionsMemoryOnce(t *testing.T) {
+	const mb = 2 * memoryPerVCPU // two vCPUs
+	key := types.NamespacedName{Namespace: "ns", Name: "q"}
+	b := sandboxv1.SandboxBudget{Name: "mem", Unit: sandboxv1.BudgetMemoryGBHours, Limit: "100",
+		Window: sandboxv1.BudgetWindow{CalendarMonth: &sandboxv1.CalendarMonthWindow{}}}
+	t0 := time.Date(2026, 12, 10, 0, 0, 0, 0, time.UTC)
+	running := &sandboxv1.Sandbox{Status: sandboxv1.SandboxStatus{SessionID: "s1", SessionVCPUs: 2,
+		StartedAt: &metav1.Time{Time: t0}, Usage: &sandboxv1.SandboxUsage{Current: &sandboxv1.SessionUsage{SessionID: "s1"}}}}
+	stopping := running.DeepCopy() // stop requested: still shows the session, no figures yet
+	stopped := running.DeepCopy()  // stopped, Vercel's figures not folded yet: shows neither
+	stopped.Status.StoppedAt = &metav1.Time{Time: t0.Add(90 * time.Minute)}
+	folded := stopped.DeepCopy()
+	final := sandboxv1.UsageAmounts{SessionMillis: 89 * 60_000, MemoryMBMillis: mb * 89 * 60_000}
+	folded.Status.Usage = &sandboxv1.SandboxUsage{Total: &final,
+		Current: &sandboxv1.SessionUsage{SessionID: "s1", UsageAmounts: final, EndedAt: folded.Status.StoppedAt}}
+
+	tracker := &budgetTracker{}
+	var st *sandboxv1.SandboxBudgetStatus
+	for _, step := range []struct {
+		at   time.Duration
+		sbx  *sandboxv1.Sandbox
+		want string // GB-hours spent in the window
+	}{
+		{0, running, "0"},
+		{30 * time.Minute, running, "2"},  // 4 GB × 0.5 h
+		{60 * time.Minute, running, "4"},  // 4 GB × 1 h
+		{90 * time.Minute, stopping, "6"}, // still provisioned
+		{95 * time.Minute, stopped, "6"},  // nothing back
+		{100 * time.Minute, folded, "6"},  // Vercel says 89 min: nothing back, nothing twice
+		{120 * time.Minute, folded, "6"},  // stopped: no burn
+	} {
+		now := t0.Add(step.at)
+		o := usedObjectOf("", step.sbx.Status.Usage, 0)
+		o.lifetime = o.lifetime.Add(provisionedSoFar(step.sbx, now))
+		objects := map[types.UID]usedObject{"a": o}
+		deltas, tracked := tracker.observe(key, "uid-q", objects)
+		use := namespaceUse{objects: objects, deltas: deltas, tracked: tracked}
+		spent, counted, err := use.budgetAmounts(b, st, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		next, err := decideBudget(budgetInput{budget: b, prev: st, spent: spent, counted: counted, now: now, poll: 10 * time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(next.Spent) != step.want {
+			t.Errorf("at %v: spent %s GB-hours, want %s", step.at, next.Spent, step.want)
+		}
+		st = &next
 	}
 }

@@ -33,7 +33,7 @@ func TestDecideBudget(t *testing.T) {
 	}
 	// prev is a status counted a minute ago that spent spent this month.
 	prev := func(spent string, at time.Time, start time.Time) *sandboxv1.SandboxBudgetStatus {
-		return &sandboxv1.SandboxBudgetStatus{Name: "team", Unit: sandboxv1.BudgetMoney, CountedAt: &metav1.Time{Time: at},
+		return &sandboxv1.SandboxBudgetStatus{Name: "team", Unit: sandboxv1.BudgetMoney, CountedAt: &metav1.MicroTime{Time: at},
 			Slices: []sandboxv1.BudgetSlice{{Start: metav1.Time{Time: start}, Spent: sandboxv1.Decimal(spent)}}}
 	}
 	for _, tc := range []struct {
@@ -57,11 +57,13 @@ func TestDecideBudget(t *testing.T) {
 			prev("9", now.Add(-2*time.Minute), dec15), "0.5", now, sandboxv1.BudgetActionWarn, "9.5", 95, ""},
 		{"a count right after another keeps the rate measured before", budget(nil), func() *sandboxv1.SandboxBudgetStatus {
 			p := prev("9", now.Add(-10*time.Second), dec15)
-			p.BurnPerHour, p.BurnSince, p.BurnSpent = "30", &metav1.Time{Time: now.Add(-10 * time.Second)}, "0"
+			p.BurnPerHour, p.BurnSince, p.BurnSpent = "30", &metav1.MicroTime{Time: now.Add(-10 * time.Second)}, "0"
 			return p
 		}(), "0", now, sandboxv1.BudgetActionRefuse, "9", 90, "before the next count"},
 		{"a stretch shorter than the interval does not measure a rate yet", budget(nil), prev("9", now.Add(-10*time.Second), dec15), "0.5", now,
 			sandboxv1.BudgetActionWarn, "9.5", 95, "warning at 80"},
+		{"a late count projects over the interval the counts take", budget(nil), prev("9", now.Add(-3*time.Minute), dec15), "0.5", now,
+			sandboxv1.BudgetActionRefuse, "9.5", 95, "before the next count"},
 		{"a slow burn is not projected over the next count", budget(nil), prev("9", now.Add(-time.Hour), dec15), "0.5", now, sandboxv1.BudgetActionWarn, "9.5", 95, "warning at 80"},
 		{"stops at a hard limit when asked to", budget(func(b *sandboxv1.SandboxBudget) { b.Enforcement = sandboxv1.BudgetStop }),
 			prev("9.99", now.Add(-time.Hour), dec15), "0.02", now, sandboxv1.BudgetActionStop, "10.01", 100, "running Sandboxes are stopped"},
@@ -77,7 +79,7 @@ func TestDecideBudget(t *testing.T) {
 			prev("10", time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 11, 1, 4, 0, 0, 0, time.UTC)),
 			"0", time.Date(2026, 12, 1, 1, 0, 0, 0, time.UTC), sandboxv1.BudgetActionRefuse, "10", 100, ""},
 		{"a raw unit limit", budget(func(b *sandboxv1.SandboxBudget) { b.Unit = sandboxv1.BudgetActiveCPUHours; b.Limit = "2" }),
-			&sandboxv1.SandboxBudgetStatus{Name: "team", Unit: sandboxv1.BudgetActiveCPUHours, CountedAt: &metav1.Time{Time: now.Add(-time.Hour)},
+			&sandboxv1.SandboxBudgetStatus{Name: "team", Unit: sandboxv1.BudgetActiveCPUHours, CountedAt: &metav1.MicroTime{Time: now.Add(-time.Hour)},
 				Slices: []sandboxv1.BudgetSlice{{Start: metav1.Time{Time: dec15}, Spent: "1.5"}}},
 			"0.5", now, sandboxv1.BudgetActionRefuse, "2", 100, "2 of 2 ActiveCPUHours"},
 		{"a changed unit starts over", budget(func(b *sandboxv1.SandboxBudget) { b.Unit = sandboxv1.BudgetTransferGB }),

@@ -198,7 +198,7 @@ type SandboxBudgetStatus struct {
 	// so that a count triggered right after another does not read as a
 	// change of rate.
 	// +optional
-	BurnSince *metav1.Time `json:"burnSince,omitempty"`
+	BurnSince *metav1.MicroTime `json:"burnSince,omitempty"`
 	// burnSpent is what was spent since burnSince.
 	// +optional
 	BurnSpent Decimal `json:"burnSpent,omitempty"`
@@ -216,9 +216,10 @@ type SandboxBudgetStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	Message string `json:"message,omitempty"`
-	// countedAt is the last count.
+	// countedAt is the last count, to the microsecond: the burn rate
+	// divides by the time between two counts, which are seconds apart.
 	// +optional
-	CountedAt *metav1.Time `json:"countedAt,omitempty"`
+	CountedAt *metav1.MicroTime `json:"countedAt,omitempty"`
 	// counted is the lifetime amount of the namespace's objects at
 	// countedAt, in the budget's unit: after a manager restart, what they
 	// add beyond it is what they spent meanwhile.

@@ -224,7 +224,8 @@ export interface SandboxQuotaStatus {
      */
     counted?: string;
     /**
-     * countedAt is the last count.
+     * countedAt is the last count, to the microsecond: the burn rate
+     * divides by the time between two counts, which are seconds apart.
      *
      * Format: RFC 3339 time, e.g. "2026-01-02T15:04:05Z".
      */

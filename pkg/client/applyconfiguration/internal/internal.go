@@ -578,7 +578,7 @@ var schemaYAML = typed.YAMLObject(`types:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.Decimal
     - name: burnSince
       type:
-        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.MicroTime
     - name: burnSpent
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.Decimal
@@ -587,7 +587,7 @@ var schemaYAML = typed.YAMLObject(`types:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.Decimal
     - name: countedAt
       type:
-        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.MicroTime
     - name: currency
       type:
         scalar: string
@@ -1782,6 +1782,8 @@ var schemaYAML = typed.YAMLObject(`types:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
 - name: io.k8s.apimachinery.pkg.apis.meta.v1.ManagedFieldsOperationType
   scalar: string
+- name: io.k8s.apimachinery.pkg.apis.meta.v1.MicroTime
+  scalar: untyped
 - name: io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta
   map:
     fields:

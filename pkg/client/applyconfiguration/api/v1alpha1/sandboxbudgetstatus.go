@@ -39,7 +39,7 @@ type SandboxBudgetStatusApplyConfiguration struct {
 	// what was spent in it so far: the rate is measured over whole stretches,
 	// so that a count triggered right after another does not read as a
 	// change of rate.
-	BurnSince *v1.Time `json:"burnSince,omitempty"`
+	BurnSince *v1.MicroTime `json:"burnSince,omitempty"`
 	// burnSpent is what was spent since burnSince.
 	BurnSpent *apiv1alpha1.Decimal `json:"burnSpent,omitempty"`
 	// projected is spent plus burnPerHour until the window ends (a rolling
@@ -51,8 +51,9 @@ type SandboxBudgetStatusApplyConfiguration struct {
 	Action *apiv1alpha1.BudgetAction `json:"action,omitempty"`
 	// message says why the action is in force.
 	Message *string `json:"message,omitempty"`
-	// countedAt is the last count.
-	CountedAt *v1.Time `json:"countedAt,omitempty"`
+	// countedAt is the last count, to the microsecond: the burn rate
+	// divides by the time between two counts, which are seconds apart.
+	CountedAt *v1.MicroTime `json:"countedAt,omitempty"`
 	// counted is the lifetime amount of the namespace's objects at
 	// countedAt, in the budget's unit: after a manager restart, what they
 	// add beyond it is what they spent meanwhile.
@@ -127,7 +128,7 @@ func (b *SandboxBudgetStatusApplyConfiguration) WithBurnPerHour(value apiv1alpha
 // WithBurnSince sets the BurnSince field in the declarative configuration to the given value
 // and returns the receiver, so that objects can be built by chaining "With" function invocations.
 // If called multiple times, the BurnSince field is set to the value of the last call.
-func (b *SandboxBudgetStatusApplyConfiguration) WithBurnSince(value v1.Time) *SandboxBudgetStatusApplyConfiguration {
+func (b *SandboxBudgetStatusApplyConfiguration) WithBurnSince(value v1.MicroTime) *SandboxBudgetStatusApplyConfiguration {
 	b.BurnSince = &value
 	return b
 }
@@ -175,7 +176,7 @@ func (b *SandboxBudgetStatusApplyConfiguration) WithMessage(value string) *Sandb
 // WithCountedAt sets the CountedAt field in the declarative configuration to the given value
 // and returns the receiver, so that objects can be built by chaining "With" function invocations.
 // If called multiple times, the CountedAt field is set to the value of the last call.
-func (b *SandboxBudgetStatusApplyConfiguration) WithCountedAt(value v1.Time) *SandboxBudgetStatusApplyConfiguration {
+func (b *SandboxBudgetStatusApplyConfiguration) WithCountedAt(value v1.MicroTime) *SandboxBudgetStatusApplyConfiguration {
 	b.CountedAt = &value
 	return b
 }
