@@ -33,7 +33,7 @@ type budgetInput struct {
 	counted  *big.Rat
 	currency string
 	now      time.Time
-	// poll is the time to the next count.
+	// poll is the time to the next count (the count interval).
 	poll time.Duration
 }
 
@@ -224,7 +224,7 @@ func burnRate(in budgetInput) (rate *big.Rat, since time.Time, acc *big.Rat) {
 	return rate, in.now, new(big.Rat)
 }
 
-// countHorizon is how far ahead NextCount projects: the poll interval, or
+// countHorizon is how far ahead NextCount projects: the count interval, or
 // the time the last count took to come when it came late (a loaded manager
 // counts less often than it asks to; up to two intervals, so that a gap
 // after a restart does not read as the cadence).

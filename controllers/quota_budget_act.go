@@ -27,16 +27,21 @@ import (
 	"github.com/getsentry/sandbox-controller/internal/notify"
 )
 
-// defaultBudgetPoll is how often budgets are counted when the manager sets
-// no poll interval: the Sandboxes' own poll, which is how often their usage
+// defaultBudgetPoll is the poll interval budgets assume when the manager
+// sets none: the Sandboxes' own poll, which is how often their usage
 // changes.
 const defaultBudgetPoll = 10 * time.Second
 
-func (r *SandboxQuotaReconciler) budgetPoll() time.Duration {
+// budgetCountInterval is how often budgets are counted: twice per poll
+// interval. A count acts on a crossing since the last one, so counting once
+// per interval would put the latency at up to a whole interval plus however
+// late the manager runs; twice keeps it within one interval (issue 33's
+// target) at the cost of one more status write per quota with budgets.
+func (r *SandboxQuotaReconciler) budgetCountInterval() time.Duration {
 	if r.PollInterval > 0 {
-		return r.PollInterval
+		return r.PollInterval / 2
 	}
-	return defaultBudgetPoll
+	return defaultBudgetPoll / 2
 }
 
 // reconcileBudgets counts q's budgets into q.Status (before is the status
@@ -89,8 +94,8 @@ func (r *SandboxQuotaReconciler) reconcileBudgets(ctx context.Context, q *sandbo
 	// Counts keep a fixed cadence: the time this one took (the lists, the
 	// stops) does not stretch the interval, so the latency from a crossing
 	// to the action stays within one interval.
-	poll := r.budgetPoll()
-	return max(poll-time.Since(now), poll/10), nil
+	every := r.budgetCountInterval()
+	return max(every-time.Since(now), every/10), nil
 }
 
 // countBudget is one budget's next status.
@@ -106,7 +111,7 @@ func (r *SandboxQuotaReconciler) countBudget(use namespaceUse, b sandboxv1.Sandb
 			break
 		}
 	}
-	return decideBudget(budgetInput{budget: b, prev: prev, spent: spent, counted: counted, currency: currency, now: now, poll: r.budgetPoll()})
+	return decideBudget(budgetInput{budget: b, prev: prev, spent: spent, counted: counted, currency: currency, now: now, poll: r.budgetCountInterval()})
 }
 
 func budgetStatus(list []sandboxv1.SandboxBudgetStatus, name string) *sandboxv1.SandboxBudgetStatus {
@@ -236,7 +241,10 @@ func budgetNoticeID(q *sandboxv1.SandboxQuota, typ string, b sandboxv1.SandboxBu
 // stopRunning stops the running Sandboxes of q's namespace, for a budget
 // with enforcement Stop: it sets their spec.state to Stopped, as a user
 // would, so the stop is visible and lasts (a resume waits while the budget
-// refuses). One BudgetStopped event on each.
+// refuses). One BudgetStopped event on each. A Sandbox with no session
+// running costs nothing and is left alone: one that waits to start (a pool
+// member its pool resumes) waits for the budget anyway, and stopping it
+// again would fight its owner on every count.
 func (r *SandboxQuotaReconciler) stopRunning(ctx context.Context, q *sandboxv1.SandboxQuota) error {
 	list := &sandboxv1.SandboxList{}
 	if err := r.List(ctx, list, client.InNamespace(q.Namespace)); err != nil {
@@ -244,7 +252,7 @@ func (r *SandboxQuotaReconciler) stopRunning(ctx context.Context, q *sandboxv1.S
 	}
 	for i := range list.Items {
 		s := &list.Items[i]
-		if s.Spec.State == sandboxv1.SandboxStateStopped || !s.DeletionTimestamp.IsZero() {
+		if s.Spec.State == sandboxv1.SandboxStateStopped || !s.DeletionTimestamp.IsZero() || !sessionBilled(s) {
 			continue
 		}
 		patch := client.MergeFrom(s.DeepCopy())

@@ -161,10 +161,7 @@ func (r *SandboxQuotaReconciler) countNamespace(ctx context.Context, q *sandboxv
 // Active CPU and transfer are known only at the stop.
 func provisionedSoFar(s *sandboxv1.Sandbox, now time.Time) cost.Metered {
 	st := s.Status
-	if st.SessionID == "" || st.StartedAt == nil || st.StoppedAt != nil {
-		return cost.Metered{}
-	}
-	if u := st.Usage; u != nil && u.Current != nil && u.Current.SessionID == st.SessionID && u.Current.EndedAt != nil {
+	if !sessionBilled(s) || st.StartedAt == nil {
 		return cost.Metered{}
 	}
 	elapsed := now.Sub(st.StartedAt.Time).Milliseconds()
@@ -176,6 +173,16 @@ func provisionedSoFar(s *sandboxv1.Sandbox, now time.Time) cost.Metered {
 		vcpus = vcpusOf(s)
 	}
 	return cost.Metered{MemoryMBMillis: vcpus * memoryPerVCPU * elapsed}
+}
+
+// sessionBilled: s has a session that has not been seen to stop.
+func sessionBilled(s *sandboxv1.Sandbox) bool {
+	st := s.Status
+	if st.SessionID == "" || st.StoppedAt != nil {
+		return false
+	}
+	u := st.Usage
+	return u == nil || u.Current == nil || u.Current.SessionID != st.SessionID || u.Current.EndedAt == nil
 }
 
 func usedObjectOf(class string, u *sandboxv1.SandboxUsage, storage int64) usedObject {

@@ -8,6 +8,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -120,6 +121,40 @@ var _ = Describe("SandboxQuota budgets", func() {
 		Eventually(func() int { return runningSessions(ns) }).Should(BeZero(), "a session still runs in the emulator")
 	})
 
+	It("stop a pool's warm member at a Stop budget; the pool resumes it, which waits for the budget without a fight, and refills when the budget is raised", func() {
+		ns := newNamespace()
+		pool := newPool(ns, "warm", 1, poolTemplate())
+		member := client.ObjectKeyFromObject(&waitPoolReady(pool, 1)[0])
+		// A few seconds of the member's memory; no projection: it runs to
+		// the limit.
+		q := newBudgetQuota(ns, "hard", sandboxv1.SandboxBudget{Name: "mem", Unit: sandboxv1.BudgetMemoryGBHours, Limit: "0.004",
+			Enforcement: sandboxv1.BudgetStop, Window: sandboxv1.BudgetWindow{RollingSeconds: ptr.To[int64](3600)}, Projection: sandboxv1.BudgetProjectNone})
+		Eventually(budget(q, "mem"), 30*time.Second).Should(HaveField("Action", sandboxv1.BudgetActionStop))
+		expectEvent(member, "Warning BudgetStopped: SandboxQuota hard")
+		Eventually(func() int { return runningSessions(ns) }).Should(BeZero(), "the member's session ended")
+
+		By("the pool sets its member Running again; the resume waits for the budget, and the quota leaves it alone")
+		Eventually(readyCondition(member)).Should(And(HaveField("Reason", sandboxv1.ReasonQuotaExceeded),
+			HaveField("Message", ContainSubstring("budget mem is spent"))))
+		Expect(getSandbox(member).Spec.State).NotTo(Equal(sandboxv1.SandboxStateStopped))
+		Consistently(func(g Gomega) {
+			g.Expect(getSandbox(member).Spec.State).NotTo(Equal(sandboxv1.SandboxStateStopped), "stopped again: the quota and the pool fight")
+			g.Expect(runningSessions(ns)).To(BeZero(), "a session started past the budget")
+		}, 3*pollInterval).Should(Succeed())
+		Eventually(func() string { return poolReadyReason(pool) }).Should(Equal(sandboxv1.ReasonQuotaExceeded))
+
+		By("raising the limit: the member runs and the pool is ready to claim again")
+		Eventually(func() error {
+			cur := &sandboxv1.SandboxQuota{}
+			if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(q), cur); err != nil {
+				return err
+			}
+			cur.Spec.Budgets[0].Limit = "10"
+			return k8sClient.Update(ctx, cur)
+		}).Should(Succeed())
+		waitPoolReady(pool, 1)
+	})
+
 	It("refuse before the limit when the burn rate would cross it before the next count", func() {
 		ns := newNamespace()
 		q := newBudgetQuota(ns, "burn", sandboxv1.SandboxBudget{Name: "starts", Unit: sandboxv1.BudgetCreations, Limit: "3",
@@ -195,4 +230,13 @@ func quotaCondition(q *sandboxv1.SandboxQuota, typ string) func(Gomega) metav1.C
 		g.Expect(cur.Status.Conditions).To(ContainElement(HaveField("Type", typ)))
 		return metav1.Condition{}
 	}
+}
+
+// poolReadyReason is the reason of a pool's Ready condition.
+func poolReadyReason(key types.NamespacedName) string {
+	GinkgoHelper()
+	if c := meta.FindStatusCondition(getPool(key).Status.Conditions, sandboxv1.ConditionReady); c != nil {
+		return c.Reason
+	}
+	return ""
 }

@@ -103,7 +103,7 @@ var _ = Describe("SandboxQuota budget timing", Serial, func() {
 		ns, _, rate := burning(1)
 		// Per projection 20 budgets (two quotas of ten: a quota holds at
 		// most 16) crossing 8 s to 9.9 s after their first count, 0.1 s
-		// apart: every phase of the 2 s count cadence.
+		// apart: every phase of the count cadence (twice per poll interval).
 		hour := sandboxv1.BudgetWindow{RollingSeconds: ptr.To[int64](3600)}
 		var quotas []*sandboxv1.SandboxQuota
 		for _, p := range []sandboxv1.BudgetProjection{sandboxv1.BudgetProjectNone, sandboxv1.BudgetProjectNextCount} {

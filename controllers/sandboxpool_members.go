@@ -44,9 +44,7 @@ func (r *SandboxPoolReconciler) keepMembers(ctx context.Context, pool *sandboxv1
 				ready++
 			}
 			live = append(live, m)
-			// A running, set-up member is claimable, and a Stopped pool
-			// pauses it all the same: it is billed while it runs.
-			if err := r.pauseWhenSetUp(ctx, pool, m); err != nil {
+			if err := r.keepMemberState(ctx, pool, m); err != nil {
 				return err
 			}
 		}
@@ -165,16 +163,25 @@ func memberPrefix(pool string) string {
 	return derivedName(pool, "-")[:min(len(pool)+1, maxObjectNameLength-5)]
 }
 
-// pauseWhenSetUp stops a member whose pool keeps members Stopped, once its
-// setup succeeded in a running session.
-func (r *SandboxPoolReconciler) pauseWhenSetUp(ctx context.Context, pool *sandboxv1.SandboxPool, m *sandboxv1.Sandbox) error {
-	if memberStateOf(pool) != sandboxv1.SandboxStateStopped || m.Spec.State == sandboxv1.SandboxStateStopped || !memberRunningReady(m) {
+// keepMemberState holds an unclaimed member in the pool's memberState. A
+// pool that keeps members Stopped pauses a member once its setup succeeded
+// in a running session (a running, set-up member is claimable, and billed
+// while it runs). A pool that keeps them Running resumes a member something
+// else stopped — a SandboxQuota budget with enforcement Stop: the resume
+// waits for the budget like any start, so the pool fills again by itself
+// when the budget lets go.
+func (r *SandboxPoolReconciler) keepMemberState(ctx context.Context, pool *sandboxv1.SandboxPool, m *sandboxv1.Sandbox) error {
+	want := memberStateOf(pool)
+	switch {
+	case want == sandboxv1.SandboxStateStopped && m.Spec.State != sandboxv1.SandboxStateStopped && memberRunningReady(m):
+	case want != sandboxv1.SandboxStateStopped && m.Spec.State == sandboxv1.SandboxStateStopped:
+	default:
 		return nil
 	}
-	m.Spec.State = sandboxv1.SandboxStateStopped
+	m.Spec.State = want
 	// At its resourceVersion: a claimant that marked it first wins.
 	if err := r.Update(ctx, m); err != nil && !apierrors.IsConflict(err) {
-		return fmt.Errorf("pause member %s: %w", m.Name, err)
+		return fmt.Errorf("set member %s to %s: %w", m.Name, want, err)
 	}
 	return nil
 }
