@@ -104,12 +104,9 @@ func (r *SandboxQuotaReconciler) countBudget(use namespaceUse, b sandboxv1.Sandb
 	if err != nil {
 		return sandboxv1.SandboxBudgetStatus{}, err
 	}
-	currency := sandboxv1.DefaultCurrency
-	for _, o := range use.objects {
-		if p := use.prices[o.class]; p != nil && p.Currency != "" {
-			currency = p.Currency
-			break
-		}
+	currency, err := use.currency()
+	if err != nil && unitOf(b) == sandboxv1.BudgetMoney {
+		return sandboxv1.SandboxBudgetStatus{}, err
 	}
 	return decideBudget(budgetInput{budget: b, prev: prev, spent: spent, counted: counted, currency: currency, now: now, poll: r.budgetCountInterval()})
 }

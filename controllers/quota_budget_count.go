@@ -16,6 +16,8 @@ import (
 	"context"
 	"fmt"
 	"math/big"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -284,4 +286,36 @@ func (u namespaceUse) storageSince(since, now time.Time) (*big.Rat, error) {
 // int64.
 func byteSeconds(bytes, ms int64) int64 {
 	return bytes*(ms/1000) + bytes*(ms%1000)/1000
+}
+
+// currency is the one currency the namespace's objects are priced in. Money
+// in two currencies cannot be added: a Money budget over them is an error
+// naming the classes (budgets in raw units still count).
+func (u namespaceUse) currency() (string, error) {
+	byCurrency := map[string]string{} // currency → a class priced in it
+	for _, o := range u.objects {
+		c := sandboxv1.DefaultCurrency
+		if p := u.prices[o.class]; p != nil && p.Currency != "" {
+			c = p.Currency
+		}
+		if _, ok := byCurrency[c]; !ok || o.class < byCurrency[c] {
+			byCurrency[c] = o.class
+		}
+	}
+	if len(byCurrency) <= 1 {
+		for c := range byCurrency {
+			return c, nil
+		}
+		return sandboxv1.DefaultCurrency, nil
+	}
+	var parts []string
+	for c, class := range byCurrency {
+		if class == "" {
+			class = "(no class)"
+		}
+		parts = append(parts, fmt.Sprintf("%s in %s", class, c))
+	}
+	sort.Strings(parts)
+	return "", fmt.Errorf("the namespace's objects are priced in more than one currency (SandboxClass %s): a Money budget cannot add them; give the classes one spec.prices.currency or use a budget in raw units",
+		strings.Join(parts, ", "))
 }

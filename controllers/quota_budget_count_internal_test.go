@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -138,5 +139,19 @@ func TestBudgetCountsARunningSessionsMemoryOnce(t *testing.T) {
 			t.Errorf("at %v: spent %s GB-hours, want %s", step.at, next.Spent, step.want)
 		}
 		st = &next
+	}
+}
+
+// TestMoneyInTwoCurrenciesIsAnError: a namespace whose classes price in two
+// currencies cannot be summed in money; the error names the classes.
+func TestMoneyInTwoCurrenciesIsAnError(t *testing.T) {
+	eur := &sandboxv1.SandboxPrices{Currency: "EUR"}
+	use := namespaceUse{objects: map[types.UID]usedObject{"a": {class: "euro"}, "b": {class: ""}}, prices: map[string]*sandboxv1.SandboxPrices{"euro": eur}}
+	if _, err := use.currency(); err == nil || !strings.Contains(err.Error(), "(no class) in USD, euro in EUR") {
+		t.Errorf("got %v, want an error naming both classes and currencies", err)
+	}
+	use.objects = map[types.UID]usedObject{"a": {class: "euro"}}
+	if c, err := use.currency(); err != nil || c != "EUR" {
+		t.Errorf("one class in EUR: got %q, %v", c, err)
 	}
 }
