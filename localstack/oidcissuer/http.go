@@ -26,7 +26,8 @@ type MintResponse struct {
 //
 //	GET  /<team>/.well-known/openid-configuration  discovery
 //	GET  /<team>/.well-known/jwks                  the key set
-//	POST /_issuer/token                             mint (admin bearer token)
+//	POST /_issuer/token                             mint (admin bearer token; the
+//	                                                token alone with Accept: text/plain)
 func (i *Issuer) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{team}/.well-known/openid-configuration", i.serveDiscovery)
@@ -90,6 +91,12 @@ func (i *Issuer) serveMint(w http.ResponseWriter, r *http.Request) {
 	ttl := req.TTL
 	if ttl == 0 {
 		ttl = DefaultTTL
+	}
+	if r.Header.Get("Accept") == "text/plain" { // TOKEN=$(curl …) needs no jq
+		w.Header().Set("Content-Type", "text/plain")
+		w.Header().Set("Cache-Control", "no-store")
+		_, _ = w.Write([]byte(tok))
+		return
 	}
 	writeJSON(w, http.StatusOK, MintResponse{Token: tok, ExpiresAt: req.IssuedAt.Add(ttl).Unix()})
 }

@@ -8,6 +8,9 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -208,11 +211,15 @@ func TestDiscoveryOverHTTPS(t *testing.T) {
 func TestMintEndpoint(t *testing.T) {
 	iss := start(t, oidcissuer.Options{})
 	hc := trusting(t, iss)
+	accept := ""
 	post := func(auth, body string) (int, string) {
 		t.Helper()
 		req, err := http.NewRequest("POST", iss.MintURL(), strings.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
+		}
+		if accept != "" {
+			req.Header.Set("Accept", accept)
 		}
 		if auth != "" {
 			req.Header.Set("Authorization", "Bearer "+auth)
@@ -243,6 +250,12 @@ func TestMintEndpoint(t *testing.T) {
 	if c["exp"].(float64)-c["iat"].(float64) != 60 || int64(c["exp"].(float64)) != resp.ExpiresAt {
 		t.Errorf("ttlSeconds 60: iat %v exp %v expiresAt %d", c["iat"], c["exp"], resp.ExpiresAt)
 	}
+	// As make dev's banner fetches it: the token alone.
+	accept = "text/plain"
+	if code, raw := post(iss.AdminToken(), good); code != 200 || payload(t, raw)["sub"] != "owner:acme:project:junior:environment:production" {
+		t.Errorf("Accept: text/plain: %d, want the bare token", code)
+	}
+	accept = ""
 	for body, field := range map[string]string{
 		`{"team":"acme","project":"junior","environment":"staging"}`:                    "environment",
 		`{"team":"Acme!","project":"junior","environment":"production"}`:                "team",
@@ -311,5 +324,44 @@ func TestAuthenticationConfig(t *testing.T) {
 	}
 	if _, err := iss.AuthenticationConfig(); err == nil {
 		t.Error("AuthenticationConfig() with no trust accepted")
+	}
+}
+
+// TestDocumentedConfigIsTheTestedOne: docs/clients.md's
+// AuthenticationConfiguration, with this issuer's URL and CA in place of
+// Vercel's, is exactly what the local control plane runs with (and what
+// test/clients' TestOIDC proves), so the documented rules are the tested ones.
+func TestDocumentedConfigIsTheTestedOne(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "clients.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(doc), "```yaml\napiVersion: apiserver.config.k8s.io/v1\n")
+	if !ok {
+		t.Fatal("docs/clients.md has no AuthenticationConfiguration block")
+	}
+	block, _, _ = strings.Cut(block, "```")
+	var documented map[string]any
+	if err := yaml.Unmarshal([]byte("apiVersion: apiserver.config.k8s.io/v1\n"+block), &documented); err != nil {
+		t.Fatal(err)
+	}
+	iss := start(t, oidcissuer.Options{})
+	jwt := documented["jwt"].([]any)[0].(map[string]any)
+	issuer := jwt["issuer"].(map[string]any)
+	if issuer["url"] != "https://oidc.vercel.com/acme" {
+		t.Fatalf("the documented issuer is %v, want Vercel's for team acme", issuer["url"])
+	}
+	issuer["url"], issuer["certificateAuthority"] = iss.IssuerURL("acme"), string(iss.CAPEM())
+	raw, err := iss.AuthenticationConfig(oidcissuer.Trust{Team: "acme", Functions: []oidcissuer.Function{{Project: "junior", Environment: "production"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var generated map[string]any
+	if err := yaml.Unmarshal(raw, &generated); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(documented, generated) {
+		want, _ := yaml.Marshal(documented)
+		t.Errorf("docs/clients.md's configuration:\n%s\nthe local control plane's:\n%s", want, raw)
 	}
 }
