@@ -37,7 +37,6 @@ import (
 	"github.com/getsentry/sandbox-controller/internal/notify"
 	"github.com/getsentry/sandbox-controller/localstack"
 	"github.com/getsentry/sandbox-controller/localstack/emulator"
-	"github.com/getsentry/sandbox-controller/localstack/oidcissuer"
 	"github.com/getsentry/sandbox-controller/localstack/procfs"
 )
 
@@ -164,11 +163,9 @@ func run(c config) int {
 		fmt.Println("Stopped.")
 	}()
 
-	var oidcTrust []oidcissuer.Trust
-	if c.oidc {
-		if oidcTrust, err = parseOIDCTrust(c.oidcTrust); err != nil {
-			return fail("%v", err)
-		}
+	oidcTrust, err := c.oidcTrusts()
+	if err != nil {
+		return fail("%v", err)
 	}
 	tenants, err := newDevTenants()
 	if err != nil {
@@ -227,14 +224,8 @@ func run(c config) int {
 	}
 	emuURL, emu := stack.EmulatorURL, stack.Emulator
 	fmt.Printf("Started the Vercel Sandbox API emulator at %s (data in %s)\n", emuURL, paths.emulatorData)
-	if c.oidc {
-		files := newOIDCFiles(stateDir)
-		cleanups = append(cleanups, files.remove)
-		banner, err := writeOIDC(stack, oidcTrust, files)
-		if err != nil {
-			return fail("OIDC: %v", err)
-		}
-		fmt.Print(banner)
+	if err := announceOIDC(stack, oidcTrust, stateDir, &cleanups); err != nil {
+		return fail("OIDC: %v", err)
 	}
 
 	if c.deployed {

@@ -15,6 +15,30 @@ import (
 // production deployments only.
 const defaultOIDCTrust = "acme/junior/production"
 
+// oidcTrusts is what --oidc-trust says, nil without --oidc.
+func (c config) oidcTrusts() ([]oidcissuer.Trust, error) {
+	if !c.oidc {
+		return nil, nil
+	}
+	return parseOIDCTrust(c.oidcTrust)
+}
+
+// announceOIDC writes the files a user of the issuer needs (removed again
+// on exit) and prints how to mint a token; nothing without trusts.
+func announceOIDC(stack *localstack.Stack, trusts []oidcissuer.Trust, stateDir string, cleanups *[]func()) error {
+	if len(trusts) == 0 {
+		return nil
+	}
+	files := newOIDCFiles(stateDir)
+	*cleanups = append(*cleanups, files.remove)
+	banner, err := writeOIDC(stack, trusts, files)
+	if err != nil {
+		return err
+	}
+	fmt.Print(banner)
+	return nil
+}
+
 // parseOIDCTrust reads --oidc-trust: comma-separated team/project/environment
 // triples, grouped by team in the order given.
 func parseOIDCTrust(s string) ([]oidcissuer.Trust, error) {
