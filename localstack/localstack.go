@@ -32,6 +32,7 @@ import (
 	"github.com/getsentry/sandbox-controller/localstack/admissionpolicy"
 	"github.com/getsentry/sandbox-controller/localstack/controlplane"
 	"github.com/getsentry/sandbox-controller/localstack/emulator"
+	"github.com/getsentry/sandbox-controller/localstack/oidcissuer"
 )
 
 // The emulator's scope: any team and project id work, these are the ones
@@ -64,6 +65,10 @@ type Options struct {
 	// empty); "-" creates it without serving it, for callers that serve
 	// Emulator.Handler() behind their own recorder.
 	EmulatorAddr string
+	// OIDC, when set, starts a local OIDC issuer shaped like Vercel's
+	// (localstack/oidcissuer) before the API server, which trusts it for
+	// these teams' functions (oidc.go).
+	OIDC []oidcissuer.Trust
 }
 
 // Stack is a running local environment.
@@ -78,6 +83,9 @@ type Stack struct {
 	Emulator *emulator.Emulator
 	// EmulatorURL is where the emulator serves; empty with EmulatorAddr "-".
 	EmulatorURL string
+	// OIDCIssuer is the issuer the API server trusts; nil without
+	// Options.OIDC.
+	OIDCIssuer *oidcissuer.Issuer
 
 	ownDataDir string
 }
@@ -112,6 +120,9 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		Workloads:         opts.Workloads,
 		Out:               opts.ControlPlaneLog,
 	}
+	if cpOpts.AuthenticationConfig, err = s.startOIDCIssuer(opts.OIDC); err != nil {
+		return nil, err
+	}
 	if !opts.InstallNothing {
 		if cpOpts.CRDs, err = controlplane.Render(s.RepoRoot, filepath.Join("config", "crd")); err != nil {
 			return nil, fmt.Errorf("render the CRDs: %w", err)
@@ -121,6 +132,9 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		return nil, err
 	}
 	s.Config = s.ControlPlane.Config
+	if err := s.waitOIDCReady(ctx, opts.OIDC); err != nil {
+		return nil, err
+	}
 	if s.Client, err = client.New(s.Config, client.Options{Scheme: s.Scheme}); err != nil {
 		return nil, err
 	}
@@ -172,6 +186,9 @@ func (s *Stack) Stop() error {
 	}
 	if s.ControlPlane != nil {
 		errs = append(errs, s.ControlPlane.Stop())
+	}
+	if s.OIDCIssuer != nil {
+		errs = append(errs, s.OIDCIssuer.Close())
 	}
 	if s.ownDataDir != "" {
 		errs = append(errs, os.RemoveAll(s.ownDataDir))

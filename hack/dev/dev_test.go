@@ -46,7 +46,7 @@ func TestDev(t *testing.T) {
 
 	stateDir := t.TempDir()
 	start := time.Now()
-	dev := exec.Command(bin, "--state-dir", stateDir, "--poll-interval", "5s")
+	dev := exec.Command(bin, "--state-dir", stateDir, "--poll-interval", "5s", "--oidc")
 	dev.Dir = root
 	dev.Env = append(os.Environ(), "KUBEBUILDER_ASSETS="+assets)
 	out := newWatcher(ReadyLine)
@@ -240,6 +240,24 @@ func TestDev(t *testing.T) {
 		}
 	}
 
+	// The same function with the platform's OIDC token (--oidc): the
+	// RoleBinding of docs/clients.md as written, a token minted with the
+	// commands the banner prints, and kubectl as that user in team-a only.
+	runCmdIn(t, root, kenv, docsBlock(t, root, "docs/clients.md", "#### The function's RoleBinding (OIDC)", "```yaml\n"), "kubectl", "apply", "-f", "-")
+	mintAndUse := match(t, printed, `(?s)\n  (source \S+/oidc\.env\n.*? auth whoami)\n`)[1]
+	mintAndUse = strings.ReplaceAll(mintAndUse, "\n  ", "\n")
+	if who := runCmd(t, root, nil, "bash", "-ec", mintAndUse); !strings.Contains(who, "vercel:owner:acme:project:junior:environment:production") {
+		t.Errorf("the banner's OIDC commands authenticate as:\n%s", who)
+	}
+	inTeamA := strings.Replace(mintAndUse, " auth whoami", " -n team-a get sbx -o name", 1)
+	if got := runCmd(t, root, nil, "bash", "-ec", inTeamA); !strings.Contains(got, "sandbox.sandbox.sentry.io/") {
+		t.Errorf("the OIDC user lists no Sandbox in team-a: %q", got)
+	}
+	inDefault := strings.Replace(mintAndUse, " auth whoami", " -n default get sbx", 1)
+	if out, err := exec.Command("bash", "-ec", inDefault).CombinedOutput(); err == nil || !strings.Contains(string(out), "forbidden") {
+		t.Errorf("the OIDC user in namespace default: want forbidden, got %v\n%s", err, out)
+	}
+
 	// A second instance on the same state dir refuses, naming the first.
 	second := exec.Command(bin, "--state-dir", stateDir)
 	second.Dir, second.Env = root, dev.Env
@@ -331,8 +349,10 @@ func TestDev(t *testing.T) {
 	if left := processesUsing(stateDir); len(left) > 0 {
 		t.Errorf("processes still using %s after dev exited: %v", stateDir, left)
 	}
-	if _, err := os.Stat(kubeconfig); !os.IsNotExist(err) {
-		t.Errorf("the kubeconfig of a stopped environment is still there (%v)", err)
+	for _, f := range []string{kubeconfig, filepath.Join(stateDir, "oidc.env")} {
+		if _, err := os.Stat(f); !os.IsNotExist(err) {
+			t.Errorf("%s of a stopped environment is still there (%v)", f, err)
+		}
 	}
 	if fi, err := os.Stat(filepath.Join(stateDir, "manager.log")); err != nil || fi.Size() == 0 {
 		t.Errorf("manager.log is missing or empty (%v)", err)

@@ -60,6 +60,10 @@ type config struct {
 	// deployed runs no manager in-process: `make deploy` installs it and
 	// localstack/kubelet runs its Deployment's pods (deployed.go).
 	deployed bool
+	// oidc starts a local OIDC issuer the API server trusts for oidcTrust
+	// (oidc.go).
+	oidc      bool
+	oidcTrust string
 }
 
 func main() {
@@ -76,6 +80,8 @@ func main() {
 	flag.IntVar(&c.concurrency, "max-concurrent-reconciles", 32, "Reconciles of each kind that run in parallel.")
 	flag.IntVar(&c.vercelInFlight, "vercel-max-in-flight", 32, "Vercel requests in flight at once, shared by all kinds (0: no bound).")
 	flag.BoolVar(&c.deployed, "deployed", false, "Start no manager and install nothing: follow the README's \"Install on a cluster\" against this control plane (make deploy), whose Deployment's pods a local kubelet runs as processes.")
+	flag.BoolVar(&c.oidc, "oidc", false, "Start a local OIDC issuer shaped like Vercel's and start the API server trusting it (--authentication-config), as docs/clients.md's serverless clients authenticate; prints how to mint a token.")
+	flag.StringVar(&c.oidcTrust, "oidc-trust", defaultOIDCTrust, "With --oidc: the functions the API server accepts, comma-separated team/project/environment.")
 	c.zap = zap.Options{Development: true}
 	c.zap.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -157,6 +163,10 @@ func run(c config) int {
 		fmt.Println("Stopped.")
 	}()
 
+	oidcTrust, err := c.oidcTrusts()
+	if err != nil {
+		return fail("%v", err)
+	}
 	tenants, err := newDevTenants()
 	if err != nil {
 		return fail("%v", err)
@@ -172,6 +182,7 @@ func run(c config) int {
 		Workloads:         c.deployed,
 		InstallNothing:    c.deployed,
 		ControlPlaneLog:   cpLog,
+		OIDC:              oidcTrust,
 		Emulator: emulator.Options{
 			DataDir: paths.emulatorData,
 			Exec:    c.emulatorExec,
@@ -213,6 +224,9 @@ func run(c config) int {
 	}
 	emuURL, emu := stack.EmulatorURL, stack.Emulator
 	fmt.Printf("Started the Vercel Sandbox API emulator at %s (data in %s)\n", emuURL, paths.emulatorData)
+	if err := announceOIDC(stack, oidcTrust, stateDir, &cleanups); err != nil {
+		return fail("OIDC: %v", err)
+	}
 
 	if c.deployed {
 		return runDeployed(ctx, stack, paths, fail, &cleanups)

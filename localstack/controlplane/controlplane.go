@@ -76,6 +76,13 @@ type Options struct {
 	// CRDs is a YAML stream of CustomResourceDefinitions (Render's output for
 	// config/crd) installed before Start returns, established and served.
 	CRDs []byte
+	// AuthenticationConfig, when set, is an AuthenticationConfiguration
+	// (apiserver.config.k8s.io/v1) kube-apiserver is started with
+	// (--authentication-config), e.g. a JWT authenticator trusting
+	// localstack/oidcissuer. Its issuers must serve by then: the API server
+	// fetches their discovery documents in the background from the start and
+	// refuses their tokens until it has.
+	AuthenticationConfig []byte
 	// Out receives the control plane's own output; discarded when nil.
 	Out io.Writer
 }
@@ -144,6 +151,13 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	}
 	cp.Env.ControlPlane.Etcd = &envtest.Etcd{DataDir: cp.path("etcd"), Out: out, Err: out}
 	cp.Env.ControlPlane.APIServer = &envtest.APIServer{CertDir: cp.path("certs"), Out: out, Err: out}
+	if len(opts.AuthenticationConfig) > 0 {
+		path := cp.path("authentication-config.yaml")
+		if err := os.WriteFile(path, opts.AuthenticationConfig, 0o600); err != nil {
+			return nil, err
+		}
+		cp.Env.ControlPlane.APIServer.Configure().Set("authentication-config", path)
+	}
 	if cp.Config, err = cp.Env.Start(); err != nil {
 		return nil, fmt.Errorf("start kube-apiserver and etcd: %w", err)
 	}
