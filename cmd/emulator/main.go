@@ -74,6 +74,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 		credsFile    = fs.String("credentials-file", "", "JSON list of further credentials, each for its own teams and projects: [{\"token\":..., \"teams\":[...], \"projects\":[...]}] (tenants in tests)")
 		jwksFile     = fs.String("oidc-jwks-file", "", "accept OIDC tokens (JWTs) signed by a key of this JSON Web Key Set (RS256/ES256); default: only the printed token")
 		oidcIssuer   = fs.String("oidc-issuer", "", "with --oidc-jwks-file: the `iss` OIDC tokens must carry")
+		oidcAudience = fs.String("oidc-audience", "", "with --oidc-jwks-file: an `aud` OIDC tokens must carry (default with --oidc-issuer: https://vercel.com/<the issuer's team>)")
 		sourceDir    = fs.String("allowed-source-dir", "", "the only host directory tarball (path, file://) and git (local) sources may read; default: none")
 		srcEntries   = fs.Int("source-max-entries", 0, "cap: entries of a tarball source (default 100000)")
 		srcBytes     = fs.Int64("source-max-bytes", 0, "cap: content bytes of a tarball source (default 1 GiB)")
@@ -151,7 +152,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 		DataDir: *dataDir, Exec: *execMode, StartPending: *startPending,
 		DuplicateNameStatus: *dupStatus, SecondStopStatus: *secondStop,
 		DeletedSnapshotGetStatus: *deletedSnap, PendingOps: *pendingOps, Logger: logger,
-		OIDCIssuer: *oidcIssuer, AllowedSourceDir: *sourceDir, MaxReadBytes: *maxRead, AllowHostRootSudo: *hostRootSudo,
+		OIDCIssuer: *oidcIssuer, OIDCAudience: *oidcAudience, AllowedSourceDir: *sourceDir, MaxReadBytes: *maxRead, AllowHostRootSudo: *hostRootSudo,
 		InteractiveAnySession: *anyTerminal,
 		SessionOutputBytes:    *sessOutput, MaxLiveCommands: *liveCmds, MaxProcessesPerCommand: *cmdProcs,
 		ServeRoutes:  *serveRoutes,

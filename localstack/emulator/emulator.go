@@ -148,6 +148,12 @@ type Options struct {
 	OIDCJWKS []byte
 	// OIDCIssuer, when set, is the `iss` claim OIDC tokens must carry.
 	OIDCIssuer string
+	// OIDCAudience is an `aud` OIDC tokens must carry. Unset with OIDCIssuer
+	// set, it is Vercel's default audience of the issuer's team
+	// (https://vercel.com/<team>, the issuer URL's last path element): a
+	// token the team minted for another service (a custom audience) is
+	// refused. Unset with no issuer, `aud` is not checked.
+	OIDCAudience string
 	// AllowedSourceDir is the only host directory whose files a create's
 	// tarball source (a path or file:// URL) or git source (a local repository)
 	// may name; "" = none. Tarball URLs over http(s) are fetched from loopback
@@ -391,7 +397,7 @@ func New(opts Options) (*Emulator, error) {
 		return nil, fmt.Errorf("emulator: Exec must be \"\", \"namespace\", \"host\" or \"none\", not %q", opts.Exec)
 	}
 	if opts.OIDCJWKS != nil {
-		v, err := newOIDCVerifier(opts.OIDCJWKS, opts.OIDCIssuer)
+		v, err := newOIDCVerifier(opts.OIDCJWKS, opts.OIDCIssuer, opts.OIDCAudience)
 		if err != nil {
 			return nil, fmt.Errorf("emulator: %w", err)
 		}

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"slices"
 	"strings"
 	"time"
 )
@@ -27,6 +28,18 @@ type oidcClaims struct {
 	Issuer    string `json:"iss"`
 	Exp       int64  `json:"exp"`
 	NotBefore int64  `json:"nbf"`
+	// Audience is `aud`: a string or an array of strings (RFC 7519 §4.1.3).
+	Audience json.RawMessage `json:"aud"`
+}
+
+// hasAudience reports whether want is among c's audiences.
+func (c *oidcClaims) hasAudience(want string) bool {
+	var one string
+	if json.Unmarshal(c.Audience, &one) == nil {
+		return one == want
+	}
+	var many []string
+	return json.Unmarshal(c.Audience, &many) == nil && slices.Contains(many, want)
 }
 
 // jwk is one key of a JSON Web Key Set (RFC 7517), RSA or P-256 only.
@@ -52,13 +65,14 @@ type oidcKey struct {
 
 // oidcVerifier checks the signature and claims of OIDC tokens.
 type oidcVerifier struct {
-	keys   []oidcKey
-	issuer string // "" = any issuer
+	keys     []oidcKey
+	issuer   string // "" = any issuer
+	audience string // "" = any audience
 }
 
 // newOIDCVerifier parses a JWKS document ({"keys": [...]}). Keys of other
 // types or curves are refused, so a typo does not silently disable a key.
-func newOIDCVerifier(jwks []byte, issuer string) (*oidcVerifier, error) {
+func newOIDCVerifier(jwks []byte, issuer, audience string) (*oidcVerifier, error) {
 	var set struct {
 		Keys []jwk `json:"keys"`
 	}
@@ -68,7 +82,13 @@ func newOIDCVerifier(jwks []byte, issuer string) (*oidcVerifier, error) {
 	if len(set.Keys) == 0 {
 		return nil, errors.New("OIDC JWKS: no keys")
 	}
-	v := &oidcVerifier{issuer: issuer}
+	if audience == "" && issuer != "" {
+		// Vercel's team issuer https://oidc.vercel.com/<team> mints for
+		// https://vercel.com/<team> unless asked for another audience.
+		audience = "https://vercel.com/" + issuer[strings.LastIndex(strings.TrimSuffix(issuer, "/"), "/")+1:]
+		audience = strings.TrimSuffix(audience, "/")
+	}
+	v := &oidcVerifier{issuer: issuer, audience: audience}
 	for i, k := range set.Keys {
 		if k.Use != "" && k.Use != "sig" {
 			continue
@@ -187,6 +207,8 @@ func (v *oidcVerifier) verify(tok string, now time.Time) (*oidcClaims, error) {
 		return nil, errors.New("the OIDC token has another issuer")
 	case c.OwnerID == "" || c.ProjectID == "":
 		return nil, errors.New("the OIDC token has no `owner_id`/`project_id`")
+	case v.audience != "" && !c.hasAudience(v.audience):
+		return nil, errors.New("the OIDC token is for another audience")
 	}
 	return &c, nil
 }

@@ -158,7 +158,8 @@ func TestTokenMatches(t *testing.T) {
 func TestOIDCVerified(t *testing.T) {
 	te := newEnv(t, Options{OIDCJWKS: testJWKS, OIDCIssuer: "https://oidc.vercel.com/team_a"})
 	now := time.Now()
-	good := map[string]any{"owner_id": "team_a", "project_id": "prj_a", "iss": "https://oidc.vercel.com/team_a", "exp": now.Add(time.Hour).Unix()}
+	good := map[string]any{"owner_id": "team_a", "project_id": "prj_a", "iss": "https://oidc.vercel.com/team_a", "aud": "https://vercel.com/team_a",
+		"exp": now.Add(time.Hour).Unix()}
 	with := func(k string, v any) map[string]any {
 		c := map[string]any{}
 		for kk, vv := range good {
@@ -197,6 +198,9 @@ func TestOIDCVerified(t *testing.T) {
 		{"not yet valid", jwt(with("nbf", now.Add(time.Hour).Unix())), 403},
 		{"other issuer", jwt(with("iss", "https://evil.example")), 403},
 		{"no project", jwt(with("project_id", nil)), 403},
+		{"another audience", jwt(with("aud", "sts.amazonaws.com")), 403},
+		{"no audience", jwt(with("aud", nil)), 403},
+		{"audiences including the team's", jwt(with("aud", []string{"sts.amazonaws.com", "https://vercel.com/team_a"})), 200},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := te.reqTok(tc.tok, "GET", "/v2/sandboxes", nil)
