@@ -417,20 +417,9 @@ func (r *Runner) start(spec Command, tty *os.File) (*Process, error) {
 	if spec.FS == nil {
 		return nil, errors.New("start command: no sandbox filesystem")
 	}
-	ownEtc := r.userns && r.ownEtc
-	if ownEtc {
-		if err := seedSessionEtc(spec.FS.root); errors.Is(err, errEtcReplaced) {
-			ownEtc = false
-		} else if err != nil {
-			return nil, err
-		}
-	}
-	if spec.Name == "sudo" {
-		var done *Process
-		var err error
-		if spec, done, err = r.sudoCommand(spec, ownEtc); done != nil || err != nil {
-			return done, err
-		}
+	spec, ownEtc, done, err := r.sessionIdentity(spec)
+	if done != nil || err != nil {
+		return done, err
 	}
 	if spec.Sudo && r.sudoRefused {
 		return nil, ErrSudoRefused
@@ -454,7 +443,6 @@ func (r *Runner) start(spec Command, tty *os.File) (*Process, error) {
 	if !l.ns {
 		// Host mode cannot remap absolute paths, so at least point the usual
 		// places a command writes to into the session.
-		var err error
 		if l.hostCwd, err = spec.FS.hostPath(cwd); err != nil {
 			return nil, requestErrorf(err, "cwd %q: %v", cwd, err)
 		}

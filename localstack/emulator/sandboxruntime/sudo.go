@@ -245,6 +245,25 @@ func sudoEnv(env map[string]string, req sudoRequest, a *account, caller string) 
 	return out
 }
 
+// sessionIdentity prepares who spec runs as: the session's own /etc where
+// the runner gives sessions one (ownEtc; seeded here, as the emulator), and,
+// for a command whose program is sudo, the command sudo would run
+// (sudoCommand), or done when sudo answered at once.
+func (r *Runner) sessionIdentity(spec Command) (_ Command, ownEtc bool, done *Process, err error) {
+	ownEtc = r.userns && r.ownEtc
+	if ownEtc {
+		if err := seedSessionEtc(spec.FS.root); errors.Is(err, errEtcReplaced) {
+			ownEtc = false
+		} else if err != nil {
+			return spec, false, nil, err
+		}
+	}
+	if spec.Name == "sudo" {
+		spec, done, err = r.sudoCommand(spec, ownEtc)
+	}
+	return spec, ownEtc, done, err
+}
+
 // sudoCommand turns spec, a command whose program is sudo, into the command
 // sudo would run. ownEtc: the session has its own /etc (etc_linux.go). A
 // command line the emulator's sudo cannot run gives a finished Process with
