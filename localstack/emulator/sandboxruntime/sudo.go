@@ -284,13 +284,19 @@ func (r *Runner) sudoCommand(spec Command, ownEtc bool) (Command, *Process, erro
 	if !r.userns {
 		// Without a user namespace the only identities are the host's: root
 		// (which Start refuses or allows as for sudo: true) and the sandbox user.
-		if (user != "root" && user != "vercel-sandbox" && user != sandboxUser().name) || req.group != "" {
-			return spec, sudoFailed(fmt.Errorf("sudo: the sandbox emulator (exec=%s, no user namespace) runs commands only as root or vercel-sandbox, not as %s%s",
-				r.m, user, map[bool]string{true: " with group " + req.group}[req.group != ""])), nil
+		if user != "root" && user != "vercel-sandbox" && user != sandboxUser().name {
+			return spec, sudoFailed(fmt.Errorf("sudo: the sandbox emulator (exec=%s, no user namespace) runs commands only as root or vercel-sandbox, not as %s", r.m, user)), nil
+		}
+		if req.group != "" {
+			return spec, sudoFailed(fmt.Errorf("sudo: the sandbox emulator (exec=%s, no user namespace) cannot run commands with group %s", r.m, req.group)), nil
+		}
+		a := &account{name: user, home: sandboxUserHome, shell: "/bin/sh"}
+		if user == "root" {
+			a.home = "/root"
 		}
 		spec.Sudo = user == "root"
 		spec.Name, spec.Args = req.name, req.args
-		spec.Env = sudoEnv(spec.Env, req, &account{name: user, home: map[bool]string{true: "/root", false: sandboxUserHome}[spec.Sudo], shell: "/bin/sh"}, caller)
+		spec.Env = sudoEnv(spec.Env, req, a, caller)
 		return spec, nil, nil
 	}
 	a, err := lookupAccount(spec.FS.root, ownEtc, user, req.group)
