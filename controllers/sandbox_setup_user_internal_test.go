@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"context"
 	"slices"
 	"testing"
 
@@ -28,5 +29,24 @@ func TestAsUserRequest(t *testing.T) {
 	}
 	if r := asUserRequest(vercel.RunCommandRequest{Command: "id"}, "root"); r.Args[7] != "/root" {
 		t.Errorf("root's default cwd = %q, want /root", r.Args[7])
+	}
+}
+
+// TestRecipeStepAsUser: a recipe step with a user is sent as the SDK's
+// asUser request, its env (recipe env overlaid by the step's) through env(1).
+func TestRecipeStepAsUser(t *testing.T) {
+	rcp := &sandboxv1.SnapshotRecipe{
+		Env: []sandboxv1.RecipeEnvVar{{Name: "CI", Value: "1"}},
+		Setup: []sandboxv1.RecipeCommand{{Command: "npm", Args: []string{"ci"}, Cwd: "/vercel/sandbox/app", User: "builder",
+			Env: []sandboxv1.RecipeEnvVar{{Name: "NODE_ENV", Value: "production"}}}},
+	}
+	snap := &sandboxv1.SandboxSnapshot{Spec: sandboxv1.SandboxSnapshotSpec{Source: sandboxv1.SandboxSnapshotSource{Recipe: rcp}}}
+	req, _, err := (&SandboxSnapshotReconciler{}).stepRequest(context.Background(), snap, buildStep{setup: &rcp.Setup[0]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"-u", "builder", "--", "bash", "-c", asUserExec, "bash", "/vercel/sandbox/app", "env", "CI=1", "NODE_ENV=production", "npm", "ci"}
+	if req.Command != "sudo" || !slices.Equal(req.Args, want) || req.Sudo || len(req.Env) != 0 || req.Timeout != defaultStepTimeout.Milliseconds() {
+		t.Errorf("recipe step request = %s %q sudo %v env %v timeout %d, want sudo %q", req.Command, req.Args, req.Sudo, req.Env, req.Timeout, want)
 	}
 }
