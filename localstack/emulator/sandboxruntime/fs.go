@@ -374,7 +374,8 @@ func (f *FS) hostPath(p string) (string, error) {
 // non-directory, gives an error satisfying errors.Is(err, fs.ErrNotExist); a
 // directory or special file gives ErrInvalidInput. Symlinks are followed as the
 // sandbox would, absolute ones from the session root, so a link to /etc/passwd
-// reads the session's /etc/passwd (normally missing), never the host's.
+// reads the session's /etc/passwd (its own once a command ran, etc_linux.go),
+// never the host's.
 func (f *FS) ReadFile(p, cwd string) ([]byte, error) {
 	return f.ReadFileLimit(p, cwd, 0)
 }
