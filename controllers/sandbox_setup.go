@@ -11,6 +11,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -128,7 +130,46 @@ func setupCommand(step sandboxv1.SetupCommand) vercel.RunCommandRequest {
 	if step.TimeoutSeconds != nil {
 		req.Timeout = int64(*step.TimeoutSeconds) * 1000
 	}
+	if step.User != "" {
+		return asUserRequest(req, step.User)
+	}
 	return req
+}
+
+// asUserExec is the script of the official SDK's asUser (3.5.0, see
+// docs/dev/vercel-sandbox-api.md): $1 is the cwd, the rest the command.
+const asUserExec = `cd "$1" || exit 1; shift; exec "$@"`
+
+// asUserRequest is req run as user the way the SDK's asUser runs a command:
+// `sudo -u USER -- bash -c asUserExec bash CWD [env K=V...] CMD ARGS`, cwd
+// defaulting to the user's home and the environment passed through env(1),
+// because sudo resets it. markedRequest puts the marker in bash's $0.
+func asUserRequest(req vercel.RunCommandRequest, user string) vercel.RunCommandRequest {
+	cwd := req.Cwd
+	if cwd == "" {
+		cwd = "/home/" + user
+		if user == "root" {
+			cwd = "/root"
+		}
+	}
+	args := []string{"-u", user, "--", "bash", "-c", asUserExec, "bash", cwd}
+	if len(req.Env) > 0 {
+		args = append(args, "env")
+		for _, k := range slices.Sorted(maps.Keys(req.Env)) {
+			args = append(args, k+"="+req.Env[k])
+		}
+	}
+	args = append(append(args, req.Command), req.Args...)
+	return vercel.RunCommandRequest{Command: "sudo", Args: args, Env: map[string]string{}, Timeout: req.Timeout}
+}
+
+// asUserMarkerArg is the index in an asUserRequest's args of bash's $0.
+const asUserMarkerArg = 6
+
+// isAsUserRequest reports whether args are those of an asUserRequest.
+func isAsUserRequest(name string, args []string) bool {
+	return name == "sudo" && len(args) > asUserMarkerArg+1 && args[0] == "-u" && args[2] == "--" &&
+		args[3] == "bash" && args[4] == "-c" && args[5] == asUserExec
 }
 
 // setupRequest is the run-command request for a setup step (and an exec

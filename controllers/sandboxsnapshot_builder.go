@@ -363,6 +363,9 @@ func (r *SandboxSnapshotReconciler) stepRequest(ctx context.Context, snap *sandb
 		if s.TimeoutSeconds != nil {
 			req.Timeout = int64(*s.TimeoutSeconds) * 1000
 		}
+		if s.User != "" {
+			req = asUserRequest(req, s.User)
+		}
 		return req, nil, nil
 	}
 	repo := step.repo

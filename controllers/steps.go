@@ -28,8 +28,15 @@ import (
 // environment nor any label of a command, only its argv and cwd.
 const setupExec = `exec "$@"`
 
-// markedRequest is req run through setupExec with the marker as $0.
+// markedRequest is req run through setupExec with the marker as $0; a
+// step run as a user (asUserRequest) keeps the SDK's shape, with the marker
+// as its bash's $0, so that sudo stays the command.
 func markedRequest(req vercel.RunCommandRequest, marker string) vercel.RunCommandRequest {
+	if isAsUserRequest(req.Command, req.Args) {
+		req.Args = slices.Clone(req.Args)
+		req.Args[asUserMarkerArg] = marker
+		return req
+	}
 	req.Args = append([]string{"-c", setupExec, marker, req.Command}, req.Args...)
 	req.Command = "sh"
 	return req
@@ -38,6 +45,9 @@ func markedRequest(req vercel.RunCommandRequest, marker string) vercel.RunComman
 // isSetupCommand reports whether a command of a session was started by
 // markedRequest with the marker (setup, build and probe commands alike).
 func isSetupCommand(c vercel.Command, marker string) bool {
+	if isAsUserRequest(c.Name, c.Args) {
+		return c.Args[asUserMarkerArg] == marker
+	}
 	return c.Name == "sh" && len(c.Args) >= 4 && c.Args[0] == "-c" && c.Args[1] == setupExec && c.Args[2] == marker
 }
 

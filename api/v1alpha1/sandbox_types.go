@@ -426,6 +426,7 @@ type EnvVarSource struct {
 }
 
 // SetupCommand is one command run once per fresh filesystem, before Ready.
+// +kubebuilder:validation:XValidation:rule="!(has(self.user) && has(self.sudo) && self.sudo)",message="user and sudo are exclusive: a step runs as root (sudo) or as user",fieldPath=".user"
 type SetupCommand struct {
 	// name labels the step in status and events; defaults to the command.
 	// +optional
@@ -450,6 +451,18 @@ type SetupCommand struct {
 	// sudo runs the command as root.
 	// +optional
 	Sudo bool `json:"sudo,omitempty"`
+	// user runs the command as this Linux user of the sandbox, the way the
+	// official SDK's asUser does: as `sudo -u USER -- bash -c ...`, in cwd
+	// (the user's home, /home/USER or /root, when cwd is empty), in sudo's
+	// environment (sudo resets the rest: the sandbox's env is not passed).
+	// The user must exist when the step runs:
+	// create it in an earlier step (e.g. command useradd, args
+	// ["-m", "USER"], sudo true); if it does not, sudo answers "unknown
+	// user" and the step fails with exit code 1. Exclusive with sudo.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_-]{0,31}$`
+	User string `json:"user,omitempty"`
 	// timeoutSeconds kills the command when exceeded; no limit other than the
 	// session's when unset.
 	// +optional

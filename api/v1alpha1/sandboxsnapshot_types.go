@@ -234,6 +234,7 @@ type RecipeEnvVar struct {
 }
 
 // RecipeCommand is one setup step of a build.
+// +kubebuilder:validation:XValidation:rule="!(has(self.user) && has(self.sudo) && self.sudo)",message="user and sudo are exclusive: a step runs as root (sudo) or as user",fieldPath=".user"
 type RecipeCommand struct {
 	// name labels the step in status and events; defaults to the command. Not
 	// part of the content hash.
@@ -265,6 +266,19 @@ type RecipeCommand struct {
 	// sudo runs the command as root.
 	// +optional
 	Sudo bool `json:"sudo,omitempty"`
+	// user runs the command as this Linux user of the sandbox, the way the
+	// official SDK's asUser does: as `sudo -u USER -- bash -c ...`, in cwd
+	// (the user's home, /home/USER or /root, when cwd is empty), with the
+	// step's env passed as `env NAME=VALUE` arguments (as the SDK does:
+	// sudo resets the environment). The user must exist when the step runs:
+	// create it in an earlier step (e.g. command useradd, args
+	// ["-m", "USER"], sudo true); if it does not, sudo answers "unknown
+	// user" and the step fails with exit code 1. Exclusive with sudo.
+	// Part of the content hash.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_-]{0,31}$`
+	User string `json:"user,omitempty"`
 	// timeoutSeconds is this step's time budget (default 600); the step is
 	// killed and the build fails when it runs out. Not part of the content hash.
 	// +optional

@@ -60,6 +60,8 @@ type canonicalStep struct {
 	Cwd     string      `json:"cwd"`
 	Env     [][2]string `json:"env"`
 	Sudo    bool        `json:"sudo"`
+	// User is omitted when empty, so recipes without users keep their hashes.
+	User string `json:"user,omitempty"`
 }
 
 // Canonical returns the canonical JSON form of r. base identifies the base
@@ -94,7 +96,7 @@ func Canonical(r *sandboxv1.SnapshotRecipe, base string) []byte {
 		return a.Depth < b.Depth
 	})
 	for _, s := range r.Setup {
-		cs := canonicalStep{Command: s.Command, Args: append([]string{}, s.Args...), Cwd: CleanCwd(s.Cwd), Sudo: s.Sudo, Env: [][2]string{}}
+		cs := canonicalStep{Command: s.Command, Args: append([]string{}, s.Args...), Cwd: CleanCwd(s.Cwd), Sudo: s.Sudo, User: s.User, Env: [][2]string{}}
 		for name, value := range StepEnv(r, s) {
 			cs.Env = append(cs.Env, [2]string{name, value})
 		}

@@ -2,6 +2,7 @@ package recipe
 
 import (
 	"encoding/binary"
+	"strings"
 	"testing"
 
 	"k8s.io/utils/ptr"
@@ -93,6 +94,7 @@ func TestMeaningfulChangesChangeTheHash(t *testing.T) {
 		"command":           func(r *sandboxv1.SnapshotRecipe) { r.Setup[0].Command = "pnpm" },
 		"cwd":               func(r *sandboxv1.SnapshotRecipe) { r.Setup[0].Cwd = "/tmp" },
 		"sudo":              func(r *sandboxv1.SnapshotRecipe) { r.Setup[0].Sudo = true },
+		"user":              func(r *sandboxv1.SnapshotRecipe) { r.Setup[0].User = "alice" },
 		"env value":         func(r *sandboxv1.SnapshotRecipe) { r.Env[1].Value = "development" },
 		"step env override": func(r *sandboxv1.SnapshotRecipe) { r.Setup[1].Env = nil },
 		"env added":         func(r *sandboxv1.SnapshotRecipe) { r.Env = append(r.Env, sandboxv1.RecipeEnvVar{Name: "X"}) },
@@ -205,4 +207,14 @@ func FuzzCanonical(f *testing.F) {
 			t.Fatalf("change %d kept the hash: %s", which%8, Canonical(r, ""))
 		}
 	})
+}
+
+// TestCanonicalWithoutUser: a recipe whose steps name no user has the
+// canonical form (so the hash) it had before steps could name one.
+func TestCanonicalWithoutUser(t *testing.T) {
+	r := &sandboxv1.SnapshotRecipe{Setup: []sandboxv1.RecipeCommand{{Command: "npm", Args: []string{"ci"}}}}
+	want := `{"command":"npm","args":["ci"],"cwd":"/vercel/sandbox","env":[],"sudo":false}`
+	if got := string(Canonical(r, "")); !strings.Contains(got, want) {
+		t.Errorf("canonical form %s, want the step as %s", got, want)
+	}
 }

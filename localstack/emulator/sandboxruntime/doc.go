@@ -31,6 +31,13 @@
 //	(*Process).Done(), ExitCode(), Kill(signal), Terminate(), Output()
 //	(*Output).Follow(ctx, func(Record) error) error
 //
+// Users (etc_linux.go, sudo.go): where commands get user namespaces, a
+// session's /etc is an overlay of the host's (read-only) and <root>/etc,
+// which holds the session's own passwd, group, shadow and gshadow (seeded on
+// its first command), so useradd and groupadd work and their users stay in
+// the session and its snapshots; a command whose program is `sudo` is run by
+// the emulator as the user sudo names (sudo -u USER -- CMD ...).
+//
 // Network (netns.go, netns_linux.go):
 //
 //	(*Runner).NetworkIsolation() (bool, why string) // can sessions get a network namespace?

@@ -106,6 +106,10 @@ type Runner struct {
 	// userns: namespace mode gives each command a user namespace.
 	userns       bool
 	usernsReason string // why not, when root in namespace mode
+	// ownEtc: with userns, each session's /etc is its own (etc_linux.go);
+	// ownEtcReason says why not.
+	ownEtc       bool
+	ownEtcReason string
 	// sudoRefused: a sudo command would be host root and that was not allowed.
 	sudoRefused bool
 	// sudoHostRoot: a sudo command is host root (allowed explicitly).
@@ -152,6 +156,11 @@ func NewRunner(mode Mode, opts RunnerOptions) (*Runner, error) {
 			r.usernsReason = err.Error()
 		} else {
 			r.userns = true
+			if err := probeEtcOverlay(); err != nil {
+				r.ownEtcReason = err.Error()
+			} else {
+				r.ownEtc = true
+			}
 		}
 	}
 	r.probeNetwork()
@@ -215,6 +224,11 @@ func (r *Runner) Describe() string {
 	case r.userns:
 		who = fmt.Sprintf("non-sudo commands run as vercel-sandbox (uid %d in their user namespace, host uid %d, %s)", SandboxUserID, u.uid, u.name)
 		who += fmt.Sprintf("; sudo is root in a user namespace, host uid %d (no host privilege)", sandboxIDBase)
+		if r.ownEtc {
+			who += "; each session's /etc/passwd and /etc/group are its own (useradd and groupadd work)"
+		} else {
+			who += "; /etc is the host's, read-only: useradd and groupadd fail (" + r.ownEtcReason + ")"
+		}
 	case r.sudoHostRoot:
 		who += "; sudo commands run as HOST ROOT (--allow-host-root-sudo)"
 	case r.sudoRefused:
@@ -289,6 +303,9 @@ type Command struct {
 	// NODE_EXTRA_CA_CERTS and REQUESTS_CA_BUNDLE pointing at it; "" = none.
 	// Namespace mode only.
 	CABundle string
+
+	// account is the session user a `sudo -u` command runs as (sudo.go).
+	account *account
 }
 
 // Process is a started command.
@@ -400,6 +417,10 @@ func (r *Runner) start(spec Command, tty *os.File) (*Process, error) {
 	if spec.FS == nil {
 		return nil, errors.New("start command: no sandbox filesystem")
 	}
+	spec, ownEtc, done, err := r.sessionIdentity(spec)
+	if done != nil || err != nil {
+		return done, err
+	}
 	if spec.Sudo && r.sudoRefused {
 		return nil, ErrSudoRefused
 	}
@@ -415,11 +436,13 @@ func (r *Runner) start(spec Command, tty *os.File) (*Process, error) {
 	if spec.Sudo {
 		home = "/root"
 	}
+	if spec.account != nil {
+		home = spec.account.home
+	}
 	var tmp string
 	if !l.ns {
 		// Host mode cannot remap absolute paths, so at least point the usual
 		// places a command writes to into the session.
-		var err error
 		if l.hostCwd, err = spec.FS.hostPath(cwd); err != nil {
 			return nil, requestErrorf(err, "cwd %q: %v", cwd, err)
 		}
@@ -445,15 +468,25 @@ func (r *Runner) start(spec Command, tty *os.File) (*Process, error) {
 		if !spec.Sudo {
 			l.cred.Uid, l.cred.Gid = sandboxUserNSID(), sandboxUserNSID()
 		}
+		if a := spec.account; a != nil {
+			l.cred = &syscall.Credential{Uid: a.uid, Gid: a.gid, Groups: a.groups}
+		}
 	case !spec.Sudo && chownAllowed():
 		u := sandboxUser()
 		l.cred = &syscall.Credential{Uid: uint32(u.uid), Gid: uint32(u.gid), Groups: []uint32{}}
 	}
 
+	if ownEtc {
+		if l.etcWork, err = newEtcWorkdir(spec.FS.root); err != nil {
+			return nil, err
+		}
+	}
 	p := &Process{log: newOutput(), doneCh: make(chan struct{})}
 	p.log.budget = spec.OutputBudget
 	started := make(chan error, 1)
 	go func() {
+		// From another thread: this one's root is the sandbox's.
+		defer func() { go removeEtcWorkdir(l.etcWork) }()
 		// The thread is never unlocked: in namespace mode it has entered the
 		// command's mount namespace and chroot, and the runtime throws it away when
 		// this goroutine returns. Holding it until the command exits also keeps
@@ -483,6 +516,7 @@ type procLaunch struct {
 	cred    *syscall.Credential
 	tty     *os.File // StartTerminal: the terminal's slave side
 	nproc   int      // the command's process limit; 0 = none
+	etcWork string   // the work directory of the session /etc overlay; "" = none
 }
 
 // spawn starts the process for p on the current (locked) thread. It returns a nil
@@ -606,7 +640,7 @@ func (l *procLaunch) enter() error {
 	if !l.ns {
 		return nil
 	}
-	return enterSandbox(l.spec.FS, l.cwd, l.userns, l.spec.CABundle)
+	return enterSandbox(l.spec.FS, l.cwd, l.userns, l.spec.CABundle, l.etcWork)
 }
 
 // finishUnstarted ends a command that could not be executed.

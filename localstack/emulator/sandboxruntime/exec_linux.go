@@ -169,9 +169,10 @@ func mountIdentityFiles(root string) error {
 
 // mountFileOverrides mounts the files that replace the host's in the
 // sandbox's /etc: passwd and group where commands get a user namespace
-// (userns: vercel-sandbox has its own uid there), and the CA bundle.
-func mountFileOverrides(root string, userns bool, caBundle string) error {
-	if userns {
+// (userns: vercel-sandbox has its own uid there) but no session /etc
+// (ownEtc, etc_linux.go, which holds its own), and the CA bundle.
+func mountFileOverrides(root string, userns, ownEtc bool, caBundle string) error {
+	if userns && !ownEtc {
 		if err := mountIdentityFiles(root); err != nil {
 			return err
 		}
@@ -266,13 +267,22 @@ var hostEntries = sync.OnceValue(func() []hostEntry {
 // processes). Without a user namespace, where pivot_root is refused, chroot.
 //
 // caBundle, when set, is mounted over the sandbox's bundle of trusted roots.
-func enterSandbox(f *FS, cwd string, needProc bool, caBundle string) error {
+// etcWork, when set, is the work directory of the overlay that makes the
+// session's /etc its own (etc_linux.go); else /etc is the host's, read-only.
+func enterSandbox(f *FS, cwd string, needProc bool, caBundle, etcWork string) error {
 	if err := syscall.Unshare(syscall.CLONE_NEWNS); err != nil {
 		return fmt.Errorf("unshare mount namespace: %w", err)
 	}
 	// Nothing mounted from here on may propagate back to the host.
 	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
+	}
+	// The overlay's upper and work directories must be on one mount: the
+	// session's, before the root is bound on itself (which takes it along).
+	if etcWork != "" {
+		if err := mountSessionEtc(f.root, etcWork); err != nil {
+			return err
+		}
 	}
 	// pivot_root needs the new root to be a mount point.
 	if err := syscall.Mount(f.root, f.root, "", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {
@@ -300,6 +310,9 @@ func enterSandbox(f *FS, cwd string, needProc bool, caBundle string) error {
 		if e.kind == hostSymlink || !fi.IsDir() {
 			continue
 		}
+		if e.name == "etc" && etcWork != "" {
+			continue // mounted above
+		}
 		if err := mountHostEntry(e, target); err != nil {
 			return fmt.Errorf("mount /%s into the sandbox: %w", e.name, err)
 		}
@@ -308,7 +321,7 @@ func enterSandbox(f *FS, cwd string, needProc bool, caBundle string) error {
 	if needProc && !procMounted {
 		return requestErrorf(nil, "the sandbox's /proc is not a directory: commands cannot start")
 	}
-	if err := mountFileOverrides(f.root, needProc, caBundle); err != nil {
+	if err := mountFileOverrides(f.root, needProc, etcWork != "", caBundle); err != nil {
 		return err
 	}
 	if err := pivotInto(f.root); err != nil {

@@ -219,8 +219,27 @@ func (f *FS) ensureLayout() error {
 	return nil
 }
 
+// etcWorkSuffix names the sibling of a session directory that holds the
+// work directories of its commands' /etc overlays (etc_linux.go): they must
+// be on the session's filesystem, outside the sandbox.
+const etcWorkSuffix = ".etc-work"
+
+// errEtcReplaced: the session's /etc is not a directory (the fs API put a
+// file or symlink there); commands then see the host's /etc as before.
+var errEtcReplaced = errors.New("the session's /etc is not a directory")
+
+// removeEtcWorkdir removes the overlay work directory of a finished command
+// ("" = none). Its overlay may still be mounted where a process the command
+// left behind holds its mount namespace: /etc copy-ups then fail for it.
+func removeEtcWorkdir(dir string) {
+	if dir != "" {
+		_ = os.RemoveAll(dir)
+	}
+}
+
 // Remove deletes the session's directory.
 func (f *FS) Remove() error {
+	_ = os.RemoveAll(f.root + etcWorkSuffix)
 	err := os.RemoveAll(f.root)
 	if err == nil {
 		return nil
@@ -355,7 +374,8 @@ func (f *FS) hostPath(p string) (string, error) {
 // non-directory, gives an error satisfying errors.Is(err, fs.ErrNotExist); a
 // directory or special file gives ErrInvalidInput. Symlinks are followed as the
 // sandbox would, absolute ones from the session root, so a link to /etc/passwd
-// reads the session's /etc/passwd (normally missing), never the host's.
+// reads the session's /etc/passwd (its own once a command ran, etc_linux.go),
+// never the host's.
 func (f *FS) ReadFile(p, cwd string) ([]byte, error) {
 	return f.ReadFileLimit(p, cwd, 0)
 }

@@ -926,6 +926,20 @@ export interface SandboxPoolSpec {
          * maximum: 18000
          */
         timeoutSeconds?: number;
+        /**
+         * user runs the command as this Linux user of the sandbox, the way the
+         * official SDK's asUser does: as `sudo -u USER -- bash -c ...`, in cwd
+         * (the user's home, /home/USER or /root, when cwd is empty), in sudo's
+         * environment (sudo resets the rest: the sandbox's env is not passed).
+         * The user must exist when the step runs:
+         * create it in an earlier step (e.g. command useradd, args
+         * ["-m", "USER"], sudo true); if it does not, sudo answers "unknown
+         * user" and the step fails with exit code 1. Exclusive with sudo.
+         *
+         * maxLength: 32
+         * pattern: ^[a-z_][a-z0-9_-]{0,31}$
+         */
+        user?: string;
       }>;
       /**
        * shutdownPolicy: Stop (default) stops the session at shutdownTime and keeps

@@ -307,6 +307,21 @@ export interface SandboxSnapshotSpec {
          * maximum: 18000
          */
         timeoutSeconds?: number;
+        /**
+         * user runs the command as this Linux user of the sandbox, the way the
+         * official SDK's asUser does: as `sudo -u USER -- bash -c ...`, in cwd
+         * (the user's home, /home/USER or /root, when cwd is empty), with the
+         * step's env passed as `env NAME=VALUE` arguments (as the SDK does:
+         * sudo resets the environment). The user must exist when the step runs:
+         * create it in an earlier step (e.g. command useradd, args
+         * ["-m", "USER"], sudo true); if it does not, sudo answers "unknown
+         * user" and the step fails with exit code 1. Exclusive with sudo.
+         * Part of the content hash.
+         *
+         * maxLength: 32
+         * pattern: ^[a-z_][a-z0-9_-]{0,31}$
+         */
+        user?: string;
       }>;
       /**
        * timeoutSeconds is the total time budget of a build (default 1800). Not

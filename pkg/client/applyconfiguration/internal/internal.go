@@ -491,6 +491,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: timeoutSeconds
       type:
         scalar: numeric
+    - name: user
+      type:
+        scalar: string
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.RecipeEnvVar
   map:
     fields:
@@ -1450,6 +1453,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: timeoutSeconds
       type:
         scalar: numeric
+    - name: user
+      type:
+        scalar: string
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.SetupState
   scalar: string
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.SetupStatus

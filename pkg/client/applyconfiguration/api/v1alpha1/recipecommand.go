@@ -26,6 +26,16 @@ type RecipeCommandApplyConfiguration struct {
 	Env []RecipeEnvVarApplyConfiguration `json:"env,omitempty"`
 	// sudo runs the command as root.
 	Sudo *bool `json:"sudo,omitempty"`
+	// user runs the command as this Linux user of the sandbox, the way the
+	// official SDK's asUser does: as `sudo -u USER -- bash -c ...`, in cwd
+	// (the user's home, /home/USER or /root, when cwd is empty), with the
+	// step's env passed as `env NAME=VALUE` arguments (as the SDK does:
+	// sudo resets the environment). The user must exist when the step runs:
+	// create it in an earlier step (e.g. command useradd, args
+	// ["-m", "USER"], sudo true); if it does not, sudo answers "unknown
+	// user" and the step fails with exit code 1. Exclusive with sudo.
+	// Part of the content hash.
+	User *string `json:"user,omitempty"`
 	// timeoutSeconds is this step's time budget (default 600); the step is
 	// killed and the build fails when it runs out. Not part of the content hash.
 	TimeoutSeconds *int32 `json:"timeoutSeconds,omitempty"`
@@ -89,6 +99,14 @@ func (b *RecipeCommandApplyConfiguration) WithEnv(values ...*RecipeEnvVarApplyCo
 // If called multiple times, the Sudo field is set to the value of the last call.
 func (b *RecipeCommandApplyConfiguration) WithSudo(value bool) *RecipeCommandApplyConfiguration {
 	b.Sudo = &value
+	return b
+}
+
+// WithUser sets the User field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the User field is set to the value of the last call.
+func (b *RecipeCommandApplyConfiguration) WithUser(value string) *RecipeCommandApplyConfiguration {
+	b.User = &value
 	return b
 }
 

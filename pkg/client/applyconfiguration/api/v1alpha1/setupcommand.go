@@ -23,6 +23,15 @@ type SetupCommandApplyConfiguration struct {
 	Cwd *string `json:"cwd,omitempty"`
 	// sudo runs the command as root.
 	Sudo *bool `json:"sudo,omitempty"`
+	// user runs the command as this Linux user of the sandbox, the way the
+	// official SDK's asUser does: as `sudo -u USER -- bash -c ...`, in cwd
+	// (the user's home, /home/USER or /root, when cwd is empty), in sudo's
+	// environment (sudo resets the rest: the sandbox's env is not passed).
+	// The user must exist when the step runs:
+	// create it in an earlier step (e.g. command useradd, args
+	// ["-m", "USER"], sudo true); if it does not, sudo answers "unknown
+	// user" and the step fails with exit code 1. Exclusive with sudo.
+	User *string `json:"user,omitempty"`
 	// timeoutSeconds kills the command when exceeded; no limit other than the
 	// session's when unset.
 	TimeoutSeconds *int32 `json:"timeoutSeconds,omitempty"`
@@ -73,6 +82,14 @@ func (b *SetupCommandApplyConfiguration) WithCwd(value string) *SetupCommandAppl
 // If called multiple times, the Sudo field is set to the value of the last call.
 func (b *SetupCommandApplyConfiguration) WithSudo(value bool) *SetupCommandApplyConfiguration {
 	b.Sudo = &value
+	return b
+}
+
+// WithUser sets the User field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the User field is set to the value of the last call.
+func (b *SetupCommandApplyConfiguration) WithUser(value string) *SetupCommandApplyConfiguration {
+	b.User = &value
 	return b
 }
 
