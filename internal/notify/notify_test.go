@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -71,6 +72,8 @@ type receiver struct {
 	fail     int
 	got      []map[string]any
 	bad      int
+	// webhookIDs is the webhook-id of every attempt.
+	webhookIDs []string
 }
 
 func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
@@ -78,6 +81,13 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.attempts++
+	r.webhookIDs = append(r.webhookIDs, req.Header.Get(HeaderWebhookID))
+	// Both signatures, while the deprecated one is still sent.
+	if err := VerifyStandard(ReceiverSecret(key), req.Header, body, time.Now(), time.Minute); err != nil {
+		r.bad++
+		w.WriteHeader(http.StatusUnauthorized)
+		return
+	}
 	if err := Verify(key, req.Header.Get(HeaderSignature), req.Header.Get(HeaderTimestamp), body, time.Now(), time.Minute); err != nil || req.Header.Get("Content-Type") != ContentType {
 		r.bad++
 		w.WriteHeader(http.StatusUnauthorized)
@@ -156,6 +166,10 @@ func TestRetriesUntilAcceptedInOrder(t *testing.T) {
 	}
 	if ev["specversion"] != "1.0" {
 		t.Errorf("specversion %v", ev["specversion"])
+	}
+	// webhook-id is the event's id on every attempt, retries included.
+	if want := []string{"1", "1", "1", "2"}; !slices.Equal(rec.webhookIDs, want) {
+		t.Errorf("webhook-id of the attempts %v, want %v", rec.webhookIDs, want)
 	}
 }
 
