@@ -74,8 +74,9 @@ type storedEntry struct {
 
 type segment struct {
 	bytes, count int
-	// rv is the resourceVersion our last write saw: a segment is deleted
-	// only if nobody wrote it since.
+	// rv is the resourceVersion our last write saw (or the list): a
+	// segment is deleted only if nobody wrote it since; "" means it was not
+	// seen to exist, so its first write is a create.
 	rv string
 }
 
@@ -168,11 +169,15 @@ func (n *Notifier) kickOutbox() {
 // so that a manager that stops cleanly leaves every queued message written.
 func (n *Notifier) runOutbox(ctx context.Context) {
 	logger := log.FromContext(ctx)
+	defer n.finalFlush(ctx)
 	backoff := n.o.MinBackoff
 	for {
 		err := n.loadOutbox(ctx)
 		if err == nil {
 			break
+		}
+		if ctx.Err() != nil {
+			return
 		}
 		logger.Error(err, "Failed to read the notification outbox; retrying", "namespace", n.box.o.Namespace, "outbox", n.box.o.Name)
 		if !sleep(ctx, backoff) {
@@ -189,11 +194,6 @@ func (n *Notifier) runOutbox(ctx context.Context) {
 			timer.Reset(wait)
 			select {
 			case <-ctx.Done():
-				fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.o.Timeout)
-				if err := n.flushOutbox(fctx, true); err != nil {
-					logger.Error(err, "Failed to write the notification outbox while stopping: the messages not written are lost", "namespace", n.box.o.Namespace, "outbox", n.box.o.Name)
-				}
-				cancel()
 				return
 			case <-n.box.kick:
 			case <-timer.C:
@@ -203,13 +203,34 @@ func (n *Notifier) runOutbox(ctx context.Context) {
 		if err := n.flushOutbox(ctx, false); err != nil {
 			logger.Error(err, "Failed to write the notification outbox; retrying", "namespace", n.box.o.Namespace, "outbox", n.box.o.Name)
 			if !sleep(ctx, backoff) {
-				continue // the final write above
+				return
 			}
 			backoff = min(2*backoff, n.o.MaxBackoff)
 			continue
 		}
 		backoff = n.o.MinBackoff
 		n.signal()
+	}
+}
+
+// finalFlush writes what waits once ctx ended (bounded by the request
+// timeout), reading the outbox first if that never succeeded, so that a
+// manager that stops cleanly leaves every message it queued in the outbox.
+func (n *Notifier) finalFlush(ctx context.Context) {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.o.Timeout)
+	defer cancel()
+	n.mu.Lock()
+	loaded := n.box.loaded
+	n.mu.Unlock()
+	err := error(nil)
+	if !loaded {
+		err = n.loadOutbox(fctx)
+	}
+	if err == nil {
+		err = n.flushOutbox(fctx, true)
+	}
+	if err != nil {
+		log.FromContext(ctx).Error(err, "Failed to write the notification outbox while stopping: the messages not written are lost", "namespace", n.box.o.Namespace, "outbox", n.box.o.Name)
 	}
 }
 
@@ -246,6 +267,8 @@ func (n *Notifier) flushDue(now time.Time, force bool) time.Duration {
 type segWrite struct {
 	set map[string]string
 	del []string
+	// create: the segment is not known to exist, try creating it first.
+	create bool
 }
 
 // flushOutbox writes what waits, one merge patch per segment touched.
@@ -276,6 +299,9 @@ func (n *Notifier) flushOutbox(ctx context.Context, force bool) error {
 	}
 	for seg, keys := range dels {
 		at(seg).del = keys
+	}
+	for seg, w := range plan {
+		w.create = b.segs[seg] == nil || b.segs[seg].rv == ""
 	}
 	n.mu.Unlock()
 
@@ -383,19 +409,23 @@ func (o Outbox) write(ctx context.Context, seg int, w *segWrite) (string, error)
 		return "", err
 	}
 	key := types.NamespacedName{Namespace: o.Namespace, Name: o.segmentName(seg)}
+	create := w.create && len(w.set) > 0
 	for range 2 {
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
-		err = o.Client.Patch(ctx, cm, client.RawPatch(types.MergePatchType, patch))
-		if err == nil {
-			return cm.ResourceVersion, nil
+		if !create {
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+			err = o.Client.Patch(ctx, cm, client.RawPatch(types.MergePatchType, patch))
+			if err == nil {
+				return cm.ResourceVersion, nil
+			}
+			if !apierrors.IsNotFound(err) {
+				return "", fmt.Errorf("patch ConfigMap %s: %w", key, err)
+			}
+			if len(w.set) == 0 {
+				return "", nil // nothing to remove from a segment that is gone
+			}
 		}
-		if !apierrors.IsNotFound(err) {
-			return "", fmt.Errorf("patch ConfigMap %s: %w", key, err)
-		}
-		if len(w.set) == 0 {
-			return "", nil // nothing to remove from a segment that is gone
-		}
-		cm = &corev1.ConfigMap{
+		create = false
+		cm := &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, Labels: map[string]string{OutboxLabel: o.Name}},
 			Data:       w.set,
 		}
