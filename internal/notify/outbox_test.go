@@ -109,8 +109,14 @@ func run(n *Notifier) (stop func()) {
 func TestOutboxSurvivesAChangeOfLeader(t *testing.T) {
 	c, ns := outboxClient(t)
 	var up atomic.Bool
+	var unwritten atomic.Int32
 	rec := &receiver{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Every attempt is of a message the outbox holds: written before
+		// the first attempt, removed only after a 2xx.
+		if !storedID(t, c, ns, r.Header.Get(HeaderWebhookID)) {
+			unwritten.Add(1)
+		}
 		if !up.Load() {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			return
@@ -160,6 +166,20 @@ func TestOutboxSurvivesAChangeOfLeader(t *testing.T) {
 	}
 	rec.mu.Unlock()
 	eventually(t, 10*time.Second, func() bool { m, _ := stored(t, c, ns); return len(m) == 0 }, "the outbox emptied after the 2xx answers")
+	if u := unwritten.Load(); u > 0 {
+		t.Errorf("%d attempts were of a message not in the outbox", u)
+	}
+}
+
+// storedID reports whether the outbox in ns holds a message with id.
+func storedID(t *testing.T, c client.Client, ns, id string) bool {
+	m, _ := stored(t, c, ns)
+	for _, v := range m {
+		if e, ok := loadedEntry("k", v, 0); ok && e.id == id {
+			return true
+		}
+	}
+	return false
 }
 
 // A manager that stops cleanly right after enqueueing writes what it had not
