@@ -274,7 +274,37 @@ type segWrite struct {
 // flushOutbox writes what waits, one merge patch per segment touched.
 func (n *Notifier) flushOutbox(ctx context.Context, force bool) error {
 	n.mu.Lock()
-	b := n.box
+	adds, dels, plan := n.box.planLocked(force)
+	n.mu.Unlock()
+
+	failed := map[int]error{}
+	rvs := map[int]string{}
+	for seg, w := range plan {
+		rv, err := n.box.o.write(ctx, seg, w)
+		if err != nil {
+			failed[seg] = err
+			continue
+		}
+		rvs[seg] = rv
+	}
+
+	n.mu.Lock()
+	n.commitAddsLocked(adds, failed)
+	n.box.commitDelsLocked(dels, failed, rvs)
+	empty := n.box.emptyLocked()
+	n.mu.Unlock()
+
+	n.box.o.deleteSegments(ctx, empty)
+	for _, err := range failed {
+		return err
+	}
+	return nil
+}
+
+// planLocked takes what waits to be written: the new messages (placed in
+// segments) and, when there are new messages, when forced or once they
+// lingered (flushDue), the removals; and groups them per segment.
+func (b *outboxState) planLocked(force bool) ([]*entry, map[int][]string, map[int]*segWrite) {
 	adds := b.adds
 	b.adds = nil
 	var dels map[int][]string
@@ -284,7 +314,8 @@ func (n *Notifier) flushOutbox(ctx context.Context, force bool) error {
 	plan := map[int]*segWrite{}
 	at := func(seg int) *segWrite {
 		if plan[seg] == nil {
-			plan[seg] = &segWrite{set: map[string]string{}}
+			s := b.segs[seg]
+			plan[seg] = &segWrite{set: map[string]string{}, create: s == nil || s.rv == ""}
 		}
 		return plan[seg]
 	}
@@ -300,63 +331,52 @@ func (n *Notifier) flushOutbox(ctx context.Context, force bool) error {
 	for seg, keys := range dels {
 		at(seg).del = keys
 	}
-	for seg, w := range plan {
-		w.create = b.segs[seg] == nil || b.segs[seg].rv == ""
-	}
-	n.mu.Unlock()
+	return adds, dels, plan
+}
 
-	failed := map[int]error{}
-	rvs := map[int]string{}
-	for seg, w := range plan {
-		rv, err := b.o.write(ctx, seg, w)
-		if err != nil {
-			failed[seg] = err
-			continue
-		}
-		rvs[seg] = rv
-	}
-
-	n.mu.Lock()
+// commitAddsLocked marks the messages whose write succeeded as written (they
+// may be sent now; one removed meanwhile is removed from the outbox in turn),
+// and puts the others back, first, for the next write.
+func (n *Notifier) commitAddsLocked(adds []*entry, failed map[int]error) {
+	b := n.box
 	var retry []*entry
 	for _, e := range adds {
 		e.writing = false
 		switch {
-		case failed[e.seg] != nil && !e.gone:
+		case failed[e.seg] == nil:
+			e.persisted = true
+			if e.gone {
+				n.untrackLocked(e)
+			}
+		case !e.gone:
 			retry = append(retry, e)
-		case failed[e.seg] != nil:
+		default:
 			if s := b.segs[e.seg]; s != nil {
 				s.bytes -= e.size
 				s.count--
 			}
-		case e.gone:
-			e.persisted = true
-			n.untrackLocked(e)
-		default:
-			e.persisted = true
 		}
 	}
 	b.adds = append(retry, b.adds...)
+}
+
+// commitDelsLocked puts the removals whose write failed back, and records
+// the segments' new resourceVersions.
+func (b *outboxState) commitDelsLocked(dels map[int][]string, failed map[int]error, rvs map[int]string) {
 	for seg, keys := range dels {
-		if failed[seg] != nil {
-			if len(b.dels) == 0 {
-				b.delsSince = time.Now()
-			}
-			b.dels[seg] = append(b.dels[seg], keys...)
+		if failed[seg] == nil {
+			continue
 		}
+		if len(b.dels) == 0 {
+			b.delsSince = time.Now()
+		}
+		b.dels[seg] = append(b.dels[seg], keys...)
 	}
 	for seg, rv := range rvs {
 		if s := b.segs[seg]; s != nil {
 			s.rv = rv
 		}
 	}
-	empty := b.emptyLocked()
-	n.mu.Unlock()
-
-	b.o.deleteSegments(ctx, empty)
-	for _, err := range failed {
-		return err
-	}
-	return nil
 }
 
 // assignLocked picks the segment of a new message of size bytes: the active
@@ -469,25 +489,8 @@ func (n *Notifier) loadOutbox(ctx context.Context) error {
 	}
 	maxSeg := -1
 	for _, cm := range list.Items {
-		seg, err := strconv.Atoi(strings.TrimPrefix(cm.Name, o.Name+"-"))
-		if err != nil || !strings.HasPrefix(cm.Name, o.Name+"-") || seg < 0 {
-			continue // not a segment of ours, whatever its label says
-		}
-		maxSeg = max(maxSeg, seg)
-		s := &segment{rv: cm.ResourceVersion}
-		b.segs[seg] = s
-		for key, v := range cm.Data {
-			e, ok := loadedEntry(key, v, seg)
-			if !ok || known[key] {
-				if !ok {
-					metrics.NotifyDropped.WithLabelValues("invalid").Inc()
-					b.dels[seg] = append(b.dels[seg], key)
-				}
-				continue
-			}
-			s.bytes += e.size
-			s.count++
-			n.queue = append(n.queue, e)
+		if seg, ok := n.loadSegmentLocked(&cm, known); ok {
+			maxSeg = max(maxSeg, seg)
 		}
 	}
 	if maxSeg >= 0 {
@@ -508,6 +511,33 @@ func (n *Notifier) loadOutbox(ctx context.Context) error {
 	n.mu.Unlock()
 	o.deleteSegments(ctx, empty)
 	return nil
+}
+
+// loadSegmentLocked queues the messages of one segment that are not known
+// yet, and marks the values that are not messages for removal (counted as
+// invalid drops); ok is false when cm is not a segment of this outbox.
+func (n *Notifier) loadSegmentLocked(cm *corev1.ConfigMap, known map[string]bool) (int, bool) {
+	b := n.box
+	prefix := b.o.Name + "-"
+	seg, err := strconv.Atoi(strings.TrimPrefix(cm.Name, prefix))
+	if err != nil || !strings.HasPrefix(cm.Name, prefix) || seg < 0 {
+		return 0, false // not a segment of ours, whatever its label says
+	}
+	s := &segment{rv: cm.ResourceVersion}
+	b.segs[seg] = s
+	for key, v := range cm.Data {
+		e, ok := loadedEntry(key, v, seg)
+		switch {
+		case !ok:
+			metrics.NotifyDropped.WithLabelValues("invalid").Inc()
+			b.dels[seg] = append(b.dels[seg], key)
+		case !known[key]:
+			s.bytes += e.size
+			s.count++
+			n.queue = append(n.queue, e)
+		}
+	}
+	return seg, true
 }
 
 // loadedEntry is the queue entry of a stored message; ok is false when the

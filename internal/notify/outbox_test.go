@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -255,5 +256,42 @@ func TestOutboxSegmentsAreBoundedAndBatched(t *testing.T) {
 	t.Logf("outbox writes: %d to add 20 messages, %d to remove them after delivery (including deleting emptied segments)", before, counting.writes.Load()-before)
 	if w := counting.writes.Load() - before; w > 20+int32(segs) {
 		t.Errorf("%d writes to remove 20 messages", w)
+	}
+}
+
+// A signing Secret holding a whsec_ value that is not a Standard Webhooks
+// secret is refused naming secretKey (the receiver, given the same string,
+// would derive another key), without the value in the message; a genuine one
+// is accepted.
+func TestResolverChecksAWhsecSigningSecret(t *testing.T) {
+	c, ns := outboxClient(t)
+	ctx := context.Background()
+	for name, value := range map[string]string{"bad": "whsec_Y2FuYXJ5LXNob3J0", "good": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"} {
+		if err := c.Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{KeyLabel: "true"}},
+			Data:       map[string][]byte{"key": []byte(value)},
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ConfigMapName}, Data: map[string]string{"url": "https://receiver.example.com/hook", "secretName": "bad"}}
+	if err := c.Create(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	resolve := ConfigMapResolver(c)
+	_, _, err := resolve(ctx, ns)
+	ce, ok := err.(*ConfigError)
+	if !ok || ce.Reason != ReasonConfigInvalid || !strings.Contains(ce.Message, `secretKey "key"`) || !strings.Contains(ce.Message, "whsec_") {
+		t.Fatalf("a short whsec_ value: %v, want NotificationConfigInvalid naming secretKey", err)
+	}
+	if strings.Contains(ce.Message, "Y2FuYXJ5") {
+		t.Errorf("the message carries the Secret's value: %s", ce.Message)
+	}
+	cm.Data["secretName"] = "good"
+	if err := c.Update(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	if ep, ok, err := resolve(ctx, ns); err != nil || !ok || string(ep.Key) != "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw" {
+		t.Errorf("a genuine whsec_ value: %v %v", ok, err)
 	}
 }
