@@ -380,6 +380,13 @@ func (n *Notifier) backoff(attempts int) time.Duration {
 	return min(d, n.o.MaxBackoff)
 }
 
+// knownLocked returns the namespace's resolved webhook when it was resolved
+// without error within ConfigTTL.
+func (n *Notifier) knownLocked(ns string, now time.Time) (resolved, bool) {
+	c, known := n.config[ns]
+	return c, known && c.err == nil && now.Sub(c.at) < n.o.ConfigTTL
+}
+
 // endpoint resolves a namespace's webhook, reusing an answer for ConfigTTL.
 func (n *Notifier) endpoint(ctx context.Context, ns string) (Endpoint, bool, error) {
 	now := time.Now()

@@ -273,6 +273,7 @@ type segWrite struct {
 
 // flushOutbox writes what waits, one merge patch per segment touched.
 func (n *Notifier) flushOutbox(ctx context.Context, force bool) error {
+	n.skipUnconfigured(ctx)
 	n.mu.Lock()
 	adds, dels, plan := n.box.planLocked(force)
 	n.mu.Unlock()
@@ -299,6 +300,37 @@ func (n *Notifier) flushOutbox(ctx context.Context, force bool) error {
 		return err
 	}
 	return nil
+}
+
+// skipUnconfigured resolves the webhooks of the namespaces of the messages
+// about to be written (the read their first attempt would make anyway, and
+// reuses) and drops the messages of namespaces that have none: most
+// namespaces configure no webhook, and their transitions then cost no write.
+func (n *Notifier) skipUnconfigured(ctx context.Context) {
+	n.mu.Lock()
+	unknown := map[string]bool{}
+	for _, e := range n.box.adds {
+		if _, fresh := n.knownLocked(e.ns, time.Now()); !fresh {
+			unknown[e.ns] = true
+		}
+	}
+	n.mu.Unlock()
+	for ns := range unknown {
+		// An error leaves the namespace unknown: its messages are written.
+		_, _, _ = n.endpoint(ctx, ns)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var keep []*entry
+	for _, e := range n.box.adds {
+		if c, fresh := n.knownLocked(e.ns, time.Now()); fresh && !c.ok && e.seg < 0 {
+			n.queue = slices.DeleteFunc(n.queue, func(q *entry) bool { return q == e })
+			continue
+		}
+		keep = append(keep, e)
+	}
+	n.box.adds = keep
+	metrics.NotifyQueueDepth.Set(float64(len(n.queue)))
 }
 
 // planLocked takes what waits to be written: the new messages (placed in

@@ -295,3 +295,19 @@ func TestResolverChecksAWhsecSigningSecret(t *testing.T) {
 		t.Errorf("a genuine whsec_ value: %v %v", ok, err)
 	}
 }
+
+// A namespace without a webhook costs no outbox write: its webhook is
+// resolved before the message would be written, and the message dropped.
+func TestOutboxWritesNothingForANamespaceWithoutWebhook(t *testing.T) {
+	c, ns := outboxClient(t)
+	counting := &countingWriter{Client: c}
+	n := New(Options{Resolve: resolverFor(nil), Outbox: &Outbox{Client: counting, Reader: c, Namespace: ns, Name: "outbox"}})
+	defer run(n)()
+	n.Enqueue(event("quiet", "1"))
+	n.Enqueue(event("quiet", "2"))
+	eventually(t, 5*time.Second, func() bool { return n.Len() == 0 }, "the messages dropped")
+	time.Sleep(100 * time.Millisecond)
+	if w := counting.writes.Load(); w != 0 {
+		t.Errorf("%d outbox writes for a namespace without a webhook", w)
+	}
+}
