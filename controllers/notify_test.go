@@ -2,6 +2,7 @@ package controllers_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net"
@@ -27,7 +28,9 @@ import (
 )
 
 // webhook is a receiver as a client would write one: it verifies every
-// delivery's signature and timestamp, and records the CloudEvents it accepted.
+// delivery's Standard Webhooks signature and timestamp with the secret
+// docs/clients.md tells a receiver to use (whsec_ and the base64 of the
+// Secret's value, spelled out here), and records the CloudEvents it accepted.
 type webhook struct {
 	key []byte
 
@@ -43,7 +46,9 @@ type receivedEvent struct {
 	Type        string `json:"type"`
 	Subject     string `json:"subject"`
 	Time        string `json:"time"`
-	Data        struct {
+	// webhookID is the delivery's webhook-id header.
+	webhookID string
+	Data      struct {
 		Phase      string                   `json:"phase"`
 		Reason     string                   `json:"reason"`
 		SessionID  string                   `json:"sessionID"`
@@ -57,7 +62,7 @@ func (h *webhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if err := notify.Verify(h.key, r.Header.Get(notify.HeaderSignature), r.Header.Get(notify.HeaderTimestamp), body, time.Now(), 5*time.Minute); err != nil {
+	if err := notify.VerifyStandard("whsec_"+base64.StdEncoding.EncodeToString(h.key), r.Header, body, time.Now(), 5*time.Minute); err != nil {
 		h.bad++
 		w.WriteHeader(http.StatusUnauthorized)
 		return
@@ -68,7 +73,7 @@ func (h *webhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusBadRequest)
 		return
 	}
-	ev.at = time.Now()
+	ev.at, ev.webhookID = time.Now(), r.Header.Get("webhook-id")
 	h.events = append(h.events, ev)
 }
 

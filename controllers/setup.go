@@ -184,7 +184,7 @@ func SetupWithManager(mgr ctrl.Manager, vc vercel.Config, o Options) error {
 	if err != nil {
 		return err
 	}
-	notifier, err := addNotifier(mgr, o.Notify)
+	notifier, err := addNotifier(mgr, o.Notify, notificationOutbox(mgr, o))
 	if err != nil {
 		return err
 	}
@@ -257,11 +257,34 @@ func checkedVercelClient(mgr ctrl.Manager, vc vercel.Config, hc *http.Client) (*
 	return api, health, nil
 }
 
+// NotificationOutboxName names the ConfigMaps of the manager's namespace
+// that keep the notifications waiting for delivery (notify.Outbox); a shard
+// has its own, as it has its own leader.
+const NotificationOutboxName = "sandbox-notifications-outbox"
+
+// The outbox's ConfigMaps are in the manager's namespace only (the Role this
+// marker makes, bound in config/rbac/manager_namespace_role_binding.yaml):
+// listed once per start, patched per batch of messages, deleted when emptied.
+// +kubebuilder:rbac:groups="",namespace=system,resources=configmaps,verbs=list;create;patch;delete
+
+// notificationOutbox is the notifier's outbox: in the manager's namespace,
+// written with the manager's client, listed with its API reader (no
+// ConfigMap informer).
+func notificationOutbox(mgr ctrl.Manager, o Options) notify.Outbox {
+	name := NotificationOutboxName
+	if o.Shard.Sharded() {
+		name += "-" + o.Shard.String()
+	}
+	return notify.Outbox{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: o.DigestKeySecret.key().Namespace, Name: name}
+}
+
 // addNotifier runs the webhook notifier of no, resolving the namespaces'
-// sandbox-notifications ConfigMaps and recording the manager's events.
-func addNotifier(mgr ctrl.Manager, no notify.Options) (*notify.Notifier, error) {
+// sandbox-notifications ConfigMaps, recording the manager's events and
+// keeping its queue in outbox.
+func addNotifier(mgr ctrl.Manager, no notify.Options, outbox notify.Outbox) (*notify.Notifier, error) {
 	no.Resolve = notify.ConfigMapResolver(mgr.GetAPIReader())
 	no.Recorder = mgr.GetEventRecorder("sandbox-controller")
+	no.Outbox = &outbox
 	notifier := notify.New(no)
 	if err := mgr.Add(notifier); err != nil {
 		return nil, fmt.Errorf("add the notifier: %w", err)

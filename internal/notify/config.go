@@ -98,6 +98,9 @@ func ConfigMapResolver(r client.Reader) Resolver {
 		if len(value) < MinKeyLength {
 			return invalid(ReasonConfigInvalid, "secretKey %q: the Secret %s must hold at least %d bytes under this key; nothing is sent", key, name, MinKeyLength)
 		}
+		if _, err := StandardKey(value); err != nil {
+			return invalid(ReasonConfigInvalid, "secretKey %q: %s (a Standard Webhooks secret); nothing is sent", key, err)
+		}
 		return Endpoint{URL: u.String(), Key: value, Source: &cm}, true, nil
 	}
 }

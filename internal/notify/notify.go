@@ -2,14 +2,18 @@
 // so that clients that cannot hold a watch learn of the transitions they wait
 // for without polling.
 //
-// Enqueue never blocks: messages wait in a bounded in-memory queue (the
-// oldest waiting one is dropped, and counted, when it is full) and a few
-// workers deliver them. Each namespace has at most one message in flight and
-// its messages are delivered in order, so a receiver that hangs holds one
-// worker at a time (for at most the request timeout) and never delays the
-// other namespaces by more than that. A failed attempt is retried with
-// exponential backoff until the message is older than MaxAge: delivery is at
-// least once while the manager runs; the queue is not persisted.
+// Enqueue never blocks: messages wait in a bounded queue (the oldest waiting
+// one is dropped, and counted, when it is full) and a few workers deliver
+// them. Each namespace has at most one message in flight and its messages
+// are delivered in order, so a receiver that hangs holds one worker at a time
+// (for at most the request timeout) and never delays the other namespaces by
+// more than that. A failed attempt is retried with exponential backoff until
+// the message is older than MaxAge. With an Outbox the queue is kept in the
+// API server (outbox.go): a message is written there before it is first
+// sent, so delivery is at least once across restarts and changes of leader.
+//
+// Every delivery is signed as Standard Webhooks specifies (signature.go), so
+// that a receiver verifies it with any library of that specification.
 //
 // The receiver is chosen by whoever may write a namespace's ConfigMap, so the
 // notifier connects only to public addresses unless the operator allowed
@@ -69,6 +73,9 @@ type cloudEvent struct {
 // Endpoint is where a namespace's messages go and the key that signs them.
 type Endpoint struct {
 	URL string
+	// Key is the value stored in the signing Secret: the key of the
+	// deprecated X-Sandbox-Signature, and the Standard Webhooks key as
+	// StandardKey derives it.
 	Key []byte
 	// Source is the object that configures it (the ConfigMap), which the
 	// Warning events about refused deliveries are about; nil: none.
@@ -106,6 +113,9 @@ type Options struct {
 	// Recorder, when set, receives a Warning event about the ConfigMap for
 	// each attempt refused because of its configuration or destination.
 	Recorder events.EventRecorder
+	// Outbox, when set, keeps the queue in the API server; nil keeps it in
+	// memory only (a restart loses it).
+	Outbox *Outbox
 }
 
 // Notifier queues and delivers events. Start runs its workers.
@@ -117,6 +127,7 @@ type Notifier struct {
 	mu     sync.Mutex
 	queue  []*entry // in enqueue order
 	config map[string]resolved
+	box    *outboxState // nil: in memory only
 }
 
 type entry struct {
@@ -127,6 +138,14 @@ type entry struct {
 	attempts  int
 	notBefore time.Time
 	inFlight  bool
+
+	// The entry in the outbox (outbox.go): its data key and segment (-1:
+	// not assigned yet), the bytes it takes there, and whether it is written
+	// (only then is it sent), being written, or gone from the queue while
+	// being written.
+	key                      string
+	seg, size                int
+	persisted, writing, gone bool
 }
 
 type resolved struct {
@@ -160,7 +179,11 @@ func New(o Options) *Notifier {
 		o.ConfigTTL = 30 * time.Second
 	}
 	metrics.RegisterNotify()
-	return &Notifier{o: o, http: newHTTPClient(o.Allow), wake: make(chan struct{}, 1), config: map[string]resolved{}}
+	n := &Notifier{o: o, http: newHTTPClient(o.Allow), wake: make(chan struct{}, 1), config: map[string]resolved{}}
+	if o.Outbox != nil {
+		n.box = newOutboxState(*o.Outbox)
+	}
+	return n
 }
 
 // Enqueue queues e for delivery and returns at once. Nothing is queued for a
@@ -186,7 +209,9 @@ func (n *Notifier) Enqueue(e Event) {
 		n.dropOldestLocked()
 	}
 	if len(n.queue) < n.o.QueueSize {
-		n.queue = append(n.queue, &entry{ns: e.Namespace, id: e.ID, body: body, enqueued: now})
+		q := &entry{ns: e.Namespace, id: e.ID, body: body, enqueued: now, key: newKey(now)}
+		n.queue = append(n.queue, q)
+		n.trackLocked(q)
 	} else {
 		// Every entry is in flight (a queue smaller than the workers).
 		metrics.NotifyDropped.WithLabelValues("queue_full").Inc()
@@ -196,15 +221,18 @@ func (n *Notifier) Enqueue(e Event) {
 	n.signal()
 }
 
-// dropOldestLocked drops the oldest entry that is not in flight.
-func (n *Notifier) dropOldestLocked() {
+// dropOldestLocked drops the oldest entry that is not in flight; false when
+// every entry is.
+func (n *Notifier) dropOldestLocked() bool {
 	for i, e := range n.queue {
 		if !e.inFlight {
 			n.queue = append(n.queue[:i], n.queue[i+1:]...)
+			n.untrackLocked(e)
 			metrics.NotifyDropped.WithLabelValues("queue_full").Inc()
-			return
+			return true
 		}
 	}
+	return false
 }
 
 func (n *Notifier) signal() {
@@ -221,9 +249,14 @@ func (n *Notifier) Len() int {
 	return len(n.queue)
 }
 
-// Start runs the workers until ctx ends (manager.Runnable).
+// Start runs the workers, and the outbox's reader and writer, until ctx
+// ends (manager.Runnable). It needs leader election (the default of a
+// Runnable), so only the leader delivers and writes the outbox.
 func (n *Notifier) Start(ctx context.Context) error {
 	var wg sync.WaitGroup
+	if n.box != nil {
+		wg.Go(func() { n.runOutbox(ctx) })
+	}
 	for range n.o.Workers {
 		wg.Go(func() { n.work(ctx) })
 	}
@@ -254,8 +287,9 @@ func (n *Notifier) work(ctx context.Context) {
 }
 
 // next takes the first message that can go now: the oldest of its namespace,
-// with no message of that namespace in flight and its backoff passed. If there
-// is none it returns how long to wait for one.
+// written to the outbox, with no message of that namespace in flight and its
+// backoff passed. If there is none it returns how long to wait for one (the
+// outbox's writer wakes the workers when it wrote).
 func (n *Notifier) next(now time.Time) (*entry, time.Duration) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -267,7 +301,7 @@ func (n *Notifier) next(now time.Time) (*entry, time.Duration) {
 		}
 		head[e.ns] = true
 		switch {
-		case e.inFlight:
+		case e.inFlight, !e.persisted:
 		case e.notBefore.After(now):
 			wait = min(wait, e.notBefore.Sub(now))
 		default:
@@ -302,7 +336,8 @@ func (n *Notifier) deliver(ctx context.Context, e *entry) {
 		}
 	}
 	if ctx.Err() != nil {
-		// Shutting down: the message is lost with the queue.
+		// Shutting down: the message stays in the outbox (without one, it
+		// is lost with the queue).
 		return
 	}
 	now := time.Now()
@@ -329,6 +364,7 @@ func (n *Notifier) finish(e *entry, retry bool) {
 	for i, q := range n.queue {
 		if q == e {
 			n.queue = append(n.queue[:i], n.queue[i+1:]...)
+			n.untrackLocked(e)
 			break
 		}
 	}
@@ -342,6 +378,13 @@ func (n *Notifier) backoff(attempts int) time.Duration {
 		d *= 2
 	}
 	return min(d, n.o.MaxBackoff)
+}
+
+// knownLocked returns the namespace's resolved webhook when it was resolved
+// without error within ConfigTTL.
+func (n *Notifier) knownLocked(ns string, now time.Time) (resolved, bool) {
+	c, known := n.config[ns]
+	return c, known && c.err == nil && now.Sub(c.at) < n.o.ConfigTTL
 }
 
 // endpoint resolves a namespace's webhook, reusing an answer for ConfigTTL.
@@ -371,8 +414,17 @@ func (n *Notifier) post(ctx context.Context, ep Endpoint, e *entry) error {
 		metrics.NotifyFailed.WithLabelValues(e.ns, "config").Inc()
 		return fmt.Errorf("build request: %w", err)
 	}
+	skey, err := StandardKey(ep.Key)
+	if err != nil {
+		// The resolver refuses such a key; a Resolver of a test may not.
+		metrics.NotifyFailed.WithLabelValues(e.ns, "config").Inc()
+		return errors.New("secretKey: not a usable Standard Webhooks secret")
+	}
 	ts := strconv.FormatInt(time.Now().Unix(), 10)
 	req.Header.Set("Content-Type", ContentType)
+	req.Header.Set(HeaderWebhookID, e.id)
+	req.Header.Set(HeaderWebhookTimestamp, ts)
+	req.Header.Set(HeaderWebhookSignature, SignStandard(skey, e.id, ts, e.body))
 	req.Header.Set(HeaderTimestamp, ts)
 	req.Header.Set(HeaderSignature, Sign(ep.Key, ts, e.body))
 	resp, err := n.http.Do(req)

@@ -3,11 +3,14 @@ package notify
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,7 +25,28 @@ import (
 	"github.com/getsentry/sandbox-controller/internal/metrics"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain stops the outbox tests' kube-apiserver, then checks that no
+// goroutine leaked (the API client's idle connections excepted).
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if apiServer.cp != nil {
+		if err := apiServer.cp.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stop kube-apiserver:", err)
+			code = 1
+		}
+	}
+	if code == 0 {
+		if err := goleak.Find(
+			goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+			goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+			goleak.IgnoreAnyFunction("k8s.io/klog/v2.(*flushDaemon).run"),
+		); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
 var key = []byte("0123456789abcdef0123456789abcdef")
 
@@ -71,6 +95,8 @@ type receiver struct {
 	fail     int
 	got      []map[string]any
 	bad      int
+	// webhookIDs is the webhook-id of every attempt.
+	webhookIDs []string
 }
 
 func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
@@ -78,6 +104,13 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.attempts++
+	r.webhookIDs = append(r.webhookIDs, req.Header.Get(HeaderWebhookID))
+	// Both signatures, while the deprecated one is still sent.
+	if err := VerifyStandard(ReceiverSecret(key), req.Header, body, time.Now(), time.Minute); err != nil {
+		r.bad++
+		w.WriteHeader(http.StatusUnauthorized)
+		return
+	}
 	if err := Verify(key, req.Header.Get(HeaderSignature), req.Header.Get(HeaderTimestamp), body, time.Now(), time.Minute); err != nil || req.Header.Get("Content-Type") != ContentType {
 		r.bad++
 		w.WriteHeader(http.StatusUnauthorized)
@@ -156,6 +189,10 @@ func TestRetriesUntilAcceptedInOrder(t *testing.T) {
 	}
 	if ev["specversion"] != "1.0" {
 		t.Errorf("specversion %v", ev["specversion"])
+	}
+	// webhook-id is the event's id on every attempt, retries included.
+	if want := []string{"1", "1", "1", "2"}; !slices.Equal(rec.webhookIDs, want) {
+		t.Errorf("webhook-id of the attempts %v, want %v", rec.webhookIDs, want)
 	}
 }
 
