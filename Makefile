@@ -109,14 +109,22 @@ generate: controller-gen code-generator ts-generate ## Generate DeepCopy methods
 	CONTROLLER_GEN=$(CONTROLLER_GEN) CLIENT_GEN=$(CLIENT_GEN) LISTER_GEN=$(LISTER_GEN) INFORMER_GEN=$(INFORMER_GEN) ./hack/codegen.sh
 
 TS_CLIENT ?= clients/typescript
+# The TypeScript client is built and tested with the Node.js that
+# hack/node.sh pins and installs into bin/ (from the npm registry): npm and
+# what it starts run on it, whatever node the machine has.
+TS_NPM = PATH="$$(./hack/node.sh):$$PATH" npm --prefix $(TS_CLIENT)
+
+.PHONY: node
+node: ## Install (once) the pinned Node.js the TypeScript client is built and tested with into bin/; print its directory.
+	@./hack/node.sh
 
 .PHONY: ts-generate
 ts-generate: $(TS_CLIENT)/node_modules/.package-lock.json ## Generate the TypeScript client's types (clients/typescript/src/generated) from config/crd/bases.
-	cd $(TS_CLIENT) && npm run --silent generate
+	$(TS_NPM) run --silent generate
 
 # npm ci again only when package-lock.json changed (npm writes node_modules/.package-lock.json).
 $(TS_CLIENT)/node_modules/.package-lock.json: $(TS_CLIENT)/package.json $(TS_CLIENT)/package-lock.json
-	cd $(TS_CLIENT) && npm ci --no-audit --no-fund
+	$(TS_NPM) ci --no-audit --no-fund
 
 .PHONY: fmt
 fmt: ## Run go fmt.

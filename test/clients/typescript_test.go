@@ -42,6 +42,9 @@ import (
 // (config/default's namePrefix), the one docs/clients.md tells users to bind.
 const editorRole = "sandbox-controller-sandbox-editor-role"
 
+// viewerRole is config/rbac's read-only client role; it also reads SandboxQuotas.
+const viewerRole = "sandbox-controller-sandbox-viewer-role"
+
 var repoRoot = func() string {
 	d, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
@@ -66,10 +69,8 @@ func TestTypeScript(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a control plane, the emulator and the manager, and runs npm")
 	}
-	for _, tool := range []string{"node", "npm"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s is not on PATH: the TypeScript client is built and tested with Node.js 20 or later and npm", tool)
-		}
+	if _, err := exec.LookPath("npm"); err != nil {
+		t.Fatal("npm is not on PATH: it installs the TypeScript client's Node.js (hack/node.sh) and dependencies")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
@@ -77,8 +78,13 @@ func TestTypeScript(t *testing.T) {
 	pkg := filepath.Join(repoRoot, "clients", "typescript")
 
 	// Installing first: a registry that cannot be reached fails the test
-	// before anything else starts.
-	npm(ctx, t, pkg, nil, "ci", "--no-audit", "--no-fund")
+	// before anything else starts. The client is built and tested on the
+	// Node.js hack/node.sh pins (its engines.node), not the machine's.
+	nodeEnv := pinnedNode(ctx, t)
+	if v := npm(ctx, t, pkg, nodeEnv, "exec", "--", "node", "--version"); !strings.HasPrefix(v, "v22.") {
+		t.Fatalf("npm runs node %q, want hack/node.sh's v22", strings.TrimSpace(v))
+	}
+	npm(ctx, t, pkg, nodeEnv, "ci", "--no-audit", "--no-fund")
 
 	cpLog, err := os.Create(filepath.Join(dir, "controlplane.log"))
 	must(t, err)
@@ -132,18 +138,39 @@ func TestTypeScript(t *testing.T) {
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: editorRole},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: "junior"}},
 	}))
+	// Reading the namespace's SandboxQuotas (namespaceQuotaStatus) takes the
+	// viewer role: the editor role does not grant it.
+	must(t, c.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "junior-quotas"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: viewerRole},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: "junior"}},
+	}))
+	// A quota an administrator set, with a budget the tests read: generous
+	// enough never to hold back the tests' Sandboxes.
+	rolling := int64(3600)
+	must(t, c.Create(ctx, &sandboxv1.SandboxQuota{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ts-budget"},
+		Spec: sandboxv1.SandboxQuotaSpec{
+			Hard: sandboxv1.SandboxQuotaResources{Sandboxes: ptr(int64(100))},
+			Budgets: []sandboxv1.SandboxBudget{{
+				Name: "creations", Unit: sandboxv1.BudgetCreations, Limit: "1000",
+				Window: sandboxv1.BudgetWindow{RollingSeconds: &rolling},
+			}},
+		},
+	}))
 
 	creates := stack.Emulator.RequestCount("createSandbox")
-	out := npm(ctx, t, pkg, []string{
+	out := npm(ctx, t, pkg, append(nodeEnv,
 		"KUBECONFIG=", // not used: the tests authenticate with the tokens only
 		// With the trailing slash the control plane reports, as a user may
 		// copy a URL: kubeConfigForToken must cope.
-		"SANDBOX_TEST_SERVER=" + stack.Config.Host,
-		"SANDBOX_TEST_CA_DATA=" + base64.StdEncoding.EncodeToString(stack.Config.CAData),
-		"SANDBOX_TEST_TOKEN=" + tokens["junior"],
-		"SANDBOX_TEST_UNBOUND_TOKEN=" + tokens["stranger"],
-		"SANDBOX_TEST_NAMESPACE=" + ns,
-	}, "test")
+		"SANDBOX_TEST_SERVER="+stack.Config.Host,
+		"SANDBOX_TEST_CA_DATA="+base64.StdEncoding.EncodeToString(stack.Config.CAData),
+		"SANDBOX_TEST_TOKEN="+tokens["junior"],
+		"SANDBOX_TEST_UNBOUND_TOKEN="+tokens["stranger"],
+		"SANDBOX_TEST_NAMESPACE="+ns,
+		"SANDBOX_TEST_QUOTA=ts-budget",
+	), "test")
 	// node's spec reporter closes with the counts; every test must have run.
 	for _, want := range []*regexp.Regexp{
 		regexp.MustCompile(`(?m)^ℹ fail 0$`),
@@ -172,22 +199,43 @@ func TestTypeScript(t *testing.T) {
 	}
 }
 
-// installEditorRole creates the editor ClusterRole exactly as `make deploy`
-// renders it from config/.
+// installEditorRole creates the editor and viewer ClusterRoles exactly as
+// `make deploy` renders them from config/.
 func installEditorRole(ctx context.Context, t *testing.T, c client.Client) {
 	t.Helper()
 	rendered, err := controlplane.Render(repoRoot, filepath.Join("config", "default"))
 	must(t, err)
+	want := map[string]bool{editorRole: true, viewerRole: true}
 	for _, doc := range splitYAML(rendered) {
 		var role rbacv1.ClusterRole
-		if err := yaml.Unmarshal(doc, &role); err != nil || role.Kind != "ClusterRole" || role.Name != editorRole {
+		if err := yaml.Unmarshal(doc, &role); err != nil || role.Kind != "ClusterRole" || !want[role.Name] {
 			continue
 		}
 		must(t, c.Create(ctx, &role))
-		return
+		delete(want, role.Name)
 	}
-	t.Fatalf("config/default renders no ClusterRole %s", editorRole)
+	for name := range want {
+		t.Fatalf("config/default renders no ClusterRole %s", name)
+	}
 }
+
+// pinnedNode installs (once, into bin/) the Node.js hack/node.sh pins and
+// returns the environment that puts it first on PATH, for npm and what npm
+// starts.
+func pinnedNode(ctx context.Context, t *testing.T) []string {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, filepath.Join(repoRoot, "hack", "node.sh"))
+	cmd.Env = append(os.Environ(), "NO_COLOR=1", "npm_config_update_notifier=false")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("hack/node.sh: %v\n%s", err, stderr.String())
+	}
+	return []string{"PATH=" + strings.TrimSpace(string(out)) + string(os.PathListSeparator) + os.Getenv("PATH")}
+}
+
+func ptr[T any](v T) *T { return &v }
 
 // npm runs npm in dir with the environment plus env, logs its output and
 // returns it; a non-zero exit fails the test.

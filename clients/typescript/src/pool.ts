@@ -3,22 +3,16 @@
 // builds that Sandbox from the pool's template (so a member can serve it),
 // creates it unless it exists, waits until it is Ready and says whether it
 // took a member or was created cold, and why (its Claimed condition).
-import { CustomObjectsApi } from '@kubernetes/client-node';
 import type { KubeConfig } from '@kubernetes/client-node';
 
+import { GoneError, KubernetesApiError } from './errors.js';
 import { sandboxpoolResource } from './generated/index.js';
 import type { Sandbox, SandboxPool, SandboxSpec } from './generated/index.js';
-import {
-  KubernetesApiError,
-  LAST_ACTIVITY_ANNOTATION,
-  activityTimestamp,
-  apiCall,
-  getOrCreateSandbox,
-  getSandbox,
-  heartbeat,
-  waitReady,
-} from './sandbox.js';
-import type { SandboxInput, WaitOptions } from './sandbox.js';
+import { LAST_ACTIVITY_ANNOTATION, activityTimestamp, heartbeat } from './heartbeat.js';
+import { getOrCreateSandbox, getSandbox, waitReady } from './sandbox.js';
+import type { SandboxInput } from './sandbox.js';
+import { conditionOf, deleteObject, describeState, getObject, isCurrent, watchObject } from './watch.js';
+import type { WaitOptions } from './watch.js';
 
 /** Options of claimSandbox; the wait options bound the wait for Ready. */
 export interface ClaimOptions extends WaitOptions {
@@ -120,15 +114,82 @@ export function claimResultOf(sandbox: Sandbox): ClaimResult {
 
 /** Reads a SandboxPool; rejects with a KubernetesApiError of code 404 when there is none. */
 export async function getSandboxPool(kc: KubeConfig, namespace: string, name: string): Promise<SandboxPool> {
-  return apiCall(`get SandboxPool ${namespace}/${name}`, () =>
-    kc.makeApiClient(CustomObjectsApi).getNamespacedCustomObject({
-      group: sandboxpoolResource.group,
-      version: sandboxpoolResource.version,
-      plural: sandboxpoolResource.plural,
-      namespace,
-      name,
-    }),
-  );
+  return getObject<SandboxPool>(kc, sandboxpoolResource, namespace, name);
+}
+
+/** What a SandboxPool reports about its members and claims (Go: PoolStatus). */
+export interface PoolStatus {
+  /** spec.replicas, the members asked for. */
+  replicas: number;
+  /** The members the pool keeps (replicas raised by its policy). */
+  target: number;
+  /** The members a claim can take now. */
+  ready: number;
+  /** The unclaimed members that exist. */
+  members: number;
+  /** The claim rate over the last 10 minutes. */
+  claimsPerMinute?: string;
+  /** Existing claimants that took a member (hits) or found the pool empty (misses). */
+  hits: number;
+  misses: number;
+  /** How long a new member takes to become claimable, in seconds. */
+  replenishSeconds: number;
+  /** The Ready condition's reason (Filled, Filling, WaitingForSnapshot, QuotaExceeded) and message. */
+  reason?: string;
+  message?: string;
+}
+
+/** Summarises a SandboxPool's spec and status (Go: PoolStatusOf). */
+export function poolStatusOf(pool: SandboxPool): PoolStatus {
+  const s = pool.status;
+  const ready = conditionOf(pool, 'Ready');
+  return {
+    replicas: pool.spec.replicas ?? 1,
+    target: s?.targetReplicas ?? 0,
+    ready: s?.readyReplicas ?? 0,
+    members: s?.replicas ?? 0,
+    claimsPerMinute: s?.claimsPerMinute,
+    hits: s?.hits ?? 0,
+    misses: s?.misses ?? 0,
+    replenishSeconds: s?.replenishSeconds ?? 0,
+    reason: ready?.reason,
+    message: ready?.message,
+  };
+}
+
+/** Reads a SandboxPool and summarises it (Go: PoolStatus). */
+export async function getPoolStatus(kc: KubeConfig, namespace: string, name: string): Promise<PoolStatus> {
+  return poolStatusOf(await getSandboxPool(kc, namespace, name));
+}
+
+/**
+ * Waits, by watching, until the SandboxPool holds its target of ready
+ * members for its current spec (Ready=True), and returns it (Go:
+ * WaitPoolReady).
+ */
+export async function waitPoolReady(kc: KubeConfig, namespace: string, name: string, opts: WaitOptions = {}): Promise<SandboxPool> {
+  return watchObject<SandboxPool, SandboxPool>(kc, sandboxpoolResource, namespace, name, opts, {
+    check: (pool) => {
+      if (!pool) throw new GoneError(`SandboxPool ${namespace}/${name} does not exist (or was deleted while waiting)`);
+      if (pool.metadata?.deletionTimestamp) throw new GoneError(`SandboxPool ${namespace}/${name} is being deleted`);
+      return isCurrent(pool) && conditionOf(pool, 'Ready')?.status === 'True' ? pool : undefined;
+    },
+    timeoutMessage: (last) => `SandboxPool ${namespace}/${name} is not filled ${describeState(last)}`,
+  });
+}
+
+/**
+ * Deletes a SandboxPool and, unless wait is false, waits until it is gone:
+ * its unclaimed members and their Vercel sandboxes deleted (Go: DeletePool).
+ * Sandboxes that claimed members are not touched.
+ */
+export async function deletePool(
+  kc: KubeConfig,
+  namespace: string,
+  name: string,
+  opts: WaitOptions & { wait?: boolean } = {},
+): Promise<void> {
+  return deleteObject(kc, sandboxpoolResource, namespace, name, opts);
 }
 
 /**

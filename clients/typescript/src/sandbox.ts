@@ -1,29 +1,30 @@
-// Helpers for what a client such as Junior does with a Sandbox: declare it,
-// wait until it is Ready, keep it alive with heartbeats, and delete it. They
-// only read and write Sandbox objects through the Kubernetes API (the
-// controller does the Vercel work), so the sandbox-controller editor role is
-// all they need.
-import {
-  ApiException,
-  CustomObjectsApi,
-  KubeConfig,
-  PatchStrategy,
-  Watch,
-  setHeaderOptions,
-} from '@kubernetes/client-node';
-import type { V1ObjectMeta } from '@kubernetes/client-node';
+// Helpers for what a client such as Junior does with a Sandbox: declare it
+// (or find it again), wait until it is Ready, pause and resume it, and delete
+// it. They read and write Sandbox objects only, through the Kubernetes API
+// (the controller does the Vercel work), so the sandbox-controller editor
+// role is all they need. pkg/sandboxclient is the Go client with the same
+// names and semantics.
+import { PatchStrategy, setHeaderOptions } from '@kubernetes/client-node';
+import type { KubeConfig, V1ObjectMeta } from '@kubernetes/client-node';
 
+import { ConditionError, GoneError, KubernetesApiError, WaitTimeoutError, apiCall } from './errors.js';
 import { sandboxResource } from './generated/index.js';
 import type { Sandbox, SandboxSpec, SandboxStatus } from './generated/index.js';
+import { LAST_ACTIVITY_ANNOTATION, activityTimestamp, heartbeat } from './heartbeat.js';
+import {
+  conditionOf,
+  coordinates,
+  createObject,
+  customObjects,
+  deleteObject,
+  describeState,
+  getObject,
+  isCurrent,
+  watchObject,
+} from './watch.js';
+import type { WaitOptions } from './watch.js';
 
-/**
- * The activity heartbeat annotation. The controller keeps the session running
- * until spec.timeoutSeconds past the latest heartbeat, and a heartbeat newer
- * than an idle stop resumes the sandbox. Its value is an RFC 3339 time.
- */
-export const LAST_ACTIVITY_ANNOTATION = 'sandbox.sentry.io/last-activity';
-
-/** A condition of a Sandbox's status (Ready, Synced, Resumable, Paused). */
+/** A condition of a Sandbox's status (Ready, Synced, Resumable, Paused, Claimed). */
 export type SandboxCondition = NonNullable<SandboxStatus['conditions']>[number];
 
 /** What createSandbox needs: a name (and namespace) and a spec. */
@@ -32,84 +33,54 @@ export interface SandboxInput {
   spec: SandboxSpec;
 }
 
-/** Options of the helpers that wait. */
-export interface WaitOptions {
-  /** How long to wait before rejecting with a SandboxTimeoutError (default 5 minutes). */
-  timeoutMs?: number;
-  /** Stops waiting; the promise rejects with the signal's reason. */
-  signal?: AbortSignal;
-}
-
-const DEFAULT_TIMEOUT_MS = 5 * 60 * 1000;
-
 /**
- * An error the API server answered with: `code` is the HTTP status (403 when
- * the caller's role does not allow the request, 404 not found, 409 already
- * exists or conflict, 422 invalid), `reason` the Status reason (Forbidden,
- * NotFound, AlreadyExists, Invalid, ...), and the message is the API
- * server's, e.g. the CRD validation that refused a spec.
+ * waitReady's rejection when the Sandbox failed for good (phase Failed), or
+ * Vercel refused its spec (Synced=False Invalid; conditionType says which).
  */
-export class KubernetesApiError extends Error {
+export class SandboxFailedError extends ConditionError {
   constructor(
-    readonly code: number,
-    readonly reason: string | undefined,
-    message: string,
+    readonly sandbox: Sandbox,
+    conditionType = 'Ready',
   ) {
-    super(message);
-    this.name = 'KubernetesApiError';
-  }
-}
-
-/** waitReady's rejection when the Sandbox failed for good (phase Failed). */
-export class SandboxFailedError extends Error {
-  /** The Ready condition's reason, e.g. SetupFailed, SessionFailed, NameConflict. */
-  readonly reason: string;
-  /** The Ready condition's message, e.g. which setup step exited with which code. */
-  readonly conditionMessage: string;
-  constructor(readonly sandbox: Sandbox) {
-    const ready = readyCondition(sandbox);
-    const reason = ready?.reason ?? 'Unknown';
-    const conditionMessage = ready?.message ?? '';
-    super(`Sandbox ${key(sandbox)} failed: ${reason}: ${conditionMessage}`);
+    super('Sandbox', sandbox, conditionType);
     this.name = 'SandboxFailedError';
-    this.reason = reason;
-    this.conditionMessage = conditionMessage;
   }
 }
 
-/** A wait's rejection when its time ran out; the message says the last state seen. */
-export class SandboxTimeoutError extends Error {
-  constructor(
-    message: string,
-    readonly sandbox: Sandbox | undefined,
-  ) {
-    super(message);
+/** A Sandbox wait's rejection when its time ran out; the message says the last state seen. */
+export class SandboxTimeoutError extends WaitTimeoutError<Sandbox> {
+  constructor(message: string, last: Sandbox | undefined) {
+    super(message, last);
     this.name = 'SandboxTimeoutError';
   }
+  /** The last version of the Sandbox the wait saw. */
+  get sandbox(): Sandbox | undefined {
+    return this.object;
+  }
 }
 
-/** waitReady's rejection when the Sandbox does not exist or was deleted while waiting. */
-export class SandboxGoneError extends Error {
+/** A Sandbox wait's rejection when the Sandbox does not exist or was deleted while waiting. */
+export class SandboxGoneError extends GoneError {
   constructor(message: string) {
     super(message);
     this.name = 'SandboxGoneError';
   }
 }
 
-/** The Ready condition of a Sandbox, if the controller set one. */
-export function readyCondition(sandbox: Sandbox): SandboxCondition | undefined {
-  return sandbox.status?.conditions?.find((c) => c.type === 'Ready');
+/**
+ * waitReady's rejection for a Sandbox whose spec.state is Stopped (paused):
+ * it cannot become Ready until resumeSandbox (Go: ErrStopped).
+ */
+export class SandboxStoppedError extends Error {
+  constructor(readonly sandbox: Sandbox) {
+    super(`Sandbox ${sandbox.metadata?.namespace}/${sandbox.metadata?.name}: spec.state is Stopped; resume it first`);
+    this.name = 'SandboxStoppedError';
+  }
 }
 
-/**
- * The heartbeat value for a time: RFC 3339 in UTC with milliseconds
- * (`2026-01-02T15:04:05.123Z`), which the controller parses. Milliseconds,
- * not whole seconds: the controller resumes an idle Sandbox only for a
- * heartbeat after the stop, which it records to the second, so a heartbeat
- * cut to the second in the same second as the stop would be ignored.
- */
-export function activityTimestamp(at: Date = new Date()): string {
-  return at.toISOString();
+/** The Ready condition of a Sandbox, if the controller set one. */
+export function readyCondition(sandbox: Sandbox): SandboxCondition | undefined {
+  return conditionOf(sandbox, 'Ready') as SandboxCondition | undefined;
 }
 
 /**
@@ -120,20 +91,18 @@ export function activityTimestamp(at: Date = new Date()): string {
  */
 export async function createSandbox(kc: KubeConfig, sandbox: SandboxInput, namespace?: string): Promise<Sandbox> {
   const ns = namespace ?? sandbox.metadata.namespace ?? defaultNamespace(kc);
-  const body: Sandbox = {
+  return createObject<Sandbox>(kc, sandboxResource, ns, {
     apiVersion: sandboxResource.apiVersion,
     kind: sandboxResource.kind,
     metadata: { ...sandbox.metadata, namespace: ns },
     spec: sandbox.spec,
-  };
-  return apiCall(`create Sandbox ${ns}/${sandbox.metadata.name}`, () =>
-    api(kc).createNamespacedCustomObject({ ...coordinates(ns), body }),
-  );
+  });
 }
 
 /**
  * Creates the Sandbox, or returns the existing one of that name (say a
- * conversation that resumes) as it is: its spec is not compared or changed.
+ * conversation that resumes) as it is: its spec is not compared or changed
+ * (Go: GetOrCreate).
  */
 export async function getOrCreateSandbox(
   kc: KubeConfig,
@@ -151,27 +120,45 @@ export async function getOrCreateSandbox(
 
 /** Reads a Sandbox; rejects with a KubernetesApiError of code 404 when there is none. */
 export async function getSandbox(kc: KubeConfig, namespace: string, name: string): Promise<Sandbox> {
-  return apiCall(`get Sandbox ${namespace}/${name}`, () =>
-    api(kc).getNamespacedCustomObject({ ...coordinates(namespace), name }),
-  );
+  return getObject<Sandbox>(kc, sandboxResource, namespace, name);
 }
 
 /**
- * Sends an activity heartbeat: a JSON merge patch of the last-activity
- * annotation (custom resources refuse strategic merge patches), which touches
- * nothing else and never conflicts with the controller's writes. Returns the
- * patched Sandbox. Each heartbeat is a write to the API server: a busy client
- * sends one every few seconds at most, not one per request (the idle window,
- * spec.timeoutSeconds, is minutes).
+ * What a client does when work starts (Go: EnsureReady): getOrCreateSandbox
+ * with a heartbeat (the annotation on a new Sandbox; a patch on an existing
+ * one, which wakes a Sandbox that went Idle), then waitReady. Resolves with
+ * the Ready Sandbox and whether this call created it.
  */
-export async function heartbeat(kc: KubeConfig, namespace: string, name: string, at: Date = new Date()): Promise<Sandbox> {
-  const body = { metadata: { annotations: { [LAST_ACTIVITY_ANNOTATION]: activityTimestamp(at) } } };
-  return apiCall(`heartbeat Sandbox ${namespace}/${name}`, () =>
-    api(kc).patchNamespacedCustomObject(
-      { ...coordinates(namespace), name, body },
-      setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
-    ),
-  );
+export async function ensureReady(
+  kc: KubeConfig,
+  sandbox: SandboxInput,
+  opts: WaitOptions & { namespace?: string } = {},
+): Promise<{ sandbox: Sandbox; created: boolean }> {
+  const ns = opts.namespace ?? sandbox.metadata.namespace ?? defaultNamespace(kc);
+  const now = new Date();
+  const annotations = { ...sandbox.metadata.annotations, [LAST_ACTIVITY_ANNOTATION]: activityTimestamp(now) };
+  const { created } = await getOrCreateSandbox(kc, { ...sandbox, metadata: { ...sandbox.metadata, annotations } }, ns);
+  if (!created) await heartbeat(kc, ns, sandbox.metadata.name, now);
+  return { sandbox: await waitReady(kc, ns, sandbox.metadata.name, opts), created };
+}
+
+/**
+ * The test waitReady applies to each version of a Sandbox: the Sandbox when
+ * it is Ready for its current generation, undefined while it may still
+ * become Ready, and a rejection when it will not (Go: sandboxReady).
+ */
+export function sandboxReady(sbx: Sandbox): Sandbox | undefined {
+  const key = `${sbx.metadata?.namespace}/${sbx.metadata?.name}`;
+  if (sbx.metadata?.deletionTimestamp) throw new SandboxGoneError(`Sandbox ${key} is being deleted`);
+  if (sbx.spec.state === 'Stopped') throw new SandboxStoppedError(sbx);
+  // A condition set for an older generation says nothing about the current
+  // spec (the controller has not looked at the change yet).
+  if (!isCurrent(sbx)) return undefined;
+  if (readyCondition(sbx)?.status === 'True') return sbx;
+  if (sbx.status?.phase === 'Failed') throw new SandboxFailedError(sbx);
+  const synced = conditionOf(sbx, 'Synced');
+  if (synced?.status === 'False' && synced.reason === 'Invalid') throw new SandboxFailedError(sbx, 'Synced');
+  return undefined;
 }
 
 /**
@@ -179,30 +166,96 @@ export async function heartbeat(kc: KubeConfig, namespace: string, name: string,
  * succeeded, judged for its current generation) and returns it; status.sessionID
  * and status.routes are then what the Vercel data plane needs. Rejects with
  * SandboxFailedError when the Sandbox failed for good (phase Failed: a setup
- * step exited non-zero, the session failed, a name conflict, ...), with
+ * step exited non-zero, the session failed, a name conflict, ...) or Vercel
+ * refused its spec, with SandboxStoppedError when it is paused, with
  * SandboxGoneError when it does not exist or is deleted, and with
  * SandboxTimeoutError, carrying the last Ready reason and message, when
- * timeoutMs passes first.
+ * timeoutMs passes first. An Idle Sandbox is woken by a heartbeat, not by
+ * waiting: see ensureReady.
  */
 export async function waitReady(kc: KubeConfig, namespace: string, name: string, opts: WaitOptions = {}): Promise<Sandbox> {
-  return watchSandbox(kc, namespace, name, opts, (sbx) => {
-    if (!sbx) throw new SandboxGoneError(`Sandbox ${namespace}/${name} does not exist (or was deleted while waiting for Ready)`);
-    if (sbx.metadata?.deletionTimestamp) throw new SandboxGoneError(`Sandbox ${namespace}/${name} is being deleted`);
-    const ready = readyCondition(sbx);
-    // A condition set for an older generation says nothing about the
-    // current spec (the controller has not looked at the change yet).
-    if (!ready || (ready.observedGeneration ?? 0) < (sbx.metadata?.generation ?? 0)) return undefined;
-    if (ready.status === 'True') return sbx;
-    if (sbx.status?.phase === 'Failed') throw new SandboxFailedError(sbx);
+  return watchSandbox(kc, namespace, name, sandboxReady, opts, 'is not Ready');
+}
+
+/**
+ * Watches a Sandbox until check returns a value (resolve with it) or throws
+ * (reject), for waits this package does not name (Go: WaitFor). A Sandbox
+ * that does not exist, or is deleted, rejects with SandboxGoneError.
+ */
+export async function waitSandboxFor<T>(
+  kc: KubeConfig,
+  namespace: string,
+  name: string,
+  check: (sandbox: Sandbox) => T | undefined,
+  opts: WaitOptions = {},
+): Promise<T> {
+  return watchSandbox(kc, namespace, name, check, opts, 'has not reached the state waited for');
+}
+
+// notYet says, in the timeout's message, what the Sandbox is not.
+function watchSandbox<T>(
+  kc: KubeConfig,
+  namespace: string,
+  name: string,
+  check: (sandbox: Sandbox) => T | undefined,
+  opts: WaitOptions,
+  notYet: string,
+): Promise<T> {
+  return watchObject<Sandbox, T>(kc, sandboxResource, namespace, name, opts, {
+    check: (sbx) => {
+      if (!sbx) throw new SandboxGoneError(`Sandbox ${namespace}/${name} does not exist (or was deleted while waiting)`);
+      return check(sbx);
+    },
+    timeoutMessage: (last) => `Sandbox ${namespace}/${name} ${notYet} ${describeState(last)}`,
+    timeoutError: (message, last) => new SandboxTimeoutError(message, last),
+  });
+}
+
+/**
+ * Sets spec.state to Stopped (a merge patch; Go: Pause). On a persistent
+ * Sandbox (the default) the session stops and Vercel keeps the filesystem
+ * until resumeSandbox; on a non-persistent one it ends the sandbox for good.
+ * waitStopped waits for it.
+ */
+export async function pauseSandbox(kc: KubeConfig, namespace: string, name: string): Promise<Sandbox> {
+  return setState(kc, namespace, name, 'Stopped');
+}
+
+/** Sets spec.state to Running (Go: Resume): a paused Sandbox starts a new session from its filesystem. waitReady waits for it. */
+export async function resumeSandbox(kc: KubeConfig, namespace: string, name: string): Promise<Sandbox> {
+  return setState(kc, namespace, name, 'Running');
+}
+
+async function setState(kc: KubeConfig, namespace: string, name: string, state: 'Running' | 'Stopped'): Promise<Sandbox> {
+  return apiCall(`set Sandbox ${namespace}/${name} spec.state to ${state}`, () =>
+    customObjects(kc).patchNamespacedCustomObject(
+      { ...coordinates(sandboxResource, namespace), name, body: { spec: { state } } },
+      setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
+    ),
+  );
+}
+
+/**
+ * Waits until the Sandbox's session is stopped for its current spec (phase
+ * Stopped or Idle) and returns it (Go: WaitStopped). Rejects with
+ * SandboxFailedError when the Sandbox is Failed.
+ */
+export async function waitStopped(kc: KubeConfig, namespace: string, name: string, opts: WaitOptions = {}): Promise<Sandbox> {
+  const stopped = (sbx: Sandbox) => {
+    if (!isCurrent(sbx)) return undefined;
+    const phase = sbx.status?.phase;
+    if (phase === 'Stopped' || phase === 'Idle') return sbx;
+    if (phase === 'Failed') throw new SandboxFailedError(sbx);
     return undefined;
-  }, (last) => `Sandbox ${namespace}/${name} is not Ready ${describe(last)}`);
+  };
+  return watchSandbox(kc, namespace, name, stopped, opts, 'is not Stopped');
 }
 
 /**
  * Deletes the Sandbox and, unless wait is false, waits (by watching) until
- * it is gone: the controller's finalizer keeps the object until the Vercel
- * sandbox is deleted (or kept, with deletionPolicy Retain). A Sandbox that
- * does not exist counts as deleted.
+ * it is gone (Go: Delete): the controller's finalizer keeps the object until
+ * the Vercel sandbox is deleted (or kept, with deletionPolicy Retain). A
+ * Sandbox that does not exist counts as deleted.
  */
 export async function deleteSandbox(
   kc: KubeConfig,
@@ -210,168 +263,11 @@ export async function deleteSandbox(
   name: string,
   opts: WaitOptions & { wait?: boolean } = {},
 ): Promise<void> {
-  try {
-    await apiCall(`delete Sandbox ${namespace}/${name}`, () =>
-      api(kc).deleteNamespacedCustomObject({ ...coordinates(namespace), name }),
-    );
-  } catch (err) {
-    if (err instanceof KubernetesApiError && err.code === 404) return;
-    throw err;
-  }
-  if (opts.wait === false) return;
-  await watchSandbox(kc, namespace, name, opts, (sbx) => (sbx ? undefined : true), (last) => {
-    const finalizers = last?.metadata?.finalizers?.join(', ');
-    return `Sandbox ${namespace}/${name} is still there ${describe(last)}${finalizers ? `; finalizers: ${finalizers}` : ''}`;
-  });
+  return deleteObject(kc, sandboxResource, namespace, name, opts);
 }
 
-function describe(last: Sandbox | undefined): string {
-  const ready = last && readyCondition(last);
-  const phase = last?.status?.phase ?? 'unknown';
-  return ready
-    ? `(phase ${phase}, Ready=${ready.status} ${ready.reason}: ${ready.message})`
-    : `(phase ${phase}, no Ready condition yet)`;
-}
-
-/**
- * watchSandbox lists the Sandbox and then watches it from the list's
- * resourceVersion, handing every state it sees (undefined: it does not
- * exist) to check until check returns a value (resolve) or throws (reject).
- * A watch that ends (the API server closes watches after a few minutes) or
- * fails is started again from a fresh list; errors that waiting cannot fix
- * (forbidden, the kind not installed) reject at once.
- */
-function watchSandbox<T>(
-  kc: KubeConfig,
-  namespace: string,
-  name: string,
-  opts: WaitOptions,
-  check: (sbx: Sandbox | undefined) => T | undefined,
-  timeoutMessage: (last: Sandbox | undefined) => string,
-): Promise<T> {
-  const timeoutMs = opts.timeoutMs ?? DEFAULT_TIMEOUT_MS;
-  const fieldSelector = `metadata.name=${name}`;
-  const path = `/apis/${sandboxResource.group}/${sandboxResource.version}/namespaces/${encodeURIComponent(namespace)}/${sandboxResource.plural}`;
-  const watcher = new Watch(kc);
-  return new Promise<T>((resolve, reject) => {
-    let finished = false;
-    let last: Sandbox | undefined;
-    let current: AbortController | undefined;
-    const finish = (err: unknown, value?: T) => {
-      if (finished) return;
-      finished = true;
-      clearTimeout(timer);
-      opts.signal?.removeEventListener('abort', onAbort);
-      current?.abort();
-      if (err !== undefined) reject(err);
-      else resolve(value as T);
-    };
-    const evaluate = (sbx: Sandbox | undefined) => {
-      if (sbx) last = sbx;
-      try {
-        const value = check(sbx);
-        if (value !== undefined) finish(undefined, value);
-      } catch (err) {
-        finish(err);
-      }
-    };
-    const timer = setTimeout(() => finish(new SandboxTimeoutError(`${timeoutMessage(last)} after ${timeoutMs} ms`, last)), timeoutMs);
-    const onAbort = () => finish(opts.signal?.reason ?? new Error('aborted'));
-    if (opts.signal?.aborted) return onAbort();
-    opts.signal?.addEventListener('abort', onAbort, { once: true });
-
-    const loop = async () => {
-      while (!finished) {
-        try {
-          const list = await apiCall(`list Sandbox ${namespace}/${name}`, () =>
-            api(kc).listNamespacedCustomObject({ ...coordinates(namespace), fieldSelector }),
-          );
-          if (finished) return;
-          evaluate(list.items?.[0]);
-          if (finished) return;
-          const watchStarted = Date.now();
-          let ended!: (err: unknown) => void;
-          const done = new Promise<unknown>((res) => (ended = res));
-          current = await watcher.watch(
-            path,
-            { fieldSelector, resourceVersion: list.metadata?.resourceVersion, allowWatchBookmarks: true },
-            (type: string, obj: Sandbox) => {
-              if (type === 'ADDED' || type === 'MODIFIED') evaluate(obj);
-              else if (type === 'DELETED') evaluate(undefined);
-              // ERROR (410 Gone: the resourceVersion is too old) ends
-              // this watch; the next round lists afresh.
-              else if (type === 'ERROR') current?.abort();
-            },
-            (err: unknown) => ended(err),
-          );
-          if (finished) current.abort();
-          const err = await done;
-          if (finished) return;
-          const code = (err as { statusCode?: number } | null)?.statusCode;
-          if (code === 401 || code === 403 || code === 404) {
-            throw new KubernetesApiError(code, undefined, `watch Sandbox ${namespace}/${name}: HTTP ${code}`);
-          }
-          // A watch that failed, or ended at once, is not restarted in a
-          // tight loop of lists.
-          if ((err && (err as Error).name !== 'AbortError') || Date.now() - watchStarted < 1000) await sleep(1000);
-        } catch (err) {
-          if (finished) return;
-          if (err instanceof KubernetesApiError && err.code >= 400 && err.code < 500 && err.code !== 429) {
-            return finish(err);
-          }
-          // The API server is unreachable or overloaded: keep trying
-          // until the deadline.
-          await sleep(1000);
-        }
-      }
-    };
-    void loop();
-  });
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
-}
-
-function api(kc: KubeConfig): CustomObjectsApi {
-  return kc.makeApiClient(CustomObjectsApi);
-}
-
-function coordinates(namespace: string) {
-  return { group: sandboxResource.group, version: sandboxResource.version, plural: sandboxResource.plural, namespace };
-}
-
-function key(sbx: Sandbox): string {
-  return `${sbx.metadata?.namespace}/${sbx.metadata?.name}`;
-}
-
-function defaultNamespace(kc: KubeConfig): string {
+/** The KubeConfig's current context's namespace, else "default". */
+export function defaultNamespace(kc: KubeConfig): string {
   const ctx = kc.getContextObject(kc.getCurrentContext());
   return ctx?.namespace || 'default';
-}
-
-/**
- * Runs one request of @kubernetes/client-node and turns its ApiException
- * (whose message is the raw response with its headers) into a
- * KubernetesApiError carrying the API server's own message, prefixed with
- * `what` (e.g. "get SandboxPool junior/workspace").
- */
-export async function apiCall<T>(what: string, request: () => Promise<T>): Promise<T> {
-  try {
-    return await request();
-  } catch (err) {
-    if (!(err instanceof ApiException)) throw err;
-    let reason: string | undefined;
-    let message = `HTTP ${err.code}`;
-    try {
-      const status = typeof err.body === 'string' ? JSON.parse(err.body) : err.body;
-      if (status?.message) message = status.message;
-      reason = status?.reason;
-    } catch {
-      // Not a Status object (a proxy's page, say): its start tells more
-      // than the code alone.
-      if (typeof err.body === 'string' && err.body.trim()) message += `: ${err.body.trim().slice(0, 200)}`;
-    }
-    throw new KubernetesApiError(err.code, reason, `${what}: ${message}`);
-  }
 }

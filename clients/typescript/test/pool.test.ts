@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
-import { CustomObjectsApi, KubeConfig } from '@kubernetes/client-node';
+import { CustomObjectsApi } from '@kubernetes/client-node';
 
 import {
   ColdSpecError,
@@ -13,24 +13,16 @@ import {
   claimSandbox,
   deleteSandbox,
   getSandbox,
+  deletePool,
+  getPoolStatus,
   getSandboxPool,
-  kubeConfigForToken,
+  waitPoolReady,
   poolMismatch,
   readyCondition,
   sandboxpoolResource,
 } from '../src/index.js';
 import type { SandboxPool, SandboxSpec } from '../src/index.js';
-
-const namespace = process.env.SANDBOX_TEST_NAMESPACE || 'default';
-
-function kubeConfig(): KubeConfig {
-  const { SANDBOX_TEST_SERVER: server, SANDBOX_TEST_CA_DATA: caData, SANDBOX_TEST_TOKEN: token, KUBECONFIG } = process.env;
-  if (server && token) return kubeConfigForToken({ server, caData, token, namespace });
-  if (!KUBECONFIG) throw new Error('Neither SANDBOX_TEST_SERVER and SANDBOX_TEST_TOKEN nor KUBECONFIG is set: see sandbox.test.ts');
-  const kc = new KubeConfig();
-  kc.loadFromFile(KUBECONFIG);
-  return kc;
-}
+import { kubeConfig, namespace } from './helpers.js';
 
 const kc = kubeConfig();
 const pools = kc.makeApiClient(CustomObjectsApi);
@@ -40,16 +32,6 @@ const coordinates = {
   plural: sandboxpoolResource.plural,
   namespace,
 };
-
-async function eventually<T>(what: string, timeoutMs: number, get: () => Promise<T | undefined>): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await get();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) assert.fail(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
-}
 
 async function createPool(name: string, replicas: number): Promise<void> {
   const body: SandboxPool = {
@@ -66,28 +48,20 @@ async function createPool(name: string, replicas: number): Promise<void> {
 const claimants = ['ts-claim', 'ts-cold', 'ts-big'];
 after(async () => {
   await Promise.allSettled(claimants.map((name) => deleteSandbox(kc, namespace, name, { timeoutMs: 60_000 })));
-  for (const name of ['ts-warm', 'ts-empty']) {
-    await pools.deleteNamespacedCustomObject({ ...coordinates, name }).catch(() => undefined);
-    await eventually(`SandboxPool ${name} gone`, 60_000, async () => {
-      try {
-        await getSandboxPool(kc, namespace, name);
-        return undefined;
-      } catch (err) {
-        if (err instanceof KubernetesApiError && err.code === 404) return true;
-        throw err;
-      }
-    });
-  }
+  for (const name of ['ts-warm', 'ts-empty']) await deletePool(kc, namespace, name, { timeoutMs: 60_000 });
+  await assert.rejects(getSandboxPool(kc, namespace, 'ts-warm'), (err) => err instanceof KubernetesApiError && err.code === 404);
 });
 
 describe('claimSandbox', () => {
   before(async () => {
     await createPool('ts-warm', 1);
     await createPool('ts-empty', 0);
-    await eventually('a ready member in ts-warm', 120_000, async () => {
-      const p = await getSandboxPool(kc, namespace, 'ts-warm');
-      return (p.status?.readyReplicas ?? 0) >= 1 ? p : undefined;
-    });
+    const filled = await waitPoolReady(kc, namespace, 'ts-warm', { timeoutMs: 120_000 });
+    assert.ok((filled.status?.readyReplicas ?? 0) >= 1, 'a filled pool has its ready member');
+    const status = await getPoolStatus(kc, namespace, 'ts-warm');
+    assert.equal(status.replicas, 1);
+    assert.ok(status.ready >= 1 && status.target >= 1, `ready ${status.ready}, target ${status.target}`);
+    assert.equal(status.reason, 'Filled');
   });
 
   test('takes a ready member, built from the template with the claimant own fields', async () => {

@@ -9,8 +9,6 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
-import { KubeConfig } from '@kubernetes/client-node';
-
 import {
   KubernetesApiError,
   LAST_ACTIVITY_ANNOTATION,
@@ -24,28 +22,16 @@ import {
   getSandbox,
   heartbeat,
   kubeConfigForToken,
+  SandboxStoppedError,
+  ensureReady,
+  pauseSandbox,
   readyCondition,
+  resumeSandbox,
   waitReady,
+  waitStopped,
 } from '../src/index.js';
 import type { Sandbox, SandboxSpec } from '../src/index.js';
-
-const namespace = process.env.SANDBOX_TEST_NAMESPACE || 'default';
-
-// The editor's KubeConfig: from a token as a serverless function builds it
-// (docs/clients.md), or from KUBECONFIG.
-function kubeConfig(): KubeConfig {
-  const { SANDBOX_TEST_SERVER: server, SANDBOX_TEST_CA_DATA: caData, SANDBOX_TEST_TOKEN: token, KUBECONFIG } = process.env;
-  if (server && token) return kubeConfigForToken({ server, caData, token, namespace });
-  if (!KUBECONFIG) {
-    throw new Error(
-      'Neither SANDBOX_TEST_SERVER and SANDBOX_TEST_TOKEN nor KUBECONFIG is set: run these tests through ' +
-        '`go test ./test/clients/` (make test does), or against `make dev` with KUBECONFIG=$PWD/bin/dev/kubeconfig',
-    );
-  }
-  const kc = new KubeConfig();
-  kc.loadFromFile(KUBECONFIG);
-  return kc;
-}
+import { eventually, kubeConfig, namespace } from './helpers.js';
 
 const kc = kubeConfig();
 const node24: SandboxSpec = { source: { runtime: 'node24' } };
@@ -60,16 +46,6 @@ async function create(name: string, spec: SandboxSpec): Promise<Sandbox> {
 after(async () => {
   await Promise.allSettled([...created].map((name) => deleteSandbox(kc, namespace, name, { timeoutMs: 60_000 })));
 });
-
-async function eventually<T>(what: string, timeoutMs: number, get: () => Promise<T | undefined>): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await get();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) assert.fail(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
-}
 
 describe('a Sandbox through its lifecycle', () => {
   const name = 'ts-conversation';
@@ -228,4 +204,37 @@ test('a wrong token is refused as unauthorized', async (t) => {
     assert.doesNotMatch(err.message, /not-a-token/);
     return true;
   });
+});
+
+test('ensureReady creates with a heartbeat, and on an existing Sandbox heartbeats and waits', async () => {
+  const name = 'ts-ensure';
+  created.add(name);
+  const first = await ensureReady(kc, { metadata: { name }, spec: node24 }, { namespace, timeoutMs: 120_000 });
+  assert.equal(first.created, true);
+  assert.equal(readyCondition(first.sandbox)?.status, 'True');
+  const stamped = first.sandbox.metadata?.annotations?.[LAST_ACTIVITY_ANNOTATION];
+  assert.ok(stamped, 'created with a heartbeat');
+
+  const again = await ensureReady(kc, { metadata: { name }, spec: node24 }, { namespace, timeoutMs: 60_000 });
+  assert.equal(again.created, false);
+  assert.equal(again.sandbox.metadata?.uid, first.sandbox.metadata?.uid);
+  const later = again.sandbox.metadata?.annotations?.[LAST_ACTIVITY_ANNOTATION] ?? '';
+  assert.ok(later > (stamped ?? ''), `the second call heartbeats: ${later} after ${stamped}`);
+});
+
+test('pause, waitStopped, and resume', async () => {
+  const name = 'ts-pause';
+  await create(name, node24);
+  const running = await waitReady(kc, namespace, name, { timeoutMs: 120_000 });
+  const paused = await pauseSandbox(kc, namespace, name);
+  assert.equal(paused.spec.state, 'Stopped');
+  const stopped = await waitStopped(kc, namespace, name, { timeoutMs: 120_000 });
+  assert.equal(stopped.status?.phase, 'Stopped');
+  // Waiting for Ready on a paused Sandbox would never end: it rejects at once.
+  await assert.rejects(waitReady(kc, namespace, name, { timeoutMs: 10_000 }), SandboxStoppedError);
+
+  await resumeSandbox(kc, namespace, name);
+  const resumed = await waitReady(kc, namespace, name, { timeoutMs: 120_000 });
+  assert.equal(resumed.status?.phase, 'Running');
+  assert.notEqual(resumed.status?.sessionID, running.status?.sessionID, 'a resume starts a new session');
 });
