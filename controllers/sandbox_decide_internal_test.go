@@ -325,7 +325,9 @@ func TestDecide(t *testing.T) {
 			}),
 			decision{action: actRewind, rewindStep: rewindRecord}},
 		{"crash after the PATCH and the resume, the new session runs: record it, do not stop it",
-			with(running, func(l *lifecycle) { l.rewind = rewindPlan{pending: true, inFlight: true, applied: true, target: "snap_a"} }),
+			with(running, func(l *lifecycle) {
+				l.rewind = rewindPlan{pending: true, inFlight: true, applied: true, target: "snap_a"}
+			}),
 			decision{action: actRewind, rewindStep: rewindRecord}},
 		{"crash after the intent, before the PATCH: Vercel shows the recorded snapshot, PATCH now",
 			with(stoppedAfter(100, nil), func(l *lifecycle) {

@@ -68,23 +68,27 @@ func historyOf(snaps []vercel.Snapshot, current string, keep int) []sandboxv1.Sn
 	slices.SortStableFunc(live, func(a, b vercel.Snapshot) int {
 		return cmp.Or(cmp.Compare(b.CreatedAt, a.CreatedAt), cmp.Compare(a.ID, b.ID))
 	})
-	out := make([]sandboxv1.SnapshotHistoryEntry, 0, min(len(live), keep)+1)
+	cur := sandboxv1.SnapshotHistoryEntry{ID: current, Current: true}
+	out := make([]sandboxv1.SnapshotHistoryEntry, 0, min(len(live), keep))
 	found := false
 	for _, s := range live {
-		if len(out) == keep {
-			break
-		}
 		e := sandboxv1.SnapshotHistoryEntry{ID: s.ID, CreatedAt: msTime(s.CreatedAt), SizeBytes: s.SizeBytes, ExpiresAt: msTime(s.ExpiresAt),
 			ParentID: s.ParentID, Current: s.ID == current, Automatic: s.CreationMethod == "automatic"}
-		found = found || e.Current
-		out = append(out, e)
+		if e.Current {
+			cur = e
+		}
+		if len(out) < keep {
+			found = found || e.Current
+			out = append(out, e)
+		}
 	}
 	if !found {
-		// Listed beyond the page, or not yet: what status knows of it.
+		// Beyond keep, or not listed (yet): shown in place of the oldest,
+		// with what the listing or status knows of it.
 		if len(out) == keep {
 			out = out[:keep-1]
 		}
-		out = append(out, sandboxv1.SnapshotHistoryEntry{ID: current, Current: true})
+		out = append(out, cur)
 	}
 	return out
 }
