@@ -62,8 +62,9 @@ var _ = Describe("Sandbox history and rewind", func() {
 	}
 	rewindTo := func(key types.NamespacedName, token string, rw sandboxv1.SandboxRewind) {
 		GinkgoHelper()
-		rw.Token = token
-		body, err := json.Marshal(map[string]any{"spec": map[string]any{"rewind": rw}})
+		// A merge patch: the field not set is sent as null, which removes it.
+		body, err := json.Marshal(map[string]any{"spec": map[string]any{"rewind": map[string]any{
+			"token": token, "snapshotRef": rw.SnapshotRef, "snapshotID": rw.SnapshotID}}})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(k8sClient.Patch(ctx, &sandboxv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}},
 			client.RawPatch(types.MergePatchType, body))).To(Succeed())
@@ -201,6 +202,12 @@ var _ = Describe("Sandbox history and rewind", func() {
 
 		rewindTo(key, "no-ref", sandboxv1.SandboxRewind{SnapshotRef: &sandboxv1.LocalObjectReference{Name: "nope"}})
 		expectRefused("no-ref", `spec.rewind.snapshotRef: SandboxSnapshot "nope" does not exist in namespace `+ns)
+
+		By("spec.rewind removed: Ready again")
+		Expect(k8sClient.Patch(ctx, &sandboxv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: key.Name}},
+			client.RawPatch(types.MergePatchType, []byte(`{"spec":{"rewind":null}}`)))).To(Succeed())
+		waitReady(key)
+		Expect(getSandbox(key).Status.SessionID).To(Equal(session))
 
 		By("a snapshot of its own that was deleted")
 		write(key, "own\n")
