@@ -162,8 +162,8 @@ SandboxSnapshot of the namespace captured from this Sandbox; --id a snapshot of 
 			sbx, err = c.WaitRewound(ctx, ns, name, token)
 			// A session that ran resumes from the snapshot; a resting
 			// Sandbox stays as it was (a rewind is not activity).
-			if resumes := sbx.Status.Phase != sandboxv1.SandboxStopped && sbx.Status.Phase != sandboxv1.SandboxIdle &&
-				sbx.Status.Phase != sandboxv1.SandboxFailed; err == nil && resumes {
+			if err == nil && sbx.Status.Phase != sandboxv1.SandboxStopped && sbx.Status.Phase != sandboxv1.SandboxIdle &&
+				sbx.Status.Phase != sandboxv1.SandboxFailed {
 				sbx, err = c.WaitReady(ctx, ns, name)
 			}
 		}
