@@ -113,26 +113,11 @@ func (rw rewindPlan) report(d decision) decision {
 // SandboxSnapshot from the cache, and on a fresh look the Vercel snapshot
 // (two reads, only while a rewind is pending).
 func (r *SandboxReconciler) planRewind(ctx context.Context, sbx *sandboxv1.Sandbox, o observation) (rewindPlan, error) {
-	spec, rec := sbx.Spec.Rewind, sbx.Status.Rewind
-	var p rewindPlan
-	if spec == nil {
+	p := recordedRewind(sbx)
+	if !p.pending || (o.state != sessionRunning && o.state != sessionStopped) {
 		return p, nil
 	}
-	if rec != nil && rec.Token == spec.Token {
-		switch rec.State {
-		case sandboxv1.RewindRewound:
-			return p, nil
-		case sandboxv1.RewindFailed:
-			p.failed = rec.Message
-			return p, nil
-		}
-		p.inFlight, p.target = true, rec.SnapshotID
-	}
-	p.pending = true
-	if o.state != sessionRunning && o.state != sessionStopped {
-		return p, nil
-	}
-	if p.inFlight {
+	if rec := sbx.Status.Rewind; p.inFlight {
 		// The target was checked before the intent was recorded. Vercel
 		// shows the PATCH done when its current snapshot or session is no
 		// longer the one the intent recorded: nothing else changes them
@@ -156,6 +141,28 @@ func (r *SandboxReconciler) planRewind(ctx context.Context, sbx *sandboxv1.Sandb
 		p.refused, err = r.checkRewindTarget(ctx, sbx, id)
 	}
 	return p, err
+}
+
+// recordedRewind is where spec.rewind stands by what status.rewind records:
+// none, done, failed, in flight (the intent recorded) or pending.
+func recordedRewind(sbx *sandboxv1.Sandbox) rewindPlan {
+	spec, rec := sbx.Spec.Rewind, sbx.Status.Rewind
+	var p rewindPlan
+	if spec == nil {
+		return p
+	}
+	if rec != nil && rec.Token == spec.Token {
+		switch rec.State {
+		case sandboxv1.RewindRewound:
+			return p
+		case sandboxv1.RewindFailed:
+			p.failed = rec.Message
+			return p
+		}
+		p.inFlight, p.target = true, rec.SnapshotID
+	}
+	p.pending = true
+	return p
 }
 
 // rewindField names the field of spec.rewind that chose the target.
