@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -24,9 +25,28 @@ import (
 )
 
 // act decides on l and performs the decision. A create or a resume answers
-// with the sandbox's new state: next, to decide on in turn.
+// with the sandbox's new state: next, to decide on in turn. After the last
+// action, a rewind that waits or failed is reported and status.history is
+// brought up to date.
 func (r *SandboxReconciler) act(ctx context.Context, sbx *sandboxv1.Sandbox, l lifecycle) (res ctrl.Result, next *observation, err error) {
+	if l.rewind, err = r.planRewind(ctx, sbx, l.obs); err != nil {
+		return ctrl.Result{}, nil, err
+	}
 	d := decide(l)
+	prev := meta.FindStatusCondition(sbx.Status.Conditions, sandboxv1.ConditionReady)
+	if prev != nil {
+		prev = prev.DeepCopy()
+	}
+	res, next, err = r.perform(ctx, sbx, l, d)
+	if next == nil && err == nil && d.action != actShutdownDelete && d.action != actIdleDelete {
+		res = settleRewind(sbx, prev, d, res)
+		r.refreshHistory(ctx, sbx)
+	}
+	return res, next, err
+}
+
+// perform performs decision d on l.
+func (r *SandboxReconciler) perform(ctx context.Context, sbx *sandboxv1.Sandbox, l lifecycle, d decision) (res ctrl.Result, next *observation, err error) {
 	switch d.action {
 	case actShutdownDelete:
 		res, err = r.shutdownDelete(ctx, sbx)
@@ -40,6 +60,9 @@ func (r *SandboxReconciler) act(ctx context.Context, sbx *sandboxv1.Sandbox, l l
 	}
 	if err := r.applyObserved(ctx, sbx, d); err != nil {
 		return ctrl.Result{}, nil, err
+	}
+	if d.action == actRewind {
+		return r.rewind(ctx, sbx, l, d)
 	}
 	if startsSession(d.action) {
 		// The one quota check before Vercel is asked to start a session.

@@ -88,6 +88,8 @@ type lifecycle struct {
 	// with ("" when it did not): the status write that recorded the stop
 	// may not be in the cache yet when the next reconcile looks.
 	ownStop string
+	// rewind is where spec.rewind stands (sandbox_rewind.go).
+	rewind rewindPlan
 }
 
 // action is what the reconciler does for a decision.
@@ -113,6 +115,9 @@ const (
 	// actRecreate replaces a gone Vercel sandbox with a new one
 	// (sandbox_endoflife.go), after recording the decision's status.
 	actRecreate
+	// actRewind takes the step of spec.rewind that decision.rewindStep
+	// names (sandbox_rewind.go).
+	actRewind
 )
 
 // readiness is the phase and Ready condition a step leaves a Sandbox in.
@@ -167,6 +172,11 @@ type decision struct {
 	idleWarnAt time.Time
 	// For actRecreate: the reason (NotFound, NotPersistent, ...).
 	recreateWhy string
+	// For actRewind: which step.
+	rewindStep rewindStep
+	// rewindReady, when set, is the Ready condition a rewind that waits or
+	// failed reports instead of the action's (the phase stays the action's).
+	rewindReady *readiness
 }
 
 // decide is the Sandbox's decision tree.
@@ -183,6 +193,16 @@ func decide(l lifecycle) decision {
 	if l.shutdown.due && l.shutdownDelete {
 		return decision{action: actShutdownDelete}
 	}
+	if d, ok := decideRewind(l); ok {
+		return d
+	}
+	return l.rewind.report(decideSession(l))
+}
+
+// decideSession decides on a sandbox whose session Vercel knows, when no
+// rewind step comes first.
+func decideSession(l lifecycle) decision {
+	o := l.obs
 	switch o.state {
 	case sessionPending:
 		return decision{requeue: sessionStartPoll,

@@ -282,6 +282,81 @@ func TestDecide(t *testing.T) {
 		{"resting with the snapshot missing: only a fresh look retries",
 			with(resting, func(l *lifecycle) { l.phase, l.ready = sandboxv1.SandboxFailed, sandboxv1.ReasonSnapshotMissing }),
 			decision{warn: true}},
+
+		// spec.rewind (sandbox_rewind.go).
+		{"rewind pending, session running: stop it as a pause, look again at once",
+			with(running, func(l *lifecycle) { l.rewind = rewindPlan{pending: true, target: "snap_a"} }),
+			decision{action: actStop, stopEvent: "Stopped", stopWhy: "spec.rewind asks to rewind to snapshot snap_a", requeue: minRequeue,
+				ready: &readiness{sandboxv1.SandboxStopped, metav1.ConditionFalse, sandboxv1.ReasonStopped,
+					"Session sbx_sess1 stopped because spec.rewind asks to rewind to snapshot snap_a"}}},
+		{"rewind pending, session stopped (fresh look): record the intent, PATCH, record it done",
+			with(stoppedAfter(100, nil), func(l *lifecycle) {
+				l.phase, l.ready, l.rewind = sandboxv1.SandboxStopped, sandboxv1.ReasonStopped, rewindPlan{pending: true, target: "snap_a"}
+			}),
+			decision{action: actRewind, rewindStep: rewindApply}},
+		{"rewind pending, Idle sandbox (fresh look): rewound without waking it",
+			with(stoppedAfter(300, nil), func(l *lifecycle) {
+				l.phase, l.ready, l.rewind = sandboxv1.SandboxIdle, sandboxv1.ReasonIdleTimeout, rewindPlan{pending: true, target: "snap_a"}
+			}),
+			decision{action: actRewind, rewindStep: rewindApply}},
+		{"rewind pending, running between polls: look at Vercel first",
+			with(runningFromStatus, func(l *lifecycle) { l.rewind = rewindPlan{pending: true, target: "snap_a"} }),
+			decision{action: actRewind, rewindStep: rewindLook}},
+		{"rewind pending, resting between polls: look at Vercel first (status may be behind a PATCH)",
+			with(resting, func(l *lifecycle) {
+				l.phase, l.ready, l.rewind = sandboxv1.SandboxStopped, sandboxv1.ReasonStopped, rewindPlan{pending: true, inFlight: true, target: "snap_a"}
+			}),
+			decision{action: actRewind, rewindStep: rewindLook}},
+		{"rewind to a snapshot it cannot use, session running: refused (Warning event), the session keeps running",
+			with(running, func(l *lifecycle) {
+				l.rewind = rewindPlan{pending: true, refused: "spec.rewind.snapshotID: Vercel snapshot snap_x does not exist in this Sandbox's Vercel project"}
+			}),
+			decision{action: actRewind, rewindStep: rewindRefuse, event: &event{corev1.EventTypeWarning, sandboxv1.ReasonRewindFailed,
+				"spec.rewind.snapshotID: Vercel snapshot snap_x does not exist in this Sandbox's Vercel project"}}},
+		{"rewind to a snapshot it cannot use, session stopped: refused, not applied",
+			with(stoppedAfter(100, nil), func(l *lifecycle) {
+				l.phase, l.ready, l.rewind = sandboxv1.SandboxStopped, sandboxv1.ReasonStopped, rewindPlan{pending: true, refused: "spec.rewind.snapshotRef: SandboxSnapshot \"gone\" does not exist in namespace ns"}
+			}),
+			decision{action: actRewind, rewindStep: rewindRefuse, event: &event{corev1.EventTypeWarning, sandboxv1.ReasonRewindFailed,
+				"spec.rewind.snapshotRef: SandboxSnapshot \"gone\" does not exist in namespace ns"}}},
+		{"crash after the PATCH, Vercel shows it done (stopped): record it, send nothing again",
+			with(stoppedAfter(100, nil), func(l *lifecycle) {
+				l.phase, l.ready, l.rewind = sandboxv1.SandboxStopped, sandboxv1.ReasonStopped, rewindPlan{pending: true, inFlight: true, applied: true, target: "snap_a"}
+			}),
+			decision{action: actRewind, rewindStep: rewindRecord}},
+		{"crash after the PATCH and the resume, the new session runs: record it, do not stop it",
+			with(running, func(l *lifecycle) {
+				l.rewind = rewindPlan{pending: true, inFlight: true, applied: true, target: "snap_a"}
+			}),
+			decision{action: actRewind, rewindStep: rewindRecord}},
+		{"crash after the intent, before the PATCH: Vercel shows the recorded snapshot, PATCH now",
+			with(stoppedAfter(100, nil), func(l *lifecycle) {
+				l.phase, l.ready, l.rewind = sandboxv1.SandboxStopped, sandboxv1.ReasonStopped, rewindPlan{pending: true, inFlight: true, target: "snap_a"}
+			}),
+			decision{action: actRewind, rewindStep: rewindApply}},
+		{"rewind waiting for its SandboxSnapshot, session running: it keeps running, Ready says why",
+			with(running, func(l *lifecycle) { l.rewind = rewindPlan{pending: true, waiting: "waits"} }),
+			decision{action: actRun, keep: keep, ready: runningReady,
+				rewindReady: &readiness{ready: metav1.ConditionFalse, reason: sandboxv1.ReasonRewindWaiting, message: "waits"}}},
+		{"rewind waiting for its SandboxSnapshot, resting: it rests, Ready says why",
+			with(resting, func(l *lifecycle) {
+				l.phase, l.ready, l.stopped, l.rewind = sandboxv1.SandboxStopped, sandboxv1.ReasonStopped, true, rewindPlan{pending: true, waiting: "waits"}
+			}),
+			decision{warn: true, rewindReady: &readiness{ready: metav1.ConditionFalse, reason: sandboxv1.ReasonRewindWaiting, message: "waits"}}},
+		{"this token's rewind failed: the session goes on, Ready says why",
+			with(running, func(l *lifecycle) { l.rewind = rewindPlan{failed: "failed"} }),
+			decision{action: actRun, keep: keep, ready: runningReady,
+				rewindReady: &readiness{ready: metav1.ConditionFalse, reason: sandboxv1.ReasonRewindFailed, message: "failed"}}},
+		{"rewind pending while the session stops: wait for the stop",
+			with(observation{state: sessionStopping, fromVercel: true, sessionID: id, session: &vercel.Session{ID: id, Status: vercel.SessionStopping}},
+				func(l *lifecycle) { l.rewind = rewindPlan{pending: true, target: "snap_a"} }),
+			decision{requeue: setupPoll,
+				ready: &readiness{sandboxv1.SandboxStopping, metav1.ConditionFalse, sandboxv1.ReasonSessionStopped, "The session is stopping"}}},
+		{"rewind pending, shutdown due with policy Delete: the deletion comes first",
+			with(running, func(l *lifecycle) {
+				l.shutdown, l.shutdownDelete, l.rewind = shutdownState{due: true}, true, rewindPlan{pending: true, target: "snap_a"}
+			}),
+			decision{action: actShutdownDelete}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := decide(tc.l); !reflect.DeepEqual(got, tc.want) {
@@ -298,7 +373,11 @@ func describe(d decision) string {
 		Ready     any
 		Event     any
 		StoppedAt any
+		Rewind    any
 	}{decision: d}
+	if d.rewindReady != nil {
+		s.Rewind = *d.rewindReady
+	}
 	if d.ready != nil {
 		s.Ready = *d.ready
 	}

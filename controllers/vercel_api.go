@@ -30,6 +30,8 @@ type SandboxAPI interface {
 	GetSnapshot(ctx context.Context, id string) (*vercel.Snapshot, error)
 	DeleteSnapshot(ctx context.Context, id string) (*vercel.Snapshot, error)
 	ListAllSnapshots(ctx context.Context, opts vercel.ListSnapshotsOptions) ([]vercel.Snapshot, error)
+	// ListSnapshots reads one page: a Sandbox's status.history.
+	ListSnapshots(ctx context.Context, opts vercel.ListSnapshotsOptions) (*vercel.ListSnapshotsResponse, error)
 
 	// GetSession finds the sandbox a snapshot's session belonged to
 	// (ownership checks before a snapshot is deleted).

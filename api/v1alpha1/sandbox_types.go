@@ -547,6 +547,7 @@ type ExecProbe struct {
 // +kubebuilder:validation:XValidation:rule="has(self.poolRef) == has(oldSelf.poolRef) && (!has(self.poolRef) || self.poolRef == oldSelf.poolRef)",message="spec.poolRef is immutable",fieldPath=".poolRef"
 // +kubebuilder:validation:XValidation:rule="!has(self.failoverRegions) || !self.failoverRegions.exists(r, r == (has(self.region) ? self.region : 'iad1'))",message="spec.failoverRegions must not contain the sandbox's region (spec.region, iad1 when unset)",fieldPath=".failoverRegions"
 // +kubebuilder:validation:XValidation:rule="!has(self.snapshotRetention) || !has(self.persistent) || self.persistent",message="spec.snapshotRetention is only for persistent Sandboxes (spec.persistent is false)",fieldPath=".snapshotRetention"
+// +kubebuilder:validation:XValidation:rule="!has(self.rewind) || !has(self.persistent) || self.persistent",message="spec.rewind is only for persistent Sandboxes (spec.persistent is false)",fieldPath=".rewind"
 // +kubebuilder:validation:XValidation:rule="!has(self.poolRef) || !has(self.source.adopt)",message="spec.poolRef cannot be combined with spec.source.adopt: a claim takes a pool member or creates from spec.source",fieldPath=".poolRef"
 type SandboxSpec struct {
 	// source of the sandbox's filesystem: exactly one of runtime, image, git,
@@ -691,6 +692,12 @@ type SandboxSpec struct {
 	// +optional
 	// +kubebuilder:default=Stop
 	ShutdownPolicy ShutdownPolicy `json:"shutdownPolicy,omitempty"`
+	// rewind takes a persistent Sandbox back to an earlier snapshot of its
+	// own (status.history lists them): see SandboxRewind and
+	// docs/sandbox.md#history-and-rewind. status.rewind records the last
+	// one handled.
+	// +optional
+	Rewind *SandboxRewind `json:"rewind,omitempty"`
 }
 
 // SandboxRoute is the public URL of one exposed port.
@@ -870,6 +877,19 @@ type SandboxStatus struct {
 	// from when a SandboxSnapshot in this namespace reports it.
 	// +optional
 	Usage *SandboxUsage `json:"usage,omitempty"`
+	// history is the snapshot lineage of a persistent Sandbox: the latest
+	// snapshots of its Vercel sandbox, newest first, at most
+	// snapshotRetention.keepLast of them, with the one the next session
+	// resumes from marked current. It is read from Vercel only when the
+	// lineage can have changed (a stop took a snapshot, a rewind), never on
+	// a poll.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=10
+	History []SnapshotHistoryEntry `json:"history,omitempty"`
+	// rewind records the last spec.rewind handled.
+	// +optional
+	Rewind *RewindStatus `json:"rewind,omitempty"`
 }
 
 // SecretsStatus records the referenced Secrets' values given to Vercel.

@@ -131,7 +131,7 @@ func TestKubectlFindsThePlugin(t *testing.T) {
 	}
 	help := ok(t, "sandbox", "--help")
 	for _, verb := range []string{"create", "up", "ls", "status", "pause", "resume", "snapshot", "fork", "scale",
-		"heartbeat", "exec", "cp", "shell", "tree", "rm", "wait"} {
+		"heartbeat", "exec", "cp", "shell", "tree", "rm", "wait", "history", "rewind"} {
 		if !strings.Contains(help, "\n  "+verb+" ") {
 			t.Errorf("kubectl sandbox --help lists no %q verb:\n%s", verb, help)
 		}

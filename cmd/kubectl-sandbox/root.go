@@ -52,6 +52,7 @@ another endpoint, such as the emulator of 'make dev').`,
 		newListCommand(o), newStatusCommand(o), newWaitCommand(o),
 		newStateCommand(o, "pause"), newStateCommand(o, "resume"), newHeartbeatCommand(o),
 		newSnapshotCommand(o), newForkCommand(o), newScaleCommand(o), newTreeCommand(o),
+		newHistoryCommand(o), newRewindCommand(o),
 		newExecCommand(o), newCpCommand(o), newShellCommand(o),
 		newRmCommand(o), newVersionCommand(o), newUsageCommand(o),
 	)

@@ -96,6 +96,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apiv1alpha1.RecipeEnvVarApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("RecipeRepository"):
 		return &apiv1alpha1.RecipeRepositoryApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("RewindStatus"):
+		return &apiv1alpha1.RewindStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("Sandbox"):
 		return &apiv1alpha1.SandboxApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SandboxBudget"):
@@ -142,6 +144,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apiv1alpha1.SandboxQuotaStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SandboxResources"):
 		return &apiv1alpha1.SandboxResourcesApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SandboxRewind"):
+		return &apiv1alpha1.SandboxRewindApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SandboxRoute"):
 		return &apiv1alpha1.SandboxRouteApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SandboxSnapshot"):
@@ -174,6 +178,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apiv1alpha1.SnapshotBuildStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SnapshotCaptureStatus"):
 		return &apiv1alpha1.SnapshotCaptureStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SnapshotHistoryEntry"):
+		return &apiv1alpha1.SnapshotHistoryEntryApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SnapshotProvenance"):
 		return &apiv1alpha1.SnapshotProvenanceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SnapshotRecipe"):

@@ -44,6 +44,7 @@ export interface Sandbox {
    * Validated: spec.poolRef is immutable
    * Validated: spec.failoverRegions must not contain the sandbox's region (spec.region, iad1 when unset)
    * Validated: spec.snapshotRetention is only for persistent Sandboxes (spec.persistent is false)
+   * Validated: spec.rewind is only for persistent Sandboxes (spec.persistent is false)
    * Validated: spec.poolRef cannot be combined with spec.source.adopt: a claim takes a pool member or creates from spec.source
    */
   spec: SandboxSpec;
@@ -64,6 +65,7 @@ export interface Sandbox {
  * Validated: spec.poolRef is immutable
  * Validated: spec.failoverRegions must not contain the sandbox's region (spec.region, iad1 when unset)
  * Validated: spec.snapshotRetention is only for persistent Sandboxes (spec.persistent is false)
+ * Validated: spec.rewind is only for persistent Sandboxes (spec.persistent is false)
  * Validated: spec.poolRef cannot be combined with spec.source.adopt: a claim takes a pool member or creates from spec.source
  */
 export interface SandboxSpec {
@@ -756,6 +758,54 @@ export interface SandboxSpec {
     vcpus?: number;
   };
   /**
+   * rewind takes a persistent Sandbox back to an earlier snapshot of its
+   * own (status.history lists them): see SandboxRewind and
+   * docs/sandbox.md#history-and-rewind. status.rewind records the last
+   * one handled.
+   *
+   * Validated: spec.rewind: exactly one of snapshotRef or snapshotID must be set
+   * Validated: spec.rewind: another snapshot needs a new spec.rewind.token (a token is applied once)
+   */
+  rewind?: {
+    /**
+     * snapshotID rewinds to a Vercel snapshot of this Sandbox by id, such as
+     * one of status.history. Setting it needs the RBAC verb use on
+     * vercelsnapshots.sandbox.sentry.io in the namespace, as
+     * spec.source.snapshotID does (docs/security.md).
+     *
+     * maxLength: 33
+     * pattern: ^(snap_[A-Za-z0-9]{28}|vhs_[a-z0-9]{28})$
+     */
+    snapshotID?: string;
+    /**
+     * snapshotRef rewinds to the snapshot of a SandboxSnapshot in this
+     * namespace, once it is ready to use. Its Vercel snapshot must have been
+     * taken of this Sandbox's Vercel sandbox (a capture with sandboxRef).
+     */
+    snapshotRef?: {
+      /**
+       * name of the referenced object: a Kubernetes object name (lowercase
+       * letters, digits, '-' and '.').
+       *
+       * minLength: 1
+       * maxLength: 253
+       * pattern: ^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$
+       */
+      name: string;
+    };
+    /**
+     * token identifies this rewind request. The controller applies each
+     * token once and records it in status.rewind.token; set a new one (a
+     * time, a counter, a random string) to rewind again, to the same
+     * snapshot or another. `kubectl sandbox rewind` sets the time.
+     *
+     * minLength: 1
+     * maxLength: 63
+     * pattern: ^[A-Za-z0-9]([-A-Za-z0-9_.:]*[A-Za-z0-9])?$
+     */
+    token: string;
+  };
+  /**
    * setup commands run in order until they have all succeeded once on the
    * sandbox's filesystem; later sessions (resume, idle wake) do not run them
    * again. Ready waits for them in every session, and the session is kept
@@ -1143,6 +1193,59 @@ export interface SandboxStatus {
    */
   expiresAt?: string;
   /**
+   * history is the snapshot lineage of a persistent Sandbox: the latest
+   * snapshots of its Vercel sandbox, newest first, at most
+   * snapshotRetention.keepLast of them, with the one the next session
+   * resumes from marked current. It is read from Vercel only when the
+   * lineage can have changed (a stop took a snapshot, a rewind), never on
+   * a poll.
+   *
+   * maxItems: 10
+   */
+  history?: Array<{
+    /**
+     * automatic is true for the snapshot a stop took (a pause, an idle
+     * stop), false for one taken on request (a SandboxSnapshot capture).
+     */
+    automatic?: boolean;
+    /**
+     * createdAt is when the snapshot was taken.
+     *
+     * Format: RFC 3339 time, e.g. "2026-01-02T15:04:05Z".
+     */
+    createdAt?: string;
+    /**
+     * current is true for the snapshot the next session resumes from
+     * (status.currentSnapshotID).
+     */
+    current?: boolean;
+    /**
+     * expiresAt is when Vercel deletes it; unset when it never expires.
+     *
+     * Format: RFC 3339 time, e.g. "2026-01-02T15:04:05Z".
+     */
+    expiresAt?: string;
+    /**
+     * id of the Vercel snapshot; spec.rewind.snapshotID takes it.
+     *
+     * maxLength: 64
+     */
+    id: string;
+    /**
+     * parentID is the snapshot this one's session had resumed from, when
+     * Vercel says.
+     *
+     * maxLength: 64
+     */
+    parentID?: string;
+    /**
+     * sizeBytes of the snapshot.
+     *
+     * minimum: 0
+     */
+    sizeBytes?: number;
+  }>;
+  /**
    * lastError is the last error met, kept until the next success.
    */
   lastError?: {
@@ -1196,6 +1299,58 @@ export interface SandboxStatus {
    * maxLength: 16
    */
   region?: string;
+  /**
+   * rewind records the last spec.rewind handled.
+   */
+  rewind?: {
+    /**
+     * fromSessionID is the last session before the rewind.
+     *
+     * maxLength: 64
+     */
+    fromSessionID?: string;
+    /**
+     * fromSnapshotID is the snapshot the next session would have resumed
+     * from before the rewind (the one the stop took, for a running session).
+     *
+     * maxLength: 64
+     */
+    fromSnapshotID?: string;
+    /**
+     * lastTransitionTime is when state last changed.
+     *
+     * Format: RFC 3339 time, e.g. "2026-01-02T15:04:05Z".
+     */
+    lastTransitionTime?: string;
+    /**
+     * message says what happened, or why the rewind failed.
+     *
+     * maxLength: 1024
+     */
+    message?: string;
+    /**
+     * snapshotID is the Vercel snapshot rewound to.
+     *
+     * maxLength: 64
+     */
+    snapshotID?: string;
+    /**
+     * snapshotName is the SandboxSnapshot of spec.rewind.snapshotRef, if any.
+     *
+     * maxLength: 253
+     */
+    snapshotName?: string;
+    /**
+     * state: Rewinding, Rewound or Failed.
+     */
+    state: "Rewinding" | "Rewound" | "Failed";
+    /**
+     * token of the spec.rewind this records.
+     *
+     * maxLength: 63
+     */
+    token: string;
+  };
   /**
    * routes are the public URLs of spec.ports.
    *

@@ -187,6 +187,7 @@ export interface SandboxPoolSpec {
      * Validated: spec.poolRef is immutable
      * Validated: spec.failoverRegions must not contain the sandbox's region (spec.region, iad1 when unset)
      * Validated: spec.snapshotRetention is only for persistent Sandboxes (spec.persistent is false)
+     * Validated: spec.rewind is only for persistent Sandboxes (spec.persistent is false)
      * Validated: spec.poolRef cannot be combined with spec.source.adopt: a claim takes a pool member or creates from spec.source
      */
     spec: {
@@ -877,6 +878,54 @@ export interface SandboxPoolSpec {
          * Validated: spec.resources.vcpus must be 1 or an even number
          */
         vcpus?: number;
+      };
+      /**
+       * rewind takes a persistent Sandbox back to an earlier snapshot of its
+       * own (status.history lists them): see SandboxRewind and
+       * docs/sandbox.md#history-and-rewind. status.rewind records the last
+       * one handled.
+       *
+       * Validated: spec.rewind: exactly one of snapshotRef or snapshotID must be set
+       * Validated: spec.rewind: another snapshot needs a new spec.rewind.token (a token is applied once)
+       */
+      rewind?: {
+        /**
+         * snapshotID rewinds to a Vercel snapshot of this Sandbox by id, such as
+         * one of status.history. Setting it needs the RBAC verb use on
+         * vercelsnapshots.sandbox.sentry.io in the namespace, as
+         * spec.source.snapshotID does (docs/security.md).
+         *
+         * maxLength: 33
+         * pattern: ^(snap_[A-Za-z0-9]{28}|vhs_[a-z0-9]{28})$
+         */
+        snapshotID?: string;
+        /**
+         * snapshotRef rewinds to the snapshot of a SandboxSnapshot in this
+         * namespace, once it is ready to use. Its Vercel snapshot must have been
+         * taken of this Sandbox's Vercel sandbox (a capture with sandboxRef).
+         */
+        snapshotRef?: {
+          /**
+           * name of the referenced object: a Kubernetes object name (lowercase
+           * letters, digits, '-' and '.').
+           *
+           * minLength: 1
+           * maxLength: 253
+           * pattern: ^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$
+           */
+          name: string;
+        };
+        /**
+         * token identifies this rewind request. The controller applies each
+         * token once and records it in status.rewind.token; set a new one (a
+         * time, a counter, a random string) to rewind again, to the same
+         * snapshot or another. `kubectl sandbox rewind` sets the time.
+         *
+         * minLength: 1
+         * maxLength: 63
+         * pattern: ^[A-Za-z0-9]([-A-Za-z0-9_.:]*[A-Za-z0-9])?$
+         */
+        token: string;
       };
       /**
        * setup commands run in order until they have all succeeded once on the

@@ -523,6 +523,35 @@ var schemaYAML = typed.YAMLObject(`types:
         scalar: string
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.RecreatePolicy
   scalar: string
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.RewindState
+  scalar: string
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.RewindStatus
+  map:
+    fields:
+    - name: fromSessionID
+      type:
+        scalar: string
+    - name: fromSnapshotID
+      type:
+        scalar: string
+    - name: lastTransitionTime
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: message
+      type:
+        scalar: string
+    - name: snapshotID
+      type:
+        scalar: string
+    - name: snapshotName
+      type:
+        scalar: string
+    - name: state
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.RewindState
+    - name: token
+      type:
+        scalar: string
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.Runtime
   scalar: string
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.Sandbox
@@ -1057,6 +1086,18 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: vcpus
       type:
         scalar: numeric
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxRewind
+  map:
+    fields:
+    - name: snapshotID
+      type:
+        scalar: string
+    - name: snapshotRef
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.LocalObjectReference
+    - name: token
+      type:
+        scalar: string
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxRoute
   map:
     fields:
@@ -1259,6 +1300,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: resources
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxResources
+    - name: rewind
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SandboxRewind
     - name: setup
       type:
         list:
@@ -1311,6 +1355,12 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: expiresAt
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: history
+      type:
+        list:
+          elementType:
+            namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.SnapshotHistoryEntry
+          elementRelationship: atomic
     - name: lastError
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.ErrorStatus
@@ -1329,6 +1379,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: region
       type:
         scalar: string
+    - name: rewind
+      type:
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.RewindStatus
     - name: routes
       type:
         list:
@@ -1547,6 +1600,30 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: vercelName
       type:
         scalar: string
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.SnapshotHistoryEntry
+  map:
+    fields:
+    - name: automatic
+      type:
+        scalar: boolean
+    - name: createdAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: current
+      type:
+        scalar: boolean
+    - name: expiresAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: id
+      type:
+        scalar: string
+    - name: parentID
+      type:
+        scalar: string
+    - name: sizeBytes
+      type:
+        scalar: numeric
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.SnapshotOrigin
   scalar: string
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.SnapshotProvenance

@@ -118,6 +118,11 @@ type SandboxSpecApplyConfiguration struct {
 	// it stopped; Delete deletes this object, and with it the Vercel sandbox
 	// unless deletionPolicy is Retain (then the sandbox is kept, stopped).
 	ShutdownPolicy *apiv1alpha1.ShutdownPolicy `json:"shutdownPolicy,omitempty"`
+	// rewind takes a persistent Sandbox back to an earlier snapshot of its
+	// own (status.history lists them): see SandboxRewind and
+	// docs/sandbox.md#history-and-rewind. status.rewind records the last
+	// one handled.
+	Rewind *SandboxRewindApplyConfiguration `json:"rewind,omitempty"`
 }
 
 // SandboxSpecApplyConfiguration constructs a declarative configuration of the SandboxSpec type for use with
@@ -297,5 +302,13 @@ func (b *SandboxSpecApplyConfiguration) WithShutdownTime(value v1.Time) *Sandbox
 // If called multiple times, the ShutdownPolicy field is set to the value of the last call.
 func (b *SandboxSpecApplyConfiguration) WithShutdownPolicy(value apiv1alpha1.ShutdownPolicy) *SandboxSpecApplyConfiguration {
 	b.ShutdownPolicy = &value
+	return b
+}
+
+// WithRewind sets the Rewind field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Rewind field is set to the value of the last call.
+func (b *SandboxSpecApplyConfiguration) WithRewind(value *SandboxRewindApplyConfiguration) *SandboxSpecApplyConfiguration {
+	b.Rewind = value
 	return b
 }

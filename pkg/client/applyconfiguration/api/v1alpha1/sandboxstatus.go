@@ -90,6 +90,15 @@ type SandboxStatusApplyConfiguration struct {
 	// snapshotBytes is the size of the snapshot the next session resumes
 	// from when a SandboxSnapshot in this namespace reports it.
 	Usage *SandboxUsageApplyConfiguration `json:"usage,omitempty"`
+	// history is the snapshot lineage of a persistent Sandbox: the latest
+	// snapshots of its Vercel sandbox, newest first, at most
+	// snapshotRetention.keepLast of them, with the one the next session
+	// resumes from marked current. It is read from Vercel only when the
+	// lineage can have changed (a stop took a snapshot, a rewind), never on
+	// a poll.
+	History []SnapshotHistoryEntryApplyConfiguration `json:"history,omitempty"`
+	// rewind records the last spec.rewind handled.
+	Rewind *RewindStatusApplyConfiguration `json:"rewind,omitempty"`
 }
 
 // SandboxStatusApplyConfiguration constructs a declarative configuration of the SandboxStatus type for use with
@@ -273,5 +282,26 @@ func (b *SandboxStatusApplyConfiguration) WithSecrets(value *SecretsStatusApplyC
 // If called multiple times, the Usage field is set to the value of the last call.
 func (b *SandboxStatusApplyConfiguration) WithUsage(value *SandboxUsageApplyConfiguration) *SandboxStatusApplyConfiguration {
 	b.Usage = value
+	return b
+}
+
+// WithHistory adds the given value to the History field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the History field.
+func (b *SandboxStatusApplyConfiguration) WithHistory(values ...*SnapshotHistoryEntryApplyConfiguration) *SandboxStatusApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithHistory")
+		}
+		b.History = append(b.History, *values[i])
+	}
+	return b
+}
+
+// WithRewind sets the Rewind field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Rewind field is set to the value of the last call.
+func (b *SandboxStatusApplyConfiguration) WithRewind(value *RewindStatusApplyConfiguration) *SandboxStatusApplyConfiguration {
+	b.Rewind = value
 	return b
 }
