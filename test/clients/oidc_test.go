@@ -46,8 +46,12 @@ func TestOIDC(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 	pkg := filepath.Join(repoRoot, "clients", "typescript")
-	npm(ctx, t, pkg, nil, "ci", "--no-audit", "--no-fund")
-	npm(ctx, t, pkg, nil, "run", "build")
+	// The package's Node.js (hack/node.sh), its build (dist/) and its
+	// tests' build (build/), as TestTypeScript makes them.
+	nodeEnv := pinnedNode(ctx, t)
+	npm(ctx, t, pkg, nodeEnv, "ci", "--no-audit", "--no-fund")
+	npm(ctx, t, pkg, nodeEnv, "run", "build")
+	npm(ctx, t, pkg, nodeEnv, "exec", "--", "tsc", "-p", ".")
 
 	// Team acme trusts two functions of its project junior: production,
 	// which the RoleBinding names, and preview, which authenticates but is
@@ -150,12 +154,13 @@ func TestOIDC(t *testing.T) {
 	caData := base64.StdEncoding.EncodeToString(stack.Config.CAData)
 	t.Run("the TypeScript client asks its provider on every request", func(t *testing.T) {
 		out := nodeRun(ctx, t, pkg, []string{
+			nodeEnv[0],
 			"SANDBOX_TEST_SERVER=" + stack.Config.Host,
 			"SANDBOX_TEST_CA_DATA=" + caData,
 			"SANDBOX_TEST_TOKEN=" + good,
 			"SANDBOX_TEST_UNBOUND_TOKEN=" + mint(oidcissuer.Token{Project: "junior", Environment: "preview"}),
 			"SANDBOX_TEST_NAMESPACE=" + ns,
-		}, "--test", "--test-reporter=spec", filepath.Join("dist", "test", "token-provider.test.js"))
+		}, "--test", "--test-reporter=spec", filepath.Join("build", "test", "token-provider.test.js"))
 		for _, want := range []string{"ℹ pass 2", "ℹ fail 0", "ℹ skipped 0"} {
 			if !strings.Contains(out, want+"\n") {
 				t.Errorf("node's summary lacks %q", want)
@@ -170,6 +175,7 @@ func TestOIDC(t *testing.T) {
 		must(t, err)
 		before := iss.Minted()
 		out := nodeRun(ctx, t, pkg, []string{
+			nodeEnv[0],
 			"SANDBOX_TEST_SERVER=" + stack.Config.Host,
 			"SANDBOX_TEST_CA_DATA=" + caData,
 			"OIDC_MINT_URL=" + iss.MintURL(),
@@ -238,11 +244,18 @@ func wantRefusal(t *testing.T, out string, err error, pattern string) {
 }
 
 // nodeRun runs node in dir with the environment plus env and returns its
-// output; a non-zero exit fails the test. The output is logged: what runs
+// output; a non-zero exit fails the test. The node is the first on env's
+// PATH (pinnedNode's), else the machine's. The output is logged: what runs
 // here never prints a token.
 func nodeRun(ctx context.Context, t *testing.T, dir string, env []string, args ...string) string {
 	t.Helper()
-	cmd := exec.CommandContext(ctx, "node", args...)
+	node := "node"
+	for _, kv := range env {
+		if path, ok := strings.CutPrefix(kv, "PATH="); ok {
+			node = filepath.Join(filepath.SplitList(path)[0], "node")
+		}
+	}
+	cmd := exec.CommandContext(ctx, node, args...)
 	cmd.Dir = dir
 	cmd.Env = append(append(os.Environ(), env...), "NO_COLOR=1")
 	var out bytes.Buffer

@@ -7,7 +7,7 @@
 // with how many tokens it fetched and how many were distinct.
 import assert from 'node:assert/strict';
 
-import { KubernetesApiError, createSandbox, getSandbox, kubeConfigForToken } from '../../../clients/typescript/dist/src/index.js';
+import { KubernetesApiError, createSandbox, getSandbox, kubeConfigForToken } from '../../../clients/typescript/dist/index.js';
 
 const { SANDBOX_TEST_SERVER, SANDBOX_TEST_CA_DATA, OIDC_MINT_URL, OIDC_ADMIN_TOKEN, OIDC_FUNCTION, NAMESPACE, OTHER_NAMESPACE } =
   process.env;
