@@ -176,6 +176,7 @@ type PoolIdle struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.template.spec.source.adopt)",message="spec.template.spec.source.adopt: a pool creates its members; it cannot adopt one Vercel sandbox for each",fieldPath=".template.spec.source"
 // +kubebuilder:validation:XValidation:rule="!has(self.template.spec.source.snapshotID)",message="spec.template.spec.source.snapshotID: the manager creates a pool's members and may not use raw snapshot ids for you (docs/security.md); use snapshotRef",fieldPath=".template.spec.source"
 // +kubebuilder:validation:XValidation:rule="!has(self.template.spec.poolRef)",message="spec.template.spec.poolRef: members are created, not claimed from a pool",fieldPath=".template.spec.poolRef"
+// +kubebuilder:validation:XValidation:rule="!has(self.template.spec.rewind)",message="spec.template.spec.rewind: members have no history to rewind; rewind a claimed Sandbox instead",fieldPath=".template.spec.rewind"
 // +kubebuilder:validation:XValidation:rule="!has(self.template.spec.shutdownTime)",message="spec.template.spec.shutdownTime: an absolute end of life cannot apply to members created over time; use spec.idle",fieldPath=".template.spec.shutdownTime"
 type SandboxPoolSpec struct {
 	// template of the members.

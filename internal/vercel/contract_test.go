@@ -360,6 +360,55 @@ func TestContractPlacementAndRetention(t *testing.T) {
 	}
 }
 
+// TestContractRewind: setting a persistent sandbox's currentSnapshotId to an
+// earlier snapshot of its own makes the next session resume from it, the
+// request Sandbox.spec.rewind sends after stopping the session (issue 34
+// item 4; docs/decisions/0006-rewind.md).
+func TestContractRewind(t *testing.T) {
+	env := newPortableContractEnv(t)
+	ctx := testCtx(t)
+	name := env.n("rewound")
+	id := mustCreate(t, env, vercel.CreateSandboxRequest{Name: name}).Session.ID
+	pause := func(id, content string) string {
+		t.Helper()
+		if err := env.c.WriteFiles(ctx, id, []vercel.File{{Path: "state.txt", Content: []byte(content)}}); err != nil {
+			t.Fatal(err)
+		}
+		stop, err := env.c.StopSession(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stop.Sandbox == nil || stop.Sandbox.CurrentSnapshotID == "" {
+			t.Fatalf("a persistent stop names no current snapshot: %+v", stop.Sandbox)
+		}
+		return stop.Sandbox.CurrentSnapshotID
+	}
+	resume := func() string {
+		t.Helper()
+		got, err := env.c.GetSandbox(ctx, name, true)
+		if err != nil || got.Session == nil {
+			t.Fatalf("resume: %+v %v", got, err)
+		}
+		return got.Session.ID
+	}
+	a := pause(id, "A")
+	b := pause(resume(), "B")
+	if a == b {
+		t.Fatalf("two pauses made one snapshot %s", a)
+	}
+	patched, err := env.c.UpdateSandbox(ctx, name, vercel.UpdateSandboxRequest{CurrentSnapshotID: a}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if patched.Sandbox.CurrentSnapshotID != a {
+		t.Errorf("PATCH currentSnapshotId %s answered %s", a, patched.Sandbox.CurrentSnapshotID)
+	}
+	got, err := env.c.ReadFile(ctx, resume(), "state.txt", "")
+	if err != nil || string(got) != "A" {
+		t.Errorf("after the rewind to %s the file reads %q, %v; want the first pause's A", a, got, err)
+	}
+}
+
 func TestContractListPagination(t *testing.T) {
 	env := newContractEnv(t, emulator.Options{})
 	ctx := testCtx(t)

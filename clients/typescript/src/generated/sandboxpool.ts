@@ -39,6 +39,7 @@ export interface SandboxPool {
    * Validated: spec.template.spec.source.adopt: a pool creates its members; it cannot adopt one Vercel sandbox for each
    * Validated: spec.template.spec.source.snapshotID: the manager creates a pool's members and may not use raw snapshot ids for you (docs/security.md); use snapshotRef
    * Validated: spec.template.spec.poolRef: members are created, not claimed from a pool
+   * Validated: spec.template.spec.rewind: members have no history to rewind; rewind a claimed Sandbox instead
    * Validated: spec.template.spec.shutdownTime: an absolute end of life cannot apply to members created over time; use spec.idle
    */
   spec: SandboxPoolSpec;
@@ -54,6 +55,7 @@ export interface SandboxPool {
  * Validated: spec.template.spec.source.adopt: a pool creates its members; it cannot adopt one Vercel sandbox for each
  * Validated: spec.template.spec.source.snapshotID: the manager creates a pool's members and may not use raw snapshot ids for you (docs/security.md); use snapshotRef
  * Validated: spec.template.spec.poolRef: members are created, not claimed from a pool
+ * Validated: spec.template.spec.rewind: members have no history to rewind; rewind a claimed Sandbox instead
  * Validated: spec.template.spec.shutdownTime: an absolute end of life cannot apply to members created over time; use spec.idle
  */
 export interface SandboxPoolSpec {
