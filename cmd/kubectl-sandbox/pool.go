@@ -153,7 +153,9 @@ func printPoolTable(w io.Writer, pools []sandboxv1.SandboxPool, lp listPrint) er
 			row = append([]string{p.Namespace}, row...)
 		}
 		if lp.wide {
-			row = append(row, string(memberState(p)), sandboxSource(p.Spec.Template.Spec.Source), orNone(s.Reason))
+			// Escaped per cell: the writer below escapes too, but after the
+			// tabwriter measured the columns.
+			row = append(row, string(memberState(p)), escapeControl(sandboxSource(p.Spec.Template.Spec.Source)), escapeControl(orNone(s.Reason)))
 		}
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
