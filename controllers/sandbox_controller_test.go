@@ -540,7 +540,7 @@ var _ = Describe("Sandbox", func() {
 			Entry("bad header name", "  source: {runtime: node24}\n  networkPolicy: {mode: Allowlist, injectHeaders: [{domain: a.com, headers: [{name: 'bad header', valueFrom: {secretKeyRef: {name: s, key: k}}}]}]}\n", "spec.networkPolicy.injectHeaders[0].headers[0].name"),
 			Entry("bad snapshot id", "  source: {snapshotID: nope}\n", "spec.source.snapshotID"),
 			Entry("image and runtime", "  source: {runtime: node24, image: vercel/sandbox/node:24}\n", "spec.source: exactly one of runtime, image,"),
-			Entry("not a managed image", "  source: {image: acme/private:latest}\n", "spec.source.image"),
+			Entry("not an image reference", "  source: {image: \"Acme/Private Image\"}\n", "spec.source.image"),
 			Entry("unknown region", "  source: {runtime: node24}\n  region: mars1\n", "spec.region"),
 			Entry("failover names the region", "  source: {runtime: node24}\n  region: fra1\n  failoverRegions: [cdg1, fra1]\n", "spec.failoverRegions must not contain the sandbox's region"),
 			Entry("failover names the default region", "  source: {runtime: node24}\n  failoverRegions: [iad1]\n", "spec.failoverRegions must not contain the sandbox's region"),

@@ -14,7 +14,7 @@ import (
 var _ = Describe("Sandbox from a managed image", func() {
 	It("creates the Vercel sandbox from the image, which Vercel pins to a digest, with no runtime", func() {
 		ns := newNamespace()
-		img := sandboxv1.ManagedImage("vercel/sandbox/python:3.14")
+		img := sandboxv1.ImageReference("vercel/sandbox/python:3.14")
 		sbx := waitReady(client.ObjectKeyFromObject(newSandbox(ns, "imaged", sandboxv1.SandboxSpec{Source: sandboxv1.SandboxSource{Image: &img}})))
 		remote, ok := emu.Sandbox(sbx.Status.VercelName)
 		Expect(ok).To(BeTrue())

@@ -16,6 +16,7 @@ var _ = Describe("SandboxPool validation by the API server", func() {
 			Expect(out).To(ContainSubstring(want))
 		},
 		Entry("a raw snapshot id", "{snapshotID: snap_abcdefghijklmnopqrstuvwxyz12}", "", "spec.template.spec.source.snapshotID: the manager creates a pool's members"),
+		Entry("a team's own image", "{image: acme/agents/worker:1.4}", "", "spec.template.spec.source.image: the manager creates a pool's members"),
 		Entry("adoption", "{adopt: {name: somebody}}", "", "spec.template.spec.source.adopt"),
 		Entry("a poolRef", "{runtime: node24}", "      poolRef: {name: other}\n", "spec.template.spec.poolRef"),
 		Entry("a rewind", "{runtime: node24}", "      rewind: {token: one, snapshotRef: {name: earlier}}\n", "spec.template.spec.rewind: members have no history"),

@@ -374,6 +374,49 @@ var _ = Describe("Security: authorization at admission", func() {
 		})
 	})
 
+	Context("a team's own images", func() {
+		const own = sandboxv1.ImageReference("acme/agents/worker:1.4")
+		imaged := func(name string, img sandboxv1.ImageReference) *sandboxv1.Sandbox {
+			return &sandboxv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+				Spec: sandboxv1.SandboxSpec{Source: sandboxv1.SandboxSource{Image: &img}}}
+		}
+
+		It("need the use verb on vercelimages: refused without it, working with the shipped role; managed images need none", func() {
+			b, err := os.ReadFile(filepath.Join(repoRoot, "config", "rbac", "sandbox_image_user_role.yaml"))
+			Expect(err).NotTo(HaveOccurred())
+			role := &rbacv1.ClusterRole{}
+			Expect(yaml.Unmarshal(b, role)).To(Succeed())
+			role.Name = ns + "-" + role.Name
+			Expect(k8sClient.Create(ctx, role)).To(Succeed())
+			DeferCleanup(func() { Expect(k8sClient.Delete(ctx, role)).To(Succeed()) })
+			Expect(k8sClient.Create(ctx, &rbacv1.RoleBinding{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "images"},
+				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+				Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "alice"}},
+			})).To(Succeed())
+
+			By("bob starting from the team's image: refused, naming the permission")
+			refused(bob.Create(ctx, imaged("bobs", own)), "user bob may not use image "+string(own), "vercelimages.sandbox.sentry.io")
+			By("bob starting from a managed image: admitted")
+			Expect(bob.Create(ctx, imaged("managed", "vercel/sandbox/node:24"), client.DryRunAll)).To(Succeed())
+
+			By("alice starting from it: admitted, created from the image Vercel pinned")
+			Eventually(func() error { return alice.Create(ctx, imaged("alices", own)) }).Should(Succeed())
+			sbx := waitReady(types.NamespacedName{Namespace: ns, Name: "alices"})
+			remote, ok := emu.Sandbox(sbx.Status.VercelName)
+			Expect(ok).To(BeTrue())
+			Expect(remote.Image).To(HavePrefix("acme/agents/worker@sha256:"))
+		})
+
+		It("can be granted for some images only (resourceNames)", func() {
+			grant("one-image", []rbacv1.PolicyRule{{
+				APIGroups: []string{sandboxv1.GroupVersion.Group}, Resources: []string{"vercelimages"}, Verbs: []string{"use"}, ResourceNames: []string{string(own)},
+			}}, "bob")
+			Eventually(func() error { return bob.Create(ctx, imaged("allowed", own), client.DryRunAll) }).Should(Succeed())
+			refused(bob.Create(ctx, imaged("other", "acme/agents/worker:2.0"), client.DryRunAll), "user bob may not use image acme/agents/worker:2.0")
+		})
+	})
+
 	It("refuses bob through the real kubectl (--as) with a message naming the Secret", func() {
 		manifest := `apiVersion: sandbox.sentry.io/v1alpha1
 kind: Sandbox

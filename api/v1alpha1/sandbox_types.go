@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"slices"
 )
 
 // Sandbox condition reasons (besides the shared ones in common_types.go).
@@ -289,14 +290,20 @@ type SandboxSource struct {
 	// runtime starts from a Vercel-managed image: node22, node24, node26 or python3.13.
 	// +optional
 	Runtime *Runtime `json:"runtime,omitempty"`
-	// image starts from one of Vercel's managed images, by its reference
-	// (vercel/sandbox/universal, node:22, node:24, node:26, python:3.14,
-	// ubuntu or arch); Vercel pins it to a digest at create. A team's own
-	// images (Vercel's container registry) are not accepted yet: like a raw
-	// snapshot id they reach what other tenants of the project built, and
-	// need a permission of their own (docs/security.md).
+	// image starts from a container image: one of Vercel's managed images
+	// (vercel/sandbox/universal, vercel/sandbox/node:22, node:24, node:26,
+	// python:3.14, ubuntu or arch), or a team's own image in Vercel's
+	// container registry (repo, repo:tag, repo@sha256:…, team/project/repo:tag
+	// or vcr.vercel.com/…). Vercel pins it to a digest at create. A team's
+	// own image needs the RBAC verb use on vercelimages.sandbox.sentry.io in
+	// the namespace, optionally limited to references (docs/security.md):
+	// like a raw snapshot id it reaches what other tenants of the Vercel
+	// project built. The managed images need no permission.
 	// +optional
-	Image *ManagedImage `json:"image,omitempty"`
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$`
+	Image *ImageReference `json:"image,omitempty"`
 	// git clones a repository into /vercel/sandbox.
 	// +optional
 	Git *GitSource `json:"git,omitempty"`
@@ -326,10 +333,21 @@ type SandboxSource struct {
 	Adopt *AdoptSource `json:"adopt,omitempty"`
 }
 
-// ManagedImage is one of Vercel's managed sandbox images (SDK 3.5
-// constants.ts, ManagedImage).
-// +kubebuilder:validation:Enum="vercel/sandbox/universal";"vercel/sandbox/node:22";"vercel/sandbox/node:24";"vercel/sandbox/node:26";"vercel/sandbox/python:3.14";"vercel/sandbox/ubuntu";"vercel/sandbox/arch"
-type ManagedImage string
+// ImageReference is a container image a sandbox starts from, as Vercel's
+// create takes it (SDK 3.5 sandbox.d.ts `image`).
+type ImageReference string
+
+// ManagedImages are Vercel's managed sandbox images (SDK 3.5 constants.ts,
+// ManagedImage): anyone may start from them. The admission policy
+// config/admission/images.yaml and the SandboxPool template rule list them
+// too (TestManagedImagesAgree keeps the three equal).
+var ManagedImages = []ImageReference{
+	"vercel/sandbox/universal", "vercel/sandbox/node:22", "vercel/sandbox/node:24", "vercel/sandbox/node:26",
+	"vercel/sandbox/python:3.14", "vercel/sandbox/ubuntu", "vercel/sandbox/arch",
+}
+
+// Managed reports whether r is one of ManagedImages.
+func (r ImageReference) Managed() bool { return slices.Contains(ManagedImages, r) }
 
 // AdoptSource names the Vercel sandbox a Sandbox adopts.
 type AdoptSource struct {

@@ -1920,7 +1920,7 @@ func (in *SandboxSource) DeepCopyInto(out *SandboxSource) {
 	}
 	if in.Image != nil {
 		in, out := &in.Image, &out.Image
-		*out = new(ManagedImage)
+		*out = new(ImageReference)
 		**out = **in
 	}
 	if in.Git != nil {

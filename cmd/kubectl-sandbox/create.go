@@ -36,7 +36,7 @@ func (f *specFlags) add(cmd *cobra.Command) {
 	fl.StringVar(&f.gitRevision, "git-revision", "", "spec.source.git.revision: branch, tag or commit")
 	fl.Int32Var(&f.gitDepth, "git-depth", 0, "spec.source.git.depth: a shallow clone of this depth")
 	fl.StringVar(&f.gitSecret, "git-secret", "", "spec.source.git.credentials.secretName: a Secret with username and password")
-	fl.StringVar(&f.image, "image", "", "spec.source.image: one of Vercel's managed images (vercel/sandbox/universal, vercel/sandbox/node:24, vercel/sandbox/python:3.14, ...)")
+	fl.StringVar(&f.image, "image", "", "spec.source.image: one of Vercel's managed images (vercel/sandbox/universal, vercel/sandbox/node:24, vercel/sandbox/python:3.14, ...) or a team's own image (needs use on vercelimages)")
 	fl.StringVar(&f.tarball, "tarball", "", "spec.source.tarball.url: a .tar.gz to extract into /vercel/sandbox")
 	fl.StringVar(&f.snapshot, "snapshot", "", "spec.source.snapshotRef: boot from this SandboxSnapshot")
 	fl.StringVar(&f.snapshotID, "snapshot-id", "", "spec.source.snapshotID: boot from this Vercel snapshot id")
@@ -131,7 +131,7 @@ func (f *specFlags) overlaySource(src *sandboxv1.SandboxSource) error {
 		src.Runtime = &rt
 	}
 	if f.image != "" {
-		img := sandboxv1.ManagedImage(f.image)
+		img := sandboxv1.ImageReference(f.image)
 		src.Image = &img
 	}
 	if f.gitURL != "" {

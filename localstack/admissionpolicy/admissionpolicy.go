@@ -145,6 +145,11 @@ func probeValidating(ctx context.Context, cfg *rest.Config, admin client.Client,
 	}); err != nil {
 		return err
 	}
+	if err := refused("the images policy", "may not use image", func(s *sandboxv1.Sandbox) {
+		s.Spec.Source = sandboxv1.SandboxSource{Image: new(sandboxv1.ImageReference("admission/probe:1"))}
+	}); err != nil {
+		return err
+	}
 	if err := refused("the rewind-snapshot-ids policy", "may not use Vercel snapshot id", func(s *sandboxv1.Sandbox) {
 		s.Spec.Rewind = &sandboxv1.SandboxRewind{Token: "probe", SnapshotID: new("snap_" + strings.Repeat("0", 28))}
 	}); err != nil {

@@ -38,6 +38,7 @@ export interface SandboxPool {
    *
    * Validated: spec.template.spec.source.adopt: a pool creates its members; it cannot adopt one Vercel sandbox for each
    * Validated: spec.template.spec.source.snapshotID: the manager creates a pool's members and may not use raw snapshot ids for you (docs/security.md); use snapshotRef
+   * Validated: spec.template.spec.source.image: the manager creates a pool's members and may not use a team's own image for you (docs/security.md); use one of Vercel's managed images or a snapshotRef
    * Validated: spec.template.spec.poolRef: members are created, not claimed from a pool
    * Validated: spec.template.spec.rewind: members have no history to rewind; rewind a claimed Sandbox instead
    * Validated: spec.template.spec.shutdownTime: an absolute end of life cannot apply to members created over time; use spec.idle
@@ -54,6 +55,7 @@ export interface SandboxPool {
  *
  * Validated: spec.template.spec.source.adopt: a pool creates its members; it cannot adopt one Vercel sandbox for each
  * Validated: spec.template.spec.source.snapshotID: the manager creates a pool's members and may not use raw snapshot ids for you (docs/security.md); use snapshotRef
+ * Validated: spec.template.spec.source.image: the manager creates a pool's members and may not use a team's own image for you (docs/security.md); use one of Vercel's managed images or a snapshotRef
  * Validated: spec.template.spec.poolRef: members are created, not claimed from a pool
  * Validated: spec.template.spec.rewind: members have no history to rewind; rewind a claimed Sandbox instead
  * Validated: spec.template.spec.shutdownTime: an absolute end of life cannot apply to members created over time; use spec.idle
@@ -1111,14 +1113,21 @@ export interface SandboxPoolSpec {
           url: string;
         };
         /**
-         * image starts from one of Vercel's managed images, by its reference
-         * (vercel/sandbox/universal, node:22, node:24, node:26, python:3.14,
-         * ubuntu or arch); Vercel pins it to a digest at create. A team's own
-         * images (Vercel's container registry) are not accepted yet: like a raw
-         * snapshot id they reach what other tenants of the project built, and
-         * need a permission of their own (docs/security.md).
+         * image starts from a container image: one of Vercel's managed images
+         * (vercel/sandbox/universal, vercel/sandbox/node:22, node:24, node:26,
+         * python:3.14, ubuntu or arch), or a team's own image in Vercel's
+         * container registry (repo, repo:tag, repo@sha256:…, team/project/repo:tag
+         * or vcr.vercel.com/…). Vercel pins it to a digest at create. A team's
+         * own image needs the RBAC verb use on vercelimages.sandbox.sentry.io in
+         * the namespace, optionally limited to references (docs/security.md):
+         * like a raw snapshot id it reaches what other tenants of the Vercel
+         * project built. The managed images need no permission.
+         *
+         * minLength: 1
+         * maxLength: 255
+         * pattern: ^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$
          */
-        image?: "vercel/sandbox/universal" | "vercel/sandbox/node:22" | "vercel/sandbox/node:24" | "vercel/sandbox/node:26" | "vercel/sandbox/python:3.14" | "vercel/sandbox/ubuntu" | "vercel/sandbox/arch";
+        image?: string;
         /**
          * runtime starts from a Vercel-managed image: node22, node24, node26 or python3.13.
          */

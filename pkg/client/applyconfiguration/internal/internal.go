@@ -264,6 +264,8 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: deleteObjectAfterSeconds
       type:
         scalar: numeric
+- name: com.github.getsentry.sandbox-controller.api.v1alpha1.ImageReference
+  scalar: string
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.InjectedHeader
   map:
     fields:
@@ -288,8 +290,6 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: name
       type:
         scalar: string
-- name: com.github.getsentry.sandbox-controller.api.v1alpha1.ManagedImage
-  scalar: string
 - name: com.github.getsentry.sandbox-controller.api.v1alpha1.NetworkMatch
   map:
     fields:
@@ -1231,7 +1231,7 @@ var schemaYAML = typed.YAMLObject(`types:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.GitSource
     - name: image
       type:
-        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.ManagedImage
+        namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.ImageReference
     - name: runtime
       type:
         namedType: com.github.getsentry.sandbox-controller.api.v1alpha1.Runtime

@@ -20,13 +20,16 @@ import (
 type SandboxSourceApplyConfiguration struct {
 	// runtime starts from a Vercel-managed image: node22, node24, node26 or python3.13.
 	Runtime *apiv1alpha1.Runtime `json:"runtime,omitempty"`
-	// image starts from one of Vercel's managed images, by its reference
-	// (vercel/sandbox/universal, node:22, node:24, node:26, python:3.14,
-	// ubuntu or arch); Vercel pins it to a digest at create. A team's own
-	// images (Vercel's container registry) are not accepted yet: like a raw
-	// snapshot id they reach what other tenants of the project built, and
-	// need a permission of their own (docs/security.md).
-	Image *apiv1alpha1.ManagedImage `json:"image,omitempty"`
+	// image starts from a container image: one of Vercel's managed images
+	// (vercel/sandbox/universal, vercel/sandbox/node:22, node:24, node:26,
+	// python:3.14, ubuntu or arch), or a team's own image in Vercel's
+	// container registry (repo, repo:tag, repo@sha256:…, team/project/repo:tag
+	// or vcr.vercel.com/…). Vercel pins it to a digest at create. A team's
+	// own image needs the RBAC verb use on vercelimages.sandbox.sentry.io in
+	// the namespace, optionally limited to references (docs/security.md):
+	// like a raw snapshot id it reaches what other tenants of the Vercel
+	// project built. The managed images need no permission.
+	Image *apiv1alpha1.ImageReference `json:"image,omitempty"`
 	// git clones a repository into /vercel/sandbox.
 	Git *GitSourceApplyConfiguration `json:"git,omitempty"`
 	// tarball extracts a .tar.gz archive fetched from a URL into /vercel/sandbox.
@@ -66,7 +69,7 @@ func (b *SandboxSourceApplyConfiguration) WithRuntime(value apiv1alpha1.Runtime)
 // WithImage sets the Image field in the declarative configuration to the given value
 // and returns the receiver, so that objects can be built by chaining "With" function invocations.
 // If called multiple times, the Image field is set to the value of the last call.
-func (b *SandboxSourceApplyConfiguration) WithImage(value apiv1alpha1.ManagedImage) *SandboxSourceApplyConfiguration {
+func (b *SandboxSourceApplyConfiguration) WithImage(value apiv1alpha1.ImageReference) *SandboxSourceApplyConfiguration {
 	b.Image = &value
 	return b
 }
