@@ -86,8 +86,8 @@ func TestDefaults(t *testing.T) {
 	}
 	// The validating policies are always installed (docs/security.md), and
 	// name the release namespace as the manager's own.
-	if o := ofKind(objs, "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"); len(o) != 12 {
-		t.Errorf("a default install renders the validating policies %v, want 6 policies (secret references, snapshot ids, adopt, abandon-remote, class label, created-by) and their 6 bindings", names(o))
+	if o := ofKind(objs, "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"); len(o) != 16 {
+		t.Errorf("a default install renders the validating policies %v, want 8 policies (secret references, snapshot ids, rewind snapshot ids, images, adopt, abandon-remote, class label, created-by) and their 8 bindings", names(o))
 	}
 	if p := find(objs, "ValidatingAdmissionPolicy", "r-sandbox-controller-secret-references.sandbox.sentry.io"); p == nil {
 		t.Errorf("no secret-references policy among %v", names(objs))
