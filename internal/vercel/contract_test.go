@@ -409,6 +409,18 @@ func TestContractRewind(t *testing.T) {
 	}
 }
 
+// TestContractImage: a create from a managed image (what spec.source.image
+// sends) comes back with the image pinned to a digest and no runtime
+// (issue 34 item 2).
+func TestContractImage(t *testing.T) {
+	env := newPortableContractEnv(t)
+	created := mustCreate(t, env, vercel.CreateSandboxRequest{Name: env.n("imaged"), Image: "vercel/sandbox/node:24"})
+	sb := created.Sandbox
+	if !strings.HasPrefix(sb.Image, "vercel/sandbox/node@sha256:") || strings.Count(sb.Image, "@sha256:") != 1 {
+		t.Errorf("image %q, want vercel/sandbox/node pinned to one digest", sb.Image)
+	}
+}
+
 func TestContractListPagination(t *testing.T) {
 	env := newContractEnv(t, emulator.Options{})
 	ctx := testCtx(t)
