@@ -24,29 +24,7 @@ func TestOfficialSDKSnapshotTree(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the official SDK in Node.js")
 	}
-	modules := installOfficialClients(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	e, err := emulator.New(emulator.Options{DataDir: t.TempDir()})
-	must(t, err)
-	apiURL, err := e.Start("")
-	must(t, err)
-	t.Cleanup(func() {
-		if err := e.Close(); err != nil {
-			t.Errorf("close the emulator: %v", err)
-		}
-	})
-
-	cmd := exec.CommandContext(ctx, "node", filepath.Join(repoRoot, "test", "clients", "testdata", "snapshot-tree.mjs"))
-	cmd.Env = append(os.Environ(), officialsdk.NodeEnv(repoRoot, modules, apiURL, e.Token(), t.TempDir())...)
-	cmd.Env = append(cmd.Env, "VERCEL_TOKEN="+e.Token(), "VERCEL_TEAM_ID=team_emulator", "VERCEL_PROJECT_ID=prj_emulator",
-		"SANDBOX_NAME=sdk-tree-"+hex.EncodeToString(randomBytes(t, 4)))
-	cmd.Dir = filepath.Dir(modules)
-	stdout, err := cmd.Output()
-	if ee, ok := err.(*exec.ExitError); ok {
-		t.Fatalf("snapshot-tree.mjs: %v\nstdout: %s\nstderr: %s", err, stdout, ee.Stderr)
-	}
-	must(t, err)
+	stdout := runSDKScript(t, "snapshot-tree.mjs", "sdk-tree", "")
 	type walk struct {
 		Anchor *string
 		Nodes  []string
@@ -68,4 +46,36 @@ func TestOfficialSDKSnapshotTree(t *testing.T) {
 	if d := got.Descendants; d.Anchor == nil || *d.Anchor != s[0] || !slices.Equal(d.Nodes, []string{s[1], s[2]}) {
 		t.Errorf("Snapshot.tree(asc) from the oldest: anchor %v nodes %v; want anchor %s and its descendants %v", d.Anchor, d.Nodes, s[0], []string{s[1], s[2]})
 	}
+}
+
+// runSDKScript starts an emulator (exec mode exec, "" for the default) and
+// runs testdata/script with the official SDK pointed at it and a fresh
+// sandbox name (name-<hex>) in SANDBOX_NAME; it returns what the script
+// printed on stdout (its result as JSON). A failing script fails the test
+// with its output.
+func runSDKScript(t *testing.T, script, name, exec_ string) []byte {
+	t.Helper()
+	modules := installOfficialClients(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e, err := emulator.New(emulator.Options{DataDir: t.TempDir(), Exec: exec_})
+	must(t, err)
+	apiURL, err := e.Start("")
+	must(t, err)
+	t.Cleanup(func() {
+		if err := e.Close(); err != nil {
+			t.Errorf("close the emulator: %v", err)
+		}
+	})
+	cmd := exec.CommandContext(ctx, "node", filepath.Join(repoRoot, "test", "clients", "testdata", script))
+	cmd.Env = append(os.Environ(), officialsdk.NodeEnv(repoRoot, modules, apiURL, e.Token(), t.TempDir())...)
+	cmd.Env = append(cmd.Env, "VERCEL_TOKEN="+e.Token(), "VERCEL_TEAM_ID=team_emulator", "VERCEL_PROJECT_ID=prj_emulator",
+		"SANDBOX_NAME="+name+"-"+hex.EncodeToString(randomBytes(t, 4)))
+	cmd.Dir = filepath.Dir(modules)
+	stdout, err := cmd.Output()
+	if ee, ok := err.(*exec.ExitError); ok {
+		t.Fatalf("%s: %v\nstdout: %s\nstderr: %s", script, err, stdout, ee.Stderr)
+	}
+	must(t, err)
+	return stdout
 }

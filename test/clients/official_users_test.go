@@ -1,18 +1,11 @@
 package clients
 
 import (
-	"context"
-	"encoding/hex"
 	"encoding/json"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
-	"time"
 
-	"github.com/getsentry/sandbox-controller/localstack/emulator"
 	"github.com/getsentry/sandbox-controller/localstack/emulator/sandboxruntime"
-	"github.com/getsentry/sandbox-controller/test/officialsdk"
 )
 
 // TestOfficialSDKUsers: the official SDK's own createUser, createGroup,
@@ -29,29 +22,7 @@ func TestOfficialSDKUsers(t *testing.T) {
 	if _, err := sandboxruntime.NewRunner(sandboxruntime.ModeNamespace, sandboxruntime.RunnerOptions{}); err != nil {
 		t.Skipf("exec mode namespace unavailable: %v", err)
 	}
-	modules := installOfficialClients(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	e, err := emulator.New(emulator.Options{DataDir: t.TempDir(), Exec: "namespace"})
-	must(t, err)
-	apiURL, err := e.Start("")
-	must(t, err)
-	t.Cleanup(func() {
-		if err := e.Close(); err != nil {
-			t.Errorf("close the emulator: %v", err)
-		}
-	})
-
-	cmd := exec.CommandContext(ctx, "node", filepath.Join(repoRoot, "test", "clients", "testdata", "users.mjs"))
-	cmd.Env = append(os.Environ(), officialsdk.NodeEnv(repoRoot, modules, apiURL, e.Token(), t.TempDir())...)
-	cmd.Env = append(cmd.Env, "VERCEL_TOKEN="+e.Token(), "VERCEL_TEAM_ID=team_emulator", "VERCEL_PROJECT_ID=prj_emulator",
-		"SANDBOX_NAME=sdk-users-"+hex.EncodeToString(randomBytes(t, 4)))
-	cmd.Dir = filepath.Dir(modules)
-	stdout, err := cmd.Output()
-	if ee, ok := err.(*exec.ExitError); ok {
-		t.Fatalf("users.mjs: %v\nstdout: %s\nstderr: %s", err, stdout, ee.Stderr)
-	}
-	must(t, err)
+	stdout := runSDKScript(t, "users.mjs", "sdk-users", "namespace")
 	type result struct {
 		ExitCode       int
 		Stdout, Stderr string
