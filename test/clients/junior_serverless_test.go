@@ -78,7 +78,8 @@ type juniorDelivery struct {
 // OIDC token, as the platform gives one per invocation. A conversation's
 // first message claims a pool member, its second reuses the Sandbox (the
 // counter in its working directory goes on); once the pool is gone,
-// conversations are created cold. The receiver gets the Ready, idle and
+// conversations are created cold; one of them goes Idle and is resumed by its
+// next message, then is deleted. The receiver gets the Ready, idle and
 // deletion notifications, verified by the standardwebhooks package. The time
 // from request to the command's output is measured for the claimed and the
 // cold path (p50 of three each) and logged; only claimed < cold is asserted.
@@ -138,7 +139,11 @@ func TestJuniorServerless(t *testing.T) {
 	}))
 	port := freePort(t)
 	secret := juniorWebhookKey(ctx, t, c, ns, port)
-	idle := int64(600)
+	// The pool's members idle after ten minutes; the conversations' own
+	// Sandboxes (JUNIOR_IDLE_SECONDS) after a few seconds, so that one goes
+	// Idle within the test. A claimed member keeps the deadline its session
+	// started with, so the idle conversation is a cold one.
+	idle, convIdle := int64(600), int64(6)
 	must(t, c.Create(ctx, &sandboxv1.SandboxPool{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pool},
 		Spec: sandboxv1.SandboxPoolSpec{
@@ -161,7 +166,7 @@ func TestJuniorServerless(t *testing.T) {
 		"SANDBOX_API_CA_DATA":    base64.StdEncoding.EncodeToString(stack.Config.CAData),
 		"JUNIOR_NAMESPACE":       ns,
 		"JUNIOR_POOL":            pool,
-		"JUNIOR_IDLE_SECONDS":    strconv.FormatInt(idle, 10),
+		"JUNIOR_IDLE_SECONDS":    strconv.FormatInt(convIdle, 10),
 		"VERCEL_TOKEN":           stack.Emulator.Token(),
 		"VERCEL_TEAM_ID":         localstack.TeamID,
 		"VERCEL_PROJECT_ID":      localstack.ProjectID,
@@ -202,8 +207,10 @@ func TestJuniorServerless(t *testing.T) {
 	waitFor(t, time.Minute, "the pool gone", func() bool {
 		return apierrors.IsNotFound(c.Get(ctx, types.NamespacedName{Namespace: ns, Name: pool}, &sandboxv1.SandboxPool{}))
 	})
+	var coldNames []string
 	for _, conv := range []string{"cold-1", "cold-2", "cold-3"} {
 		r, d := send(conv, "hi")
+		coldNames = append(coldNames, r.Sandbox)
 		if r.How != "cold" || r.Output != "hi #1\n" {
 			t.Errorf("%s: %+v, want a cold create answering %q", conv, r, "hi #1\n")
 		}
@@ -216,27 +223,24 @@ func TestJuniorServerless(t *testing.T) {
 		t.Errorf("claimed p50 %s is not below cold p50 %s", pc, pk)
 	}
 
-	// The idle window ends (shortened here, as an operator might): the
-	// receiver records the idle stop, and the next message resumes it.
-	var sbx sandboxv1.Sandbox
-	must(t, c.Get(ctx, types.NamespacedName{Namespace: ns, Name: first.Sandbox}, &sbx))
-	must(t, c.Patch(ctx, &sbx, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"timeoutSeconds":2}}`))))
-	srv.waitDelivery(t, "io.sentry.sandbox.sandbox.idle", first.Sandbox)
-	if st := srv.state(t, first.Sandbox); st["state"] != "idle" {
-		t.Errorf("the receiver's record of %s: %v, want idle", first.Sandbox, st)
+	// A conversation left alone: its session stops after the idle window
+	// (JUNIOR_IDLE_SECONDS, short here), the receiver records it, and the
+	// next message resumes it.
+	idled := coldNames[0]
+	srv.waitDelivery(t, "io.sentry.sandbox.sandbox.idle", idled)
+	if st := srv.state(t, idled); st["state"] != "idle" {
+		t.Errorf("the receiver's record of %s: %v, want idle", idled, st)
 	}
-	// Back to the long window, so the resumed session stays up for the command.
-	must(t, c.Patch(ctx, &sbx, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"timeoutSeconds":600}}`))))
-	resumed, _ := send("conv-1", "back")
-	if resumed.How != "reused" || resumed.ExitCode != 0 || !strings.HasPrefix(resumed.Output, "back #") {
-		t.Errorf("a message after the idle stop: %+v, want the Sandbox resumed and the command run", resumed)
+	resumed, _ := send("cold-1", "back")
+	if resumed.How != "reused" || resumed.Sandbox != idled || resumed.ExitCode != 0 || !strings.HasPrefix(resumed.Output, "back #") {
+		t.Errorf("a message after the idle stop: %+v, want %s resumed and the command run", resumed, idled)
 	}
 
 	// The conversation ends: deleting its Sandbox reaches the receiver.
-	must(t, c.Delete(ctx, &sandboxv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: first.Sandbox}}))
-	srv.waitDelivery(t, "io.sentry.sandbox.sandbox.deleted", first.Sandbox)
-	if st := srv.state(t, first.Sandbox); st["state"] != "deleted" {
-		t.Errorf("the receiver's record of %s: %v, want deleted", first.Sandbox, st)
+	must(t, c.Delete(ctx, &sandboxv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: idled}}))
+	srv.waitDelivery(t, "io.sentry.sandbox.sandbox.deleted", idled)
+	if st := srv.state(t, idled); st["state"] != "deleted" {
+		t.Errorf("the receiver's record of %s: %v, want deleted", idled, st)
 	}
 	for _, d := range srv.all() {
 		if !d.Verified {
