@@ -102,6 +102,35 @@ func transitions(before, after client.Object, now time.Time) []notify.Event {
 	return out
 }
 
+// deletedEvent is the notification that o is gone (its cleanup done, its
+// finalizer removed), for the kinds that announce transitions: a client that
+// follows a conversation's Sandbox by webhook learns it ended without a
+// watch. Its id is one per object, so a retried removal announces it once.
+func deletedEvent(o client.Object, now time.Time) (notify.Event, bool) {
+	var kind, resource string
+	data := notifyData{Generation: o.GetGeneration()}
+	switch a := o.(type) {
+	case *sandboxv1.Sandbox:
+		kind, resource, data.Phase = "sandbox", "sandboxes", string(a.Status.Phase)
+	case *sandboxv1.SandboxSnapshot:
+		kind, resource, data.Phase = "sandboxsnapshot", "sandboxsnapshots", string(a.Status.Phase)
+	case *sandboxv1.SandboxFork:
+		kind, resource, data.Phase = "sandboxfork", "sandboxforks", string(a.Status.Phase)
+	default:
+		return notify.Event{}, false
+	}
+	typ := eventTypePrefix + kind + ".deleted"
+	return notify.Event{
+		Namespace: o.GetNamespace(),
+		ID:        transitionID(o, typ, nil),
+		Type:      typ,
+		Source:    "/namespaces/" + o.GetNamespace() + "/" + resource + "/" + o.GetName(),
+		Subject:   o.GetName(),
+		Time:      now,
+		Data:      data,
+	}, true
+}
+
 // phaseChange reports "ready" or "failed" when the phase became one of them.
 func phaseChange(before, after, ready, failed string) []string {
 	switch {

@@ -100,3 +100,33 @@ func TestTransitionIDsAreStablePerTransition(t *testing.T) {
 		t.Errorf("two idle stops share the id %s", i1[0].ID)
 	}
 }
+
+// The deletion of an announcing kind is announced once per object (one id
+// for every retry of the finalizer's removal); a pool's is not.
+func TestDeletedEvent(t *testing.T) {
+	s := sandboxIn(sandboxv1.SandboxRunning, metav1.ConditionTrue, notifyT0)
+	e, ok := deletedEvent(s, time.Now())
+	if !ok || e.Type != "io.sentry.sandbox.sandbox.deleted" || e.Source != "/namespaces/ns/sandboxes/a" || e.Subject != "a" || e.Namespace != "ns" {
+		t.Fatalf("deletedEvent(Sandbox) = %+v, %v", e, ok)
+	}
+	again, _ := deletedEvent(s.DeepCopy(), time.Now().Add(time.Minute))
+	if again.ID != e.ID {
+		t.Errorf("one deletion has two ids: %s, %s", e.ID, again.ID)
+	}
+	other := s.DeepCopy()
+	other.UID = "u9"
+	if o, _ := deletedEvent(other, time.Now()); o.ID == e.ID {
+		t.Errorf("two Sandboxes' deletions share the id %s", e.ID)
+	}
+	snap := &sandboxv1.SandboxSnapshot{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s", UID: "u2"}}
+	if e, ok := deletedEvent(snap, time.Now()); !ok || e.Type != "io.sentry.sandbox.sandboxsnapshot.deleted" {
+		t.Errorf("deletedEvent(SandboxSnapshot) = %+v, %v", e, ok)
+	}
+	fork := &sandboxv1.SandboxFork{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "f", UID: "u3"}}
+	if e, ok := deletedEvent(fork, time.Now()); !ok || e.Type != "io.sentry.sandbox.sandboxfork.deleted" {
+		t.Errorf("deletedEvent(SandboxFork) = %+v, %v", e, ok)
+	}
+	if _, ok := deletedEvent(&sandboxv1.SandboxPool{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"}}, time.Now()); ok {
+		t.Error("a SandboxPool's deletion is announced")
+	}
+}

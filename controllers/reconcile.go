@@ -173,6 +173,13 @@ func (s skeleton[O]) delete(ctx context.Context, o O) (ctrl.Result, error) {
 		// that kept it), though the remote side is done. Look again soon.
 		return ctrl.Result{RequeueAfter: finalizerConflictRetry}, nil
 	}
+	if err == nil && s.notifier != nil {
+		// Announced once the finalizer is off: the object is gone, and its
+		// remote side cleaned up.
+		if e, ok := deletedEvent(o, time.Now()); ok {
+			s.notifier.Enqueue(e)
+		}
+	}
 	return ctrl.Result{}, err
 }
 
