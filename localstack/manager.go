@@ -42,6 +42,13 @@ func (s *Stack) StartManager(ctx context.Context, cfg *rest.Config, mgrOpts ctrl
 	if mgrOpts.Cache.ByObject == nil {
 		mgrOpts.Cache.ByObject = controllers.CacheOptions().ByObject
 	}
+	// One process may run several managers in turn (a test package whose
+	// tests each start a stack, a restart): controller-runtime's check that
+	// controller names are unique per process would refuse the second.
+	if mgrOpts.Controller.SkipNameValidation == nil {
+		skip := true
+		mgrOpts.Controller.SkipNameValidation = &skip
+	}
 	mgr, err := ctrl.NewManager(cfg, mgrOpts)
 	if err != nil {
 		return nil, fmt.Errorf("create the manager: %w", err)
