@@ -224,12 +224,13 @@ func burnRate(in budgetInput) (rate *big.Rat, since time.Time, acc *big.Rat) {
 	return rate, in.now, new(big.Rat)
 }
 
-// countHorizon is how far ahead NextCount projects: the count interval, or
-// the time the last count took to come when it came late (a loaded manager
-// counts less often than it asks to; up to two intervals, so that a gap
-// after a restart does not read as the cadence).
+// countHorizon is how far ahead NextCount projects: the count interval and
+// half again (a count comes a little late on a loaded manager, and the
+// crossing must be seen by the count before it), or the time the last count
+// took to come when it came later than that (up to two intervals, so that a
+// gap after a restart does not read as the cadence).
 func countHorizon(in budgetInput) time.Duration {
-	h := in.poll
+	h := in.poll * 3 / 2
 	if in.prev != nil && in.prev.CountedAt != nil {
 		if gap := in.now.Sub(in.prev.CountedAt.Time); gap > h {
 			h = min(gap, 2*in.poll)
