@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -254,21 +253,11 @@ func probeEtcOverlay() error {
 			return err
 		}
 	}
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the runtime discards the thread
-		errc <- func() error {
-			if err := syscall.Unshare(syscall.CLONE_NEWNS); err != nil {
-				return err
-			}
-			if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
-				return err
-			}
-			opts := fmt.Sprintf("lowerdir=%s/lower,upperdir=%s/upper,workdir=%s/work,%s", dir, dir, dir, overlayOptions)
-			return syscall.Mount("overlay", filepath.Join(dir, "merged"), "overlay", syscall.MS_NOSUID|syscall.MS_NODEV, opts)
-		}()
-	}()
-	if err := <-errc; err != nil {
+	err = inThrowAwayMountNamespace(func() error {
+		opts := fmt.Sprintf("lowerdir=%s/lower,upperdir=%s/upper,workdir=%s/work,%s", dir, dir, dir, overlayOptions)
+		return syscall.Mount("overlay", filepath.Join(dir, "merged"), "overlay", syscall.MS_NOSUID|syscall.MS_NODEV, opts)
+	})
+	if err != nil {
 		return fmt.Errorf("overlay mount: %w", err)
 	}
 	return nil

@@ -24,6 +24,21 @@ func probeNamespace() error {
 	if os.Geteuid() != 0 {
 		return errors.New("not running as root")
 	}
+	return inThrowAwayMountNamespace(func() error {
+		if err := syscall.Mount("/", "/", "", syscall.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind mount: %w", err)
+		}
+		if err := syscall.Chroot("/"); err != nil {
+			return fmt.Errorf("chroot: %w", err)
+		}
+		return nil
+	})
+}
+
+// inThrowAwayMountNamespace runs f on a thread of its own that has just got
+// a private mount namespace, and discards the thread afterwards: what f
+// mounts (the probes' trial mounts) never reaches the process.
+func inThrowAwayMountNamespace(f func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the runtime discards the thread
@@ -34,13 +49,7 @@ func probeNamespace() error {
 			if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
 				return fmt.Errorf("make mounts private: %w", err)
 			}
-			if err := syscall.Mount("/", "/", "", syscall.MS_BIND, ""); err != nil {
-				return fmt.Errorf("bind mount: %w", err)
-			}
-			if err := syscall.Chroot("/"); err != nil {
-				return fmt.Errorf("chroot: %w", err)
-			}
-			return nil
+			return f()
 		}()
 	}()
 	return <-errc
@@ -69,23 +78,13 @@ func probeUserNamespace() error {
 		return err
 	}
 	defer os.Remove(dir)
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the runtime discards the thread
-		errc <- func() error {
-			if err := syscall.Unshare(syscall.CLONE_NEWNS); err != nil {
-				return err
-			}
-			if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
-				return err
-			}
-			if err := syscall.Mount(dir, dir, "", syscall.MS_BIND, ""); err != nil {
-				return err
-			}
-			return pivotInto(dir)
-		}()
-	}()
-	if err := <-errc; err != nil {
+	err = inThrowAwayMountNamespace(func() error {
+		if err := syscall.Mount(dir, dir, "", syscall.MS_BIND, ""); err != nil {
+			return err
+		}
+		return pivotInto(dir)
+	})
+	if err != nil {
 		return fmt.Errorf("pivot_root: %w", err)
 	}
 	return nil
