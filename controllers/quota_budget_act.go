@@ -104,7 +104,7 @@ func (r *SandboxQuotaReconciler) countBudget(use namespaceUse, b sandboxv1.Sandb
 	if err != nil {
 		return sandboxv1.SandboxBudgetStatus{}, err
 	}
-	currency, err := use.currency()
+	currency, err := use.currency, use.currencyErr
 	if err != nil && unitOf(b) == sandboxv1.BudgetMoney {
 		return sandboxv1.SandboxBudgetStatus{}, err
 	}

@@ -59,6 +59,10 @@ type namespaceUse struct {
 	// deltas are unknown, and status.budgets[].counted stands in.
 	tracked bool
 	prices  map[string]*sandboxv1.SandboxPrices
+	// currency the objects are priced in, once per count (currencyErr: in
+	// more than one, which a Money budget cannot add).
+	currency    string
+	currencyErr error
 }
 
 // observe counts the objects of q's namespace against what the tracker
@@ -154,7 +158,9 @@ func (r *SandboxQuotaReconciler) countNamespace(ctx context.Context, q *sandboxv
 		prices[classes.Items[i].Name] = classes.Items[i].Spec.Prices
 	}
 	deltas, tracked := r.budgetTracker().observe(client.ObjectKeyFromObject(q), q.UID, objects)
-	return namespaceUse{objects: objects, deltas: deltas, tracked: tracked, prices: prices}, nil
+	use := namespaceUse{objects: objects, deltas: deltas, tracked: tracked, prices: prices}
+	use.currency, use.currencyErr = use.priceCurrency()
+	return use, nil
 }
 
 // provisionedSoFar is the memory s's running session has provisioned from
@@ -288,10 +294,10 @@ func byteSeconds(bytes, ms int64) int64 {
 	return bytes*(ms/1000) + bytes*(ms%1000)/1000
 }
 
-// currency is the one currency the namespace's objects are priced in. Money
+// priceCurrency is the one currency the namespace's objects are priced in. Money
 // in two currencies cannot be added: a Money budget over them is an error
 // naming the classes (budgets in raw units still count).
-func (u namespaceUse) currency() (string, error) {
+func (u namespaceUse) priceCurrency() (string, error) {
 	byCurrency := map[string]string{} // currency → a class priced in it
 	for _, o := range u.objects {
 		c := sandboxv1.DefaultCurrency

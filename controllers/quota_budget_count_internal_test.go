@@ -147,11 +147,11 @@ func TestBudgetCountsARunningSessionsMemoryOnce(t *testing.T) {
 func TestMoneyInTwoCurrenciesIsAnError(t *testing.T) {
 	eur := &sandboxv1.SandboxPrices{Currency: "EUR"}
 	use := namespaceUse{objects: map[types.UID]usedObject{"a": {class: "euro"}, "b": {class: ""}}, prices: map[string]*sandboxv1.SandboxPrices{"euro": eur}}
-	if _, err := use.currency(); err == nil || !strings.Contains(err.Error(), "(no class) in USD, euro in EUR") {
+	if _, err := use.priceCurrency(); err == nil || !strings.Contains(err.Error(), "(no class) in USD, euro in EUR") {
 		t.Errorf("got %v, want an error naming both classes and currencies", err)
 	}
 	use.objects = map[types.UID]usedObject{"a": {class: "euro"}}
-	if c, err := use.currency(); err != nil || c != "EUR" {
+	if c, err := use.priceCurrency(); err != nil || c != "EUR" {
 		t.Errorf("one class in EUR: got %q, %v", c, err)
 	}
 }
