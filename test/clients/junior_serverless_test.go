@@ -148,9 +148,9 @@ func TestJuniorServerless(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pool},
 		Spec: sandboxv1.SandboxPoolSpec{
 			Template: sandboxv1.SandboxPoolTemplate{Spec: sandboxv1.SandboxSpec{
-				Source: sandboxv1.SandboxSource{Runtime: ptrTo(sandboxv1.Runtime("node24"))}, TimeoutSeconds: &idle,
+				Source: sandboxv1.SandboxSource{Runtime: ptr(sandboxv1.Runtime("node24"))}, TimeoutSeconds: &idle,
 			}},
-			Replicas: ptrTo(int32(3)),
+			Replicas: ptr(int32(3)),
 		},
 	}))
 	waitFor(t, time.Minute, "the pool's three members ready", func() bool {

@@ -21,7 +21,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	sandboxv1 "github.com/getsentry/sandbox-controller/api/v1alpha1"
@@ -110,9 +109,9 @@ func TestStandardWebhooksReceiver(t *testing.T) {
 	allow, err := notify.ParseAllowList([]string{"127.0.0.1/32"})
 	must(t, err)
 	startManager := func() *localstack.Manager {
-		// A restarted manager registers the same controller names again.
-		m, err := stack.StartManager(ctx, nil, ctrl.Options{Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-			Controller: config.Controller{SkipNameValidation: ptrTo(true)}},
+		// A restarted manager registers the same controller names again,
+		// which localstack.StartManager allows.
+		m, err := stack.StartManager(ctx, nil, ctrl.Options{Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"},
 			stack.Vercel(""), controllers.Options{PollInterval: 2 * time.Second,
 				Notify: notify.Options{Allow: allow, Timeout: time.Second, MinBackoff: 200 * time.Millisecond, MaxBackoff: time.Second}})
 		must(t, err)
@@ -143,7 +142,7 @@ func TestStandardWebhooksReceiver(t *testing.T) {
 	failedBefore := testutil.ToFloat64(metrics.NotifyFailed.WithLabelValues(ns, "connection"))
 	must(t, c.Create(ctx, &sandboxv1.Sandbox{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "conv-1"},
-		Spec:       sandboxv1.SandboxSpec{Source: sandboxv1.SandboxSource{Runtime: ptrTo(sandboxv1.Runtime("node24"))}},
+		Spec:       sandboxv1.SandboxSpec{Source: sandboxv1.SandboxSource{Runtime: ptr(sandboxv1.Runtime("node24"))}},
 	}))
 	waitFor(t, 2*time.Minute, "the Sandbox Ready and its notification attempted while the receiver is down", func() bool {
 		var s sandboxv1.Sandbox
@@ -212,8 +211,6 @@ func TestStandardWebhooksReceiver(t *testing.T) {
 		t.Errorf("a ten-minute-old timestamp: %q, want the package's refusal", got.OldRefusal)
 	}
 }
-
-func ptrTo[T any](v T) *T { return &v }
 
 // waitFor polls cond every 200 ms until it holds or within passes.
 func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
