@@ -2,7 +2,6 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"slices"
 )
 
 // Sandbox condition reasons (besides the shared ones in common_types.go).
@@ -345,9 +344,6 @@ var ManagedImages = []ImageReference{
 	"vercel/sandbox/universal", "vercel/sandbox/node:22", "vercel/sandbox/node:24", "vercel/sandbox/node:26",
 	"vercel/sandbox/python:3.14", "vercel/sandbox/ubuntu", "vercel/sandbox/arch",
 }
-
-// Managed reports whether r is one of ManagedImages.
-func (r ImageReference) Managed() bool { return slices.Contains(ManagedImages, r) }
 
 // AdoptSource names the Vercel sandbox a Sandbox adopts.
 type AdoptSource struct {
