@@ -169,7 +169,7 @@ test-packages-norace: ## Only the tests that run without -race: GO_TEST_NORACE_P
 	go test $(GO_TEST_NORACE_FLAGS) -run '$(GO_TEST_NORACE_RUN)' $(GO_TEST_NORACE_RUN_PKGS) -coverprofile $(LOCALBIN)/test/norace-run.cover.out
 
 .PHONY: test-controllers
-test-controllers: envtest ginkgo ## Run only the controllers suite, in TEST_PROCS parallel processes (focus: GINKGO_ARGS="--focus 'probe' -v").
+test-controllers: envtest kustomize ginkgo ## Run only the controllers suite, in TEST_PROCS parallel processes (focus: GINKGO_ARGS="--focus 'probe' -v").
 	KUBEBUILDER_ASSETS="$$(./hack/envtest.sh)" $(GINKGO) run -race --procs=$(TEST_PROCS) --timeout=30m $(GINKGO_ARGS) ./controllers -- -test.run='^TestControllers$$'
 
 .PHONY: chaos-short

@@ -440,6 +440,15 @@ var nsCounter atomic.Int64
 func newNamespace() string {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("spec-%d-%d", GinkgoParallelProcess(), nsCounter.Add(1))}}
 	Expect(k8sClient.Create(context.Background(), ns)).To(Succeed())
+	// What a spec leaves running keeps polling Vercel every pollInterval,
+	// and in a process that ran a hundred specs the leftovers (up to 60
+	// running Sandboxes) took the Vercel slots and workers of the specs
+	// after them. Deleting the namespace when the spec ends (the
+	// namespace controller deletes its objects, and their finalizers
+	// delete the Vercel side) keeps every spec starting on a quiet stack.
+	DeferCleanup(func() {
+		Expect(client.IgnoreNotFound(k8sClient.Delete(context.Background(), ns))).To(Succeed())
+	})
 	return ns.Name
 }
 
