@@ -347,8 +347,8 @@ type stall struct {
 }
 
 type recordedRequest struct {
-	Method, Path string
-	Body         []byte
+	Method, Path, Query string
+	Body                []byte
 }
 
 func newRecordingProxy(target string) *recordingProxy {
@@ -360,7 +360,7 @@ func newRecordingProxy(target string) *recordingProxy {
 	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		r.Body = io.NopCloser(bytes.NewReader(body))
-		rec := recordedRequest{Method: r.Method, Path: r.URL.Path, Body: body}
+		rec := recordedRequest{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Body: body}
 		p.mu.Lock()
 		p.bodies = append(p.bodies, rec)
 		st := p.takeStall(rec)
