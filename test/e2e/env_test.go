@@ -108,6 +108,10 @@ func newEnv(t *testing.T, opts envOptions) *env {
 	if testing.Short() {
 		t.Skip("starts a control plane, the emulator and the manager binary")
 	}
+	// Each env is a cluster of its own (its own control plane, emulator,
+	// ports and files), and a test spends most of its time waiting on them:
+	// go test runs -parallel (the number of cores) of them at once.
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	e := &env{t: t, ctx: ctx}
