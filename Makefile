@@ -38,9 +38,10 @@ GO_TEST_NORACE_PKGS ?= ./hack/image/
 # (controllers: 75 → 10 CPU-seconds).
 GO_TEST_NORACE_RUN ?= ^TestSimulatedHourRequestBudget$$
 GO_TEST_NORACE_RUN_PKGS ?= ./controllers/
-# test/e2e's tests run one after another (each starts a control plane and the
-# manager binary) for about four minutes: make test starts them first, beside
-# the other packages, instead of as the last package of one go test.
+# test/e2e's tests each start a cluster of their own (control plane, emulator,
+# the manager binary) and run -parallel at once for about two minutes: make
+# test starts them first, beside the other packages, instead of as the last
+# package of one go test.
 GO_TEST_E2E_PKG ?= ./test/e2e/
 # test/perf runs alone after the parts that run at once: TestShortBench bounds
 # the writes and Vercel requests per object, and a machine loaded by the
