@@ -52,7 +52,7 @@ GO_TEST_ALONE_PKG ?= ./test/perf/
 # is the number of cores). Most of them wait on what they started — control
 # planes, the manager binary, kubectl, node, the official SDK and CLI —
 # rather than compute: test/chaos used 63 CPU-seconds in 148 s, test/clients
-# 90 in 119, test/e2e 113 in 185. Two at a time left the cores idle.
+# 90 in 119. Two at a time left the cores idle.
 GO_TEST_PKG_PROCS ?= 6
 MODULE := $(shell go list -m)
 GO_TEST_NORACE_FLAGS ?= -covermode=atomic -timeout 30m

@@ -427,25 +427,14 @@ var _ = Describe("Sandbox", func() {
 
 		It("adopts the sandbox of a create whose status write never happened", func() {
 			sbx, vname := createdButNotRecorded("unrecorded")
-			// This sandbox's creates only: other specs' namespaces are being
-			// deleted meanwhile.
-			createsOf := func() int {
-				n := 0
-				for _, r := range recorder.requests(http.MethodPost, "/sandboxes") {
-					if strings.HasSuffix(r.Path, "/sandboxes") && strings.Contains(string(r.Body), `"`+vname+`"`) {
-						n++
-					}
-				}
-				return n
-			}
-			creates := createsOf()
+			creates := len(createsFor(vname))
 			annotateObj(sbx, sandboxv1.AnnotationPaused, "")
 			got := waitReady(client.ObjectKeyFromObject(sbx))
 			Expect(got.Status.VercelName).To(Equal(vname))
 			remote, ok := emu.Sandbox(vname)
 			Expect(ok).To(BeTrue())
 			Expect(got.Status.SessionID).To(Equal(remote.CurrentSessionID))
-			Expect(createsOf()-creates).To(BeNumerically("<=", 1), "one create, answered 'name exists'")
+			Expect(len(createsFor(vname))-creates).To(BeNumerically("<=", 1), "one create, answered 'name exists'")
 			owned := 0
 			for _, s := range emu.LiveSandboxes() {
 				if s.Tags["k8s-uid"] == string(sbx.UID) {
@@ -598,7 +587,6 @@ func expectSecretNowhere(key types.NamespacedName, secret string) {
 	Expect(logs.String()).NotTo(ContainSubstring(secret))
 }
 
-// lastCreateFor returns the body of the last create request for a Vercel name.
 // createsFor returns the create requests for the Vercel sandbox name, oldest first.
 // Specs count these rather than the emulator's global counter, which other specs'
 // objects move too.
@@ -612,6 +600,7 @@ func createsFor(name string) []recordedRequest {
 	return out
 }
 
+// lastCreateFor returns the body of the last create request for a Vercel name.
 func lastCreateFor(name string) []byte {
 	GinkgoHelper()
 	creates := createsFor(name)
