@@ -87,6 +87,7 @@ func TestJuniorServerless(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a control plane, the emulator and the manager, and runs node")
 	}
+	t.Parallel()
 	for _, tool := range []string{"node", "npm"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Fatalf("%s is not on PATH", tool)
@@ -257,9 +258,8 @@ type juniorApp struct{ dir, sdkModules string }
 
 func prepareJuniorApp(ctx context.Context, t *testing.T, dir string, nodeEnv []string) juniorApp {
 	t.Helper()
-	pkg := filepath.Join(repoRoot, "clients", "typescript")
-	npm(ctx, t, pkg, nodeEnv, "ci", "--no-audit", "--no-fund")
-	npm(ctx, t, pkg, nodeEnv, "run", "build")
+	pkg := typescriptPackage
+	buildTypeScript(ctx, t, nodeEnv)
 	swh := installStandardWebhooks(ctx, t)
 	sdk := installOfficialClients(t)
 	app := juniorApp{dir: filepath.Join(dir, "app"), sdkModules: sdk}

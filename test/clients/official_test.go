@@ -206,6 +206,8 @@ func installOfficialClients(t *testing.T) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	installs.Lock()
+	defer installs.Unlock()
 	modules, err := officialsdk.Install(ctx, repoRoot, t.Logf)
 	must(t, err)
 	return modules

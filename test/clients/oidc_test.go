@@ -37,6 +37,9 @@ func TestOIDC(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a control plane and runs kubectl and node")
 	}
+	// Like TestJuniorServerless and TestStandardWebhooksReceiver it mostly
+	// waits on its control plane and node: the three run at once.
+	t.Parallel()
 	for _, tool := range []string{"node", "npm", "kubectl"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Fatalf("%s is not on PATH", tool)
@@ -45,13 +48,11 @@ func TestOIDC(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	pkg := filepath.Join(repoRoot, "clients", "typescript")
+	pkg := typescriptPackage
 	// The package's Node.js (hack/node.sh), its build (dist/) and its
 	// tests' build (build/), as TestTypeScript makes them.
 	nodeEnv := pinnedNode(ctx, t)
-	npm(ctx, t, pkg, nodeEnv, "ci", "--no-audit", "--no-fund")
-	npm(ctx, t, pkg, nodeEnv, "run", "build")
-	npm(ctx, t, pkg, nodeEnv, "exec", "--", "tsc", "-p", ".")
+	buildTypeScript(ctx, t, nodeEnv)
 
 	// Team acme trusts two functions of its project junior: production,
 	// which the RoleBinding names, and preview, which authenticates but is

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -75,7 +76,7 @@ func TestTypeScript(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	pkg := filepath.Join(repoRoot, "clients", "typescript")
+	pkg := typescriptPackage
 
 	// Installing first: a registry that cannot be reached fails the test
 	// before anything else starts. The client is built and tested on the
@@ -84,7 +85,7 @@ func TestTypeScript(t *testing.T) {
 	if v := npm(ctx, t, pkg, nodeEnv, "exec", "--", "node", "--version"); !strings.HasPrefix(v, "v22.") {
 		t.Fatalf("npm runs node %q, want hack/node.sh's v22", strings.TrimSpace(v))
 	}
-	npm(ctx, t, pkg, nodeEnv, "ci", "--no-audit", "--no-fund")
+	buildTypeScript(ctx, t, nodeEnv)
 
 	cpLog, err := os.Create(filepath.Join(dir, "controlplane.log"))
 	must(t, err)
@@ -224,6 +225,8 @@ func installEditorRole(ctx context.Context, t *testing.T, c client.Client) {
 // starts.
 func pinnedNode(ctx context.Context, t *testing.T) []string {
 	t.Helper()
+	installs.Lock()
+	defer installs.Unlock()
 	cmd := exec.CommandContext(ctx, filepath.Join(repoRoot, "hack", "node.sh"))
 	cmd.Env = append(os.Environ(), "NO_COLOR=1", "npm_config_update_notifier=false")
 	var stderr bytes.Buffer
@@ -234,6 +237,39 @@ func pinnedNode(ctx context.Context, t *testing.T) []string {
 	}
 	return []string{"PATH=" + strings.TrimSpace(string(out)) + string(os.PathListSeparator) + os.Getenv("PATH")}
 }
+
+// installs serialises what the tests install into the repository (hack/node.sh's
+// Node.js in bin/, clients/typescript's node_modules and builds, the packages
+// in bin/npm/): the tests that run in parallel would install the same files
+// at the same time.
+var installs sync.Mutex
+
+// typescriptPackage is clients/typescript.
+var typescriptPackage = filepath.Join(repoRoot, "clients", "typescript")
+
+// buildTypeScript installs clients/typescript's dependencies (npm ci) and
+// builds the package (dist/, npm run build) and its tests (build/, tsc -p .)
+// once per test binary. TestOIDC and TestJuniorServerless run in parallel
+// and read those builds; a second npm ci or build while one of them runs
+// would remove the files under it. TestTypeScript, which runs before the
+// parallel tests start, builds build/ again through npm test, as a user of
+// the package does.
+func buildTypeScript(ctx context.Context, t *testing.T, nodeEnv []string) {
+	t.Helper()
+	installs.Lock()
+	defer installs.Unlock()
+	if typescriptBuilt {
+		return
+	}
+	npm(ctx, t, typescriptPackage, nodeEnv, "ci", "--no-audit", "--no-fund")
+	npm(ctx, t, typescriptPackage, nodeEnv, "run", "build")
+	npm(ctx, t, typescriptPackage, nodeEnv, "exec", "--", "tsc", "-p", ".")
+	typescriptBuilt = true
+}
+
+// typescriptBuilt says buildTypeScript succeeded in this test binary (guarded
+// by installs).
+var typescriptBuilt bool
 
 func ptr[T any](v T) *T { return &v }
 

@@ -43,6 +43,8 @@ var standardWebhooks = []string{"standardwebhooks@1.3.0", "@stablelib/base64@1.0
 // node_modules directory.
 func installStandardWebhooks(ctx context.Context, t *testing.T) string {
 	t.Helper()
+	installs.Lock()
+	defer installs.Unlock()
 	dir := filepath.Join(repoRoot, "bin", "npm", "standardwebhooks1.3.0")
 	modules := filepath.Join(dir, "node_modules")
 	if _, err := os.Stat(filepath.Join(modules, "standardwebhooks", "package.json")); err != nil {
@@ -85,6 +87,7 @@ func TestStandardWebhooksReceiver(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a control plane, the emulator and the manager, and runs node")
 	}
+	t.Parallel()
 	if _, err := exec.LookPath("node"); err != nil {
 		t.Fatal("node is not on PATH: the receiver runs on Node.js")
 	}
