@@ -182,7 +182,7 @@ test: manifests generate fmt vet envtest kustomize helm promtool ginkgo ## Run a
 	tail -n +2 $(LOCALBIN)/test/controllers.cover.out >> cover.out
 
 .PHONY: test-packages
-test-packages: envtest kustomize helm promtool ## Only the packages' go test, with -race, but the controllers suite, test/e2e, test/perf and GO_TEST_NORACE_PKGS (part of make test).
+test-packages: envtest kustomize helm promtool ## Only the packages' go test, with -race, but the controllers suite, test/e2e, test/perf, GO_TEST_BESIDE_PKGS and GO_TEST_NORACE_PKGS (part of make test).
 	@mkdir -p $(LOCALBIN)/test
 	KUBEBUILDER_ASSETS="$$(./hack/envtest.sh)" $(BULK) go test $(GO_TEST_FLAGS) -p $(GO_TEST_PKG_PROCS) $$(go list ./... | grep -v -x -F $(foreach p,$(GO_TEST_NORACE_PKGS) $(GO_TEST_E2E_PKG) $(GO_TEST_PERF_PKG) $(GO_TEST_BESIDE_PKGS),-e $(MODULE)/$(patsubst ./%/,%,$(p)))) \
 		-skip '^TestControllers$$' -coverprofile $(LOCALBIN)/test/packages.cover.out
