@@ -26,7 +26,7 @@ import {
   waitReady,
   waitSnapshotReady,
 } from '../src/index.js';
-import { kubeConfig, namespace } from './helpers.js';
+import { eventually, kubeConfig, namespace } from './helpers.js';
 
 const kc = kubeConfig();
 
@@ -71,12 +71,10 @@ test('a snapshot of a running Sandbox, then a fork of it', async () => {
   // The fork counts the surplus child out as soon as it deletes it; the
   // child itself stays listed until its finalizer has deleted its Vercel
   // sandbox (a loaded machine made that outlast waitForkReady).
-  const deadline = Date.now() + 60_000;
-  let names = (await forkChildren(kc, namespace, 'ts-fork')).map((c) => c.metadata?.name);
-  while (names.length > 1 && Date.now() < deadline) {
-    await new Promise((resolve) => setTimeout(resolve, 200));
-    names = (await forkChildren(kc, namespace, 'ts-fork')).map((c) => c.metadata?.name);
-  }
+  const names = await eventually('the surplus child to be deleted', 60_000, async () => {
+    const listed = (await forkChildren(kc, namespace, 'ts-fork')).map((c) => c.metadata?.name);
+    return listed.length > 1 ? undefined : listed;
+  });
   assert.deepEqual(names, ['ts-fork-0']);
 
   // Deletes wait for the finalizers: the children and the snapshot are gone after.
